@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Replays the shared PyTorch traces against each allocator, every run its own process, interleaved
+# (rep 1: every trace x every allocator, then rep 2, ...) so drift of the machine hits all allocators alike.
+# Prints a markdown table of medians over the processes, with ratios against glibc malloc.
+#   bench/run_replay.sh [TRACE...]          default: every *.trace in ../shared/traces
+# Environment: BUILD_DIR (default build-bench, configured Release and built when the binary is missing),
+#   PROCESSES (runs per trace and allocator, default 5), PASSES (warm passes per process, default 10),
+#   ALLOCATORS (default "glibc jemalloc mimalloc plimsoll-on_demand plimsoll-preallocate"), TOUCH (1: --touch,
+#   default 1), RESULTS (JSON lines file, default $BUILD_DIR/replay-results.jsonl).
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+traces=()
+for trace in "$@"; do traces+=("$(realpath "$trace")"); done
+cd "$repo_root"
+build_dir="$(realpath -m "${BUILD_DIR:-build-bench}")"
+processes="${PROCESSES:-5}"
+passes="${PASSES:-10}"
+read -r -a allocators <<<"${ALLOCATORS:-glibc jemalloc mimalloc plimsoll-on_demand plimsoll-preallocate}"
+results="${RESULTS:-$build_dir/replay-results.jsonl}"
+touch_flag=()
+[[ "${TOUCH:-1}" == 1 ]] && touch_flag=(--touch)
+
+if [[ ${#traces[@]} -eq 0 ]]; then
+  traces=("$repo_root"/../shared/traces/*.trace)
+  [[ -e "${traces[0]}" ]] || { echo "error: no traces in ../shared/traces; pass trace files as arguments" >&2; exit 1; }
+fi
+
+bench="$build_dir/bench/plimsoll_replay_bench"
+if [[ ! -x "$bench" ]]; then
+  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPLIMSOLL_BUILD_TESTS=OFF >/dev/null
+  cmake --build "$build_dir" -j "${PLIMSOLL_JOBS:-2}" --target plimsoll_replay_bench
+fi
+
+# shellcheck source=bench/preload.sh
+source "$repo_root/bench/preload.sh"
+# Checked before the first run, so a typo does not surface half an hour in.
+jemalloc_path=""
+mimalloc_path=""
+for allocator in "${allocators[@]}"; do
+  case "$allocator" in
+    glibc | plimsoll-on_demand | plimsoll-preallocate) ;;
+    jemalloc) preload_path libjemalloc.so.2 && jemalloc_path="$PRELOAD_PATH" ;;
+    mimalloc) preload_path libmimalloc.so.2 && mimalloc_path="$PRELOAD_PATH" ;;
+    *) echo "error: unknown allocator '$allocator' in ALLOCATORS; use glibc jemalloc mimalloc" \
+         "plimsoll-on_demand plimsoll-preallocate" >&2; exit 1 ;;
+  esac
+done
+
+run_one() {
+  local allocator="$1" trace="$2"
+  local args=(--trace "$trace" --reps "$passes" "${touch_flag[@]}" --label "$allocator")
+  case "$allocator" in
+    glibc) "$bench" --allocator malloc "${args[@]}" ;;
+    jemalloc) LD_PRELOAD="$jemalloc_path" "$bench" --allocator malloc "${args[@]}" ;;
+    mimalloc) LD_PRELOAD="$mimalloc_path" "$bench" --allocator malloc "${args[@]}" ;;
+    *) "$bench" --allocator "$allocator" "${args[@]}" ;;
+  esac
+}
+
+: >"$results"
+for ((process = 1; process <= processes; process++)); do
+  for trace in "${traces[@]}"; do
+    for allocator in "${allocators[@]}"; do
+      echo "process $process/$processes: $allocator $(basename "$trace")" >&2
+      run_one "$allocator" "$trace" >>"$results"
+    done
+  done
+done
+
+echo "results: $results" >&2
+python3 "$repo_root/bench/replay_table.py" "$results"

@@ -1,0 +1,71 @@
+#pragma once
+// One device's memory: the object every allocation goes through.
+//
+// Path of an allocation: Allocator::allocate (this file; lock, tags, stats, OOM report)
+//   -> engine::Heap (src/engine: best-fit over two-level bins, coalescing, granule mapping)
+//   -> backings::Backing (src/backings: host mmap, simulated device, later CUDA) .
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "plimsoll/device.hpp"
+#include "plimsoll/oom.hpp"
+#include "plimsoll/policy.hpp"
+#include "plimsoll/stats.hpp"
+
+namespace plimsoll {
+
+namespace backings { class Backing; }
+
+/// What a device was created with, after defaults were applied.
+struct DeviceDescription {
+  std::string name;          // "cuda:0", "cpu/1", "sim:16GiB"
+  std::string hardware;      // "NVIDIA H100 80GB HBM3", "host", "simulated device"
+  Policy policy;             // with the defaults filled in
+  std::uint64_t limit_bytes = 0;
+  std::uint64_t total_bytes = 0;  // of the physical device
+  std::string summary() const;    // the "Created device ..." line
+};
+
+/// A small integer naming a tag ("weights", "activations"). Interned once, cheap to pass on every call.
+using Tag = std::uint16_t;
+inline constexpr Tag kUntagged = 0;
+/// Interns a tag name (process-wide, thread-safe). At most 65535 distinct tags.
+Tag intern_tag(std::string_view name);
+std::string_view tag_name(Tag tag);
+
+class Allocator {
+ public:
+  /// A device over an explicit backing. Most code gets its allocators from Runtime instead.
+  Allocator(DeviceDescription description, std::unique_ptr<backings::Backing> backing);
+  ~Allocator();
+  Allocator(const Allocator&) = delete;
+  Allocator& operator=(const Allocator&) = delete;
+
+  /// Returns memory aligned to 256 bytes (at least). Throws OutOfMemory with the full report.
+  /// Zero bytes gives a unique non-null pointer that must be freed like any other.
+  void* allocate(std::size_t bytes, Tag tag = kUntagged);
+  void* allocate(std::size_t bytes, std::string_view tag) { return allocate(bytes, intern_tag(tag)); }
+  /// Like allocate, but returns nullptr instead of throwing (the OOM is still counted in stats()).
+  void* try_allocate(std::size_t bytes, Tag tag = kUntagged) noexcept;
+  /// Throws InvalidFree (with the address) for an address that is not live; nothing is changed then.
+  void deallocate(void* ptr);
+  /// True when `ptr` is the start of a live allocation of this device.
+  bool owns(const void* ptr) const;
+
+  /// Returns cached free memory to the backing; returns the bytes released.
+  std::uint64_t trim();
+  Stats stats() const;
+  const DeviceDescription& description() const noexcept;
+  /// Replaces the policy. Throws InvalidState after the first allocation, as TensorFlow does.
+  void set_policy(const Policy& policy);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace plimsoll

@@ -1,0 +1,52 @@
+/* plimsoll C ABI: configuration, allocation, free and stats for any language.
+ * No C++ exception crosses this boundary: every call returns a status code, and plimsoll_last_error()
+ * gives the message of the calling thread's last failure. */
+#ifndef PLIMSOLL_H
+#define PLIMSOLL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum plimsoll_status {
+  PLIMSOLL_OK = 0,
+  PLIMSOLL_OUT_OF_MEMORY = 1,
+  PLIMSOLL_INVALID_ARGUMENT = 2,
+  PLIMSOLL_DEVICE_UNAVAILABLE = 3,
+  PLIMSOLL_INVALID_STATE = 4,
+  PLIMSOLL_INVALID_FREE = 5,
+  PLIMSOLL_INTERNAL = 6
+} plimsoll_status;
+
+typedef struct plimsoll_device plimsoll_device; /* owned by the runtime; valid until process exit */
+
+typedef struct plimsoll_stats {
+  uint64_t in_use_bytes, peak_in_use_bytes, reserved_bytes, peak_reserved_bytes, largest_free_block;
+  uint64_t limit_bytes, allocations, frees, ooms, maps, unmaps, live_allocations;
+  uint64_t committed_bytes, resident_bytes;
+} plimsoll_stats;
+
+/* The message of this thread's last failed call ("" if none). Valid until the thread's next call. */
+const char* plimsoll_last_error(void);
+
+/* Configuration, before the device's first allocation. Keys: "growth" ("preallocate"|"on_demand"),
+ * "memory_limit" (size), "memory_fraction", "reserve" (size), "release_threshold" (size). */
+plimsoll_status plimsoll_configure(const char* device, const char* key, const char* value);
+/* Loads a JSON config file (see docs/configuration.md); replaces the process's configuration. */
+plimsoll_status plimsoll_load_config(const char* path);
+
+plimsoll_status plimsoll_get_device(const char* name, plimsoll_device** out);
+plimsoll_status plimsoll_allocate(plimsoll_device* device, size_t bytes, const char* tag, void** out);
+plimsoll_status plimsoll_free(plimsoll_device* device, void* ptr);
+plimsoll_status plimsoll_trim(plimsoll_device* device, uint64_t* released_bytes);
+plimsoll_status plimsoll_get_stats(plimsoll_device* device, plimsoll_stats* out);
+/* Per-tag bytes in use and peak; PLIMSOLL_INVALID_ARGUMENT for an unknown tag. */
+plimsoll_status plimsoll_get_tag_stats(plimsoll_device* device, const char* tag, uint64_t* in_use, uint64_t* peak);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PLIMSOLL_H */

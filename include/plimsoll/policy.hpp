@@ -1,0 +1,71 @@
+#pragma once
+// How a device's memory is budgeted: preallocate or grow, limits, the reserve, and giving memory back.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "plimsoll/device.hpp"
+
+namespace plimsoll {
+
+enum class Growth {
+  preallocate,  // take the whole budget up front (TensorFlow's default); on cpu, address space only
+  on_demand,    // grow as needed (TensorFlow's allow_growth)
+};
+std::string_view to_string(Growth growth);
+Growth parse_growth(std::string_view text);  // "preallocate" | "on_demand"; throws InvalidArgument
+
+/// A device's policy. Unset optionals take the device kind's defaults when the device is created.
+struct Policy {
+  Growth growth = Growth::on_demand;
+  std::optional<std::uint64_t> memory_limit;     // bytes; at most one of limit and fraction
+  std::optional<double> memory_fraction;         // share of the device's total memory, in (0, 1]
+  std::optional<std::uint64_t> reserve;          // bytes never taken: CUDA context, cuBLAS/cuDNN workspaces
+  std::optional<std::uint64_t> release_threshold;  // keep at most this many cached free bytes mapped
+
+  /// Throws InvalidArgument with the reason when the combination cannot be used.
+  void validate() const;
+  friend bool operator==(const Policy&, const Policy&) = default;
+};
+
+/// The default reserve for a device kind, given its total bytes.
+std::uint64_t default_reserve(DeviceKind kind, std::uint64_t total_bytes);
+
+/// One logical device carved out of a physical one (TensorFlow's LogicalDeviceConfiguration).
+struct LogicalDeviceConfig {
+  std::uint64_t memory_limit = 0;
+};
+
+/// Everything a process configures. Sources, later ones overriding earlier ones: code, a JSON file
+/// (PLIMSOLL_CONFIG or explicit), environment variables.
+struct Config {
+  Policy default_policy;
+  std::map<std::string, Policy> device_policies;  // by device name, e.g. "cuda:0"
+  std::map<std::string, std::vector<LogicalDeviceConfig>> logical_devices;  // physical device name -> split
+  bool cpu_fallback = false;
+  std::optional<std::string> visible_devices;  // PLIMSOLL_VISIBLE_DEVICES
+  bool log_device_creation = true;
+
+  Policy policy_for(const DeviceName& device) const;
+};
+
+/// Parses a JSON config document. `origin` names it in errors (a file path). Throws InvalidArgument.
+///   {"policy": {"growth": "on_demand", "memory_limit": "8GiB", "memory_fraction": 0.5, "reserve": "512MiB",
+///               "release_threshold": "1GiB"},
+///    "devices": {"cuda:0": {"growth": "preallocate", "memory_fraction": 0.9,
+///                            "logical_devices": ["4GiB", "4GiB"]}},
+///    "cpu_fallback": true, "visible_devices": "0,1", "log_device_creation": false}
+Config parse_config_json(std::string_view text, std::string_view origin = "config");
+Config load_config_file(const std::string& path);
+
+/// Applies environment variables on top of `base`. `getenv` is injectable for tests.
+///   PLIMSOLL_ALLOW_GROWTH=true|false, PLIMSOLL_MEMORY_LIMIT=SIZE, PLIMSOLL_MEMORY_FRACTION=F,
+///   PLIMSOLL_RESERVE=SIZE, PLIMSOLL_RELEASE_THRESHOLD=SIZE, PLIMSOLL_CPU_FALLBACK=true|false,
+///   PLIMSOLL_VISIBLE_DEVICES=LIST, PLIMSOLL_CONFIG=PATH (read first), PLIMSOLL_LOG=0|1
+using Getenv = const char* (*)(const char*);
+Config apply_environment(Config base, Getenv getenv_fn);
+
+}  // namespace plimsoll

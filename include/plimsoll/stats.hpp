@@ -1,0 +1,36 @@
+#pragma once
+// Counters a device keeps. Cheap to read: a copy taken under the device's lock.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace plimsoll {
+
+struct TagStats {
+  std::string tag;
+  std::uint64_t in_use_bytes = 0;
+  std::uint64_t peak_in_use_bytes = 0;
+  std::uint64_t allocations = 0;  // live allocations
+};
+
+struct Stats {
+  std::uint64_t in_use_bytes = 0;        // rounded sizes of live allocations
+  std::uint64_t requested_bytes = 0;     // sizes as asked for, of live allocations
+  std::uint64_t peak_in_use_bytes = 0;
+  std::uint64_t reserved_bytes = 0;      // backed by the device (mapped granules)
+  std::uint64_t peak_reserved_bytes = 0;
+  std::uint64_t largest_free_block = 0;  // largest request that fits in reserved memory right now
+  std::uint64_t limit_bytes = 0;
+  std::uint64_t allocations = 0;         // counts since creation
+  std::uint64_t frees = 0;
+  std::uint64_t ooms = 0;
+  std::uint64_t maps = 0;                // map calls on the backing
+  std::uint64_t unmaps = 0;
+  std::uint64_t live_allocations = 0;
+  // Host backings only (zero elsewhere): pages the kernel has committed and pages resident in RAM.
+  std::uint64_t committed_bytes = 0;
+  std::uint64_t resident_bytes = 0;
+  std::vector<TagStats> tags;            // by current bytes, largest first
+};
+
+}  // namespace plimsoll

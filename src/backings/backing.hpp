@@ -1,0 +1,42 @@
+#pragma once
+// Where a device's memory comes from. The engine asks a backing for address space once, then maps and
+// unmaps granules inside it as the heap grows and shrinks, the way CUDA virtual memory works
+// (cuMemAddressReserve, then cuMemCreate + cuMemMap per granule). Backings that cannot grow in place
+// (plain cudaMalloc regions) report `growable() == false`; the engine then asks map() for whole regions.
+#include <cstdint>
+#include <string>
+
+namespace plimsoll::backings {
+
+struct BackingMemory {
+  std::uint64_t total_bytes = 0;  // the device's capacity
+  std::uint64_t free_bytes = 0;   // what the device reports free right now (others' use included)
+};
+
+/// Host backings only: what the kernel holds for us. Zero elsewhere.
+struct HostPages {
+  std::uint64_t committed_bytes = 0;  // mapped read/write (counted against overcommit)
+  std::uint64_t resident_bytes = 0;   // actually in RAM (touched)
+};
+
+class Backing {
+ public:
+  virtual ~Backing() = default;
+
+  /// Reserves `bytes` of address space (a multiple of granularity()); no memory. Returns 0 when refused.
+  virtual std::uintptr_t reserve(std::uint64_t bytes) = 0;
+  virtual void unreserve(std::uintptr_t base, std::uint64_t bytes) noexcept = 0;
+  /// Backs [addr, addr + bytes) with memory. Both granule-aligned, inside a reservation. False when the
+  /// device has no memory left (or a fault is injected); nothing is mapped then.
+  virtual bool map(std::uintptr_t addr, std::uint64_t bytes) = 0;
+  virtual void unmap(std::uintptr_t addr, std::uint64_t bytes) noexcept = 0;
+
+  virtual std::uint64_t granularity() const noexcept = 0;
+  virtual BackingMemory memory() const = 0;
+  virtual HostPages host_pages() const { return {}; }
+  /// Whether the memory can be read and written by this process (false for the simulated device).
+  virtual bool touchable() const noexcept = 0;
+  virtual std::string describe() const = 0;
+};
+
+}  // namespace plimsoll::backings

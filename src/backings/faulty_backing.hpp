@@ -1,0 +1,63 @@
+#pragma once
+// Wraps another backing and makes map() and reserve() fail on purpose, at random (seeded, so a failing test
+// replays exactly) or at a chosen call, so that the engine's out-of-memory paths can be tested.
+// Everything else goes straight to the wrapped backing.
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <random>
+#include <string>
+
+#include "backings/backing.hpp"
+
+namespace plimsoll::backings {
+
+struct FaultPlan {
+  double map_failure_probability = 0.0;      // each map() call fails with this chance, in [0, 1]
+  double reserve_failure_probability = 0.0;  // each reserve() call fails with this chance, in [0, 1]
+  std::uint64_t seed = 0;
+  std::uint64_t fail_map_call = 0;      // the Nth map() call (counting from 1) fails; 0: none
+  std::uint64_t fail_reserve_call = 0;  // the Nth reserve() call (counting from 1) fails; 0: none
+};
+
+class FaultyBacking final : public Backing {
+ public:
+  /// `upstream` must outlive this. Throws InvalidArgument when a probability is outside [0, 1].
+  FaultyBacking(Backing& upstream, const FaultPlan& plan);
+  FaultyBacking(const FaultyBacking&) = delete;
+  FaultyBacking& operator=(const FaultyBacking&) = delete;
+
+  /// An injected failure returns 0 without asking the upstream.
+  std::uintptr_t reserve(std::uint64_t bytes) override;
+  void unreserve(std::uintptr_t base, std::uint64_t bytes) noexcept override { upstream_.unreserve(base, bytes); }
+  /// An injected failure returns false without asking the upstream, so nothing is mapped.
+  bool map(std::uintptr_t addr, std::uint64_t bytes) override;
+  void unmap(std::uintptr_t addr, std::uint64_t bytes) noexcept override { upstream_.unmap(addr, bytes); }
+
+  std::uint64_t granularity() const noexcept override { return upstream_.granularity(); }
+  BackingMemory memory() const override { return upstream_.memory(); }
+  HostPages host_pages() const override { return upstream_.host_pages(); }
+  bool touchable() const noexcept override { return upstream_.touchable(); }
+  std::string describe() const override;
+
+  std::uint64_t map_calls() const noexcept { return map_calls_.load(); }
+  std::uint64_t reserve_calls() const noexcept { return reserve_calls_.load(); }
+  std::uint64_t injected_map_failures() const noexcept { return injected_map_failures_.load(); }
+  std::uint64_t injected_reserve_failures() const noexcept { return injected_reserve_failures_.load(); }
+  std::uint64_t injected_failures() const noexcept { return injected_map_failures() + injected_reserve_failures(); }
+
+ private:
+  /// Counts the call and says whether to fail it.
+  bool should_fail(std::atomic<std::uint64_t>& calls, std::uint64_t fail_call, double probability);
+
+  Backing& upstream_;
+  const FaultPlan plan_;
+  std::mutex random_mutex_;  // the engine may drive one backing from several threads
+  std::mt19937_64 random_;
+  std::atomic<std::uint64_t> map_calls_{0};
+  std::atomic<std::uint64_t> reserve_calls_{0};
+  std::atomic<std::uint64_t> injected_map_failures_{0};
+  std::atomic<std::uint64_t> injected_reserve_failures_{0};
+};
+
+}  // namespace plimsoll::backings

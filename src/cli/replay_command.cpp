@@ -1,0 +1,231 @@
+// `plimsoll replay`: runs allocation traces through a device under one or more policies and reports what each
+// policy costs (peaks against live bytes, map/unmap traffic, OOMs, time per operation).
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "cli/output.hpp"
+#include "plimsoll/device.hpp"
+#include "plimsoll/error.hpp"
+#include "plimsoll/policy.hpp"
+#include "plimsoll/runtime.hpp"
+#include "plimsoll/size.hpp"
+#include "plimsoll/trace.hpp"
+#include "telemetry/replay.hpp"
+
+namespace {
+
+using plimsoll::telemetry::ReplayResult;
+
+// Below this many events a replay finishes before a progress line would be read.
+constexpr std::size_t kProgressEvents = 1'000'000;
+
+struct ReplayArgs {
+  std::vector<std::string> traces;
+  std::string device = "sim:16GiB";
+  std::string policy;
+  std::vector<std::string> compare;
+  std::string memory_limit;
+  double memory_fraction = 0;
+  double limit_over_live = 0;
+  bool touch_memory = false;
+  bool json = false;
+  // Which of the optional options were given (CLI11 fills these after parsing).
+  CLI::Option* memory_fraction_option = nullptr;
+  CLI::Option* limit_over_live_option = nullptr;
+};
+
+std::vector<plimsoll::Growth> growths_to_run(const ReplayArgs& args) {
+  std::vector<plimsoll::Growth> growths;
+  for (const std::string& name : args.compare) growths.push_back(plimsoll::parse_growth(name));
+  if (growths.empty()) {
+    growths.push_back(args.policy.empty() ? plimsoll::Policy{}.growth : plimsoll::parse_growth(args.policy));
+  }
+  return growths;
+}
+
+plimsoll::Policy base_policy(const ReplayArgs& args) {
+  plimsoll::Policy policy;
+  if (!args.memory_limit.empty()) policy.memory_limit = plimsoll::parse_size(args.memory_limit);
+  if (args.memory_fraction_option->count() > 0) policy.memory_fraction = args.memory_fraction;
+  return policy;
+}
+
+std::uint64_t limit_over_live(double factor, const plimsoll::Trace& trace) {
+  const double limit = std::ceil(factor * static_cast<double>(trace.peak_live_bytes));
+  if (limit >= static_cast<double>(std::numeric_limits<std::uint64_t>::max())) {
+    throw plimsoll::InvalidArgument(fmt::format(
+        "--limit-over-live {} gives a limit past 2^64 bytes for {}; use a smaller factor", factor, trace.origin));
+  }
+  return static_cast<std::uint64_t>(limit);
+}
+
+// Progress goes to a terminal only: a log file or a pipe reading the JSON must not see carriage returns.
+class Progress {
+ public:
+  Progress(const plimsoll::Trace& trace, plimsoll::Growth growth)
+      : shown_(trace.events.size() >= kProgressEvents && isatty(STDERR_FILENO) == 1) {
+    if (shown_) {
+      fmt::print(stderr, "plimsoll: replaying {} ({} events) with {}...", trace.origin, trace.events.size(),
+                 plimsoll::to_string(growth));
+      std::fflush(stderr);
+    }
+  }
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+  ~Progress() {
+    if (shown_) fmt::print(stderr, "\r\033[K");
+  }
+
+ private:
+  bool shown_;
+};
+
+ReplayResult run_one(const ReplayArgs& args, const plimsoll::Trace& trace, plimsoll::Policy policy) {
+  if (args.limit_over_live_option->count() > 0) policy.memory_limit = limit_over_live(args.limit_over_live, trace);
+  policy.validate();
+  plimsoll::Config config;
+  config.default_policy = policy;
+  config.log_device_creation = !args.json;
+  // A fresh runtime per run: every policy starts from an empty device, and peaks belong to this run alone.
+  plimsoll::Runtime runtime(config);
+  plimsoll::Allocator& allocator = runtime.device(args.device);
+  const Progress progress(trace, policy.growth);
+  return plimsoll::telemetry::replay(trace, allocator, {.touch_memory = args.touch_memory});
+}
+
+std::string json_line(const ReplayResult& result) {
+  nlohmann::ordered_json line;
+  line["trace"] = result.trace;
+  line["device"] = result.device;
+  line["policy"] = result.policy;
+  line["peak_live_bytes"] = result.peak_live_bytes;
+  line["peak_in_use_bytes"] = result.peak_in_use_bytes;
+  line["peak_reserved_bytes"] = result.peak_reserved_bytes;
+  line["reserved_over_live"] = result.reserved_over_live;
+  line["maps"] = result.maps;
+  line["unmaps"] = result.unmaps;
+  line["steady_maps"] = result.steady_maps;
+  line["steady_unmaps"] = result.steady_unmaps;
+  line["oom"] = result.oom;
+  line["oom_event"] = result.oom_event ? nlohmann::ordered_json(*result.oom_event) : nlohmann::ordered_json();
+  line["ops"] = result.ops;
+  line["ns_per_op"] = result.ns_per_op;
+  return line.dump();
+}
+
+plimsoll::cli::Table results_table() {
+  using Align = plimsoll::cli::Table::Align;
+  return plimsoll::cli::Table({{"trace", Align::left},
+                               {"policy", Align::left},
+                               {"peak live", Align::right},
+                               {"peak in use", Align::right},
+                               {"peak reserved", Align::right},
+                               {"reserved/live", Align::right},
+                               {"maps", Align::right},
+                               {"unmaps", Align::right},
+                               {"steady maps", Align::right},
+                               {"steady unmaps", Align::right},
+                               {"OOM", Align::left},
+                               {"ns/op", Align::right}});
+}
+
+std::vector<std::string> table_row(const ReplayResult& result) {
+  const std::string oom =
+      result.oom ? fmt::format("at event {} (line {})", result.oom_event.value_or(0), result.oom_line) : "no";
+  return {std::filesystem::path(result.trace).filename().string(),
+          result.policy,
+          plimsoll::format_size(result.peak_live_bytes),
+          plimsoll::format_size(result.peak_in_use_bytes),
+          plimsoll::format_size(result.peak_reserved_bytes),
+          fmt::format("{:.2f}", result.reserved_over_live),
+          fmt::format("{}", result.maps),
+          fmt::format("{}", result.unmaps),
+          fmt::format("{}", result.steady_maps),
+          fmt::format("{}", result.steady_unmaps),
+          oom,
+          fmt::format("{:.1f}", result.ns_per_op)};
+}
+
+void run_replay(const ReplayArgs& args) {
+  // Checked before any trace is read, so a typo fails at once rather than after a long load.
+  plimsoll::DeviceName::parse(args.device);
+  const std::vector<plimsoll::Growth> growths = growths_to_run(args);
+  const plimsoll::Policy policy = base_policy(args);
+
+  plimsoll::cli::Table table = results_table();
+  std::vector<ReplayResult> out_of_memory;
+  // One trace in memory at a time: a 10M-event trace takes a few hundred MB once parsed.
+  for (const std::string& path : args.traces) {
+    const plimsoll::Trace trace = plimsoll::read_trace(path);
+    for (const plimsoll::Growth growth : growths) {
+      plimsoll::Policy run_policy = policy;
+      run_policy.growth = growth;
+      ReplayResult result = run_one(args, trace, run_policy);
+      if (args.json) {
+        fmt::print("{}\n", json_line(result));
+        std::fflush(stdout);  // a consumer sees each run as it finishes
+        continue;
+      }
+      table.add_row(table_row(result));
+      if (result.oom) out_of_memory.push_back(std::move(result));
+    }
+  }
+  if (args.json) return;
+
+  fmt::print("{}", table.render());
+  for (const ReplayResult& result : out_of_memory) {
+    fmt::print("\n{} with {} ran out of memory at line {}:\n{}\n", result.trace, result.policy, result.oom_line,
+               result.oom_message);
+  }
+}
+
+}  // namespace
+
+void add_replay_command(CLI::App& app) {
+  auto args = std::make_shared<ReplayArgs>();
+  CLI::App* replay = app.add_subcommand("replay", "Replay allocation traces against a device and report peaks, "
+                                                  "map/unmap traffic and OOMs per policy");
+  replay->add_option("traces", args->traces, "Trace files (format: ../shared/traces/README.md)")->required();
+  replay->add_option("--device", args->device, "Device to replay on: cpu, cuda:N or sim:SIZE")
+      ->capture_default_str();
+  CLI::Option* policy = replay->add_option("--policy", args->policy, "Growth policy: preallocate or on_demand "
+                                                                     "(default: on_demand)");
+  replay
+      ->add_option("--compare", args->compare,
+                   "Replay under each of these policies, comma-separated (e.g. preallocate,on_demand)")
+      ->delimiter(',')
+      ->excludes(policy);
+  CLI::Option* memory_limit =
+      replay->add_option("--memory-limit", args->memory_limit, "Device memory limit, e.g. 8GiB");
+  args->memory_fraction_option =
+      replay->add_option("--memory-fraction", args->memory_fraction, "Limit as a share of the device, in (0, 1]")
+          ->excludes(memory_limit);
+  args->limit_over_live_option =
+      replay
+          ->add_option("--limit-over-live", args->limit_over_live,
+                       "Limit each trace's device to X times that trace's peak live bytes, rounded up (e.g. 1.03 "
+                       "for 3% headroom over what the program holds at its peak)")
+          ->check(CLI::PositiveNumber)
+          ->excludes(memory_limit)
+          ->excludes(args->memory_fraction_option);
+  replay->add_flag("--touch-memory", args->touch_memory,
+                   "Write one byte per 4 KiB page of each new block (cpu device only), so ns/op includes "
+                   "first-touch page faults");
+  replay->add_flag("--json", args->json,
+                   "One JSON object per line per (trace, policy), instead of the table; no device log lines");
+  replay->callback([args] { run_replay(*args); });
+}

@@ -1,0 +1,55 @@
+#pragma once
+// Block records, kept outside the memory they describe: device memory cannot hold headers, and the
+// simulated device has no memory at all.
+#include <cstdint>
+#include <vector>
+
+namespace plimsoll::engine {
+
+using BlockIndex = std::uint32_t;
+inline constexpr BlockIndex kNoBlock = UINT32_MAX;
+
+// A block is a contiguous range of one span. Invariants (checked by tests/engine_heap_checker.hpp):
+//  - the blocks of a span tile it exactly: prev/next link address-ordered neighbours, kNoBlock at the ends;
+//  - two free neighbours never exist (freeing coalesces at once);
+//  - a free block sits in exactly one bin of its class; a used block in none;
+//  - addr and size are multiples of the heap's quantum (256 bytes), size > 0.
+struct Block {
+  std::uint64_t addr = 0;
+  std::uint64_t size = 0;
+  std::uint64_t requested = 0;  // bytes asked for (used blocks), for stats
+  BlockIndex prev = kNoBlock;   // address-ordered neighbours within the span
+  BlockIndex next = kNoBlock;
+  BlockIndex free_prev = kNoBlock;  // links within its bin (free blocks only)
+  BlockIndex free_next = kNoBlock;
+  BlockIndex span_head = kNoBlock;  // page blocks: the first small block inside the page
+  std::uint16_t tag = 0;
+  bool free = true;
+  bool small = false;  // belongs to the small-block class (lives inside a small page)
+  bool page = false;   // a large block that holds a small page
+};
+
+// Block records by index; freed records are reused, so indices stay small and dense.
+class BlockPool {
+ public:
+  BlockIndex make(const Block& block) {
+    if (!vacant_.empty()) {
+      BlockIndex index = vacant_.back();
+      vacant_.pop_back();
+      blocks_[index] = block;
+      return index;
+    }
+    blocks_.push_back(block);
+    return static_cast<BlockIndex>(blocks_.size() - 1);
+  }
+  void drop(BlockIndex index) { vacant_.push_back(index); }
+  Block& operator[](BlockIndex index) { return blocks_[index]; }
+  const Block& operator[](BlockIndex index) const { return blocks_[index]; }
+  std::size_t records() const { return blocks_.size() - vacant_.size(); }
+
+ private:
+  std::vector<Block> blocks_;
+  std::vector<BlockIndex> vacant_;
+};
+
+}  // namespace plimsoll::engine

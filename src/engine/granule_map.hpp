@@ -1,0 +1,77 @@
+#pragma once
+// Which granules of a reservation are backed by memory. The heap maps granules lazily as blocks first
+// cover them and unmaps only whole granules lying inside free blocks, so reserved bytes track the live
+// footprint rather than the peak of the address range.
+#include <bit>
+#include <cstdint>
+#include <vector>
+
+namespace plimsoll::engine {
+
+class GranuleMap {
+ public:
+  GranuleMap() = default;
+  GranuleMap(std::uint64_t base, std::uint64_t bytes, std::uint64_t granule)
+      : base_(base), shift_(static_cast<unsigned>(std::countr_zero(granule))), words_((bytes / granule + 63) / 64, 0) {}
+
+  std::uint64_t granule() const { return 1ull << shift_; }
+  std::uint64_t mapped_bytes() const { return mapped_ << shift_; }
+
+  // Granule indices [first, last) covering the byte range [addr, addr + size).
+  std::uint64_t first_covering(std::uint64_t addr) const { return (addr - base_) >> shift_; }
+  std::uint64_t end_covering(std::uint64_t addr, std::uint64_t size) const {
+    return (addr + size - base_ + granule() - 1) >> shift_;
+  }
+  // Granule indices [first, last) lying wholly inside [addr, addr + size).
+  std::uint64_t first_inside(std::uint64_t addr) const { return (addr - base_ + granule() - 1) >> shift_; }
+  std::uint64_t end_inside(std::uint64_t addr, std::uint64_t size) const { return (addr + size - base_) >> shift_; }
+
+  std::uint64_t address_of(std::uint64_t granule_index) const { return base_ + (granule_index << shift_); }
+  bool is_mapped(std::uint64_t g) const { return (words_[g >> 6] >> (g & 63)) & 1; }
+
+  // Counts unmapped granules in [first, last).
+  std::uint64_t count_unmapped(std::uint64_t first, std::uint64_t last) const {
+    std::uint64_t unmapped = 0;
+    for (std::uint64_t g = first; g < last;) {
+      if ((g & 63) == 0 && g + 64 <= last) {
+        unmapped += static_cast<std::uint64_t>(64 - std::popcount(words_[g >> 6]));
+        g += 64;
+      } else {
+        unmapped += is_mapped(g) ? 0u : 1u;
+        ++g;
+      }
+    }
+    return unmapped;
+  }
+
+  // Calls run(first, count) for each maximal run of granules in [first, last) whose mapped state is
+  // `mapped`, so the backing gets one call per run rather than one per granule.
+  template <class Run>
+  void for_each_run(std::uint64_t first, std::uint64_t last, bool mapped, Run&& run) const {
+    std::uint64_t g = first;
+    while (g < last) {
+      while (g < last && is_mapped(g) != mapped) ++g;
+      std::uint64_t start = g;
+      while (g < last && is_mapped(g) == mapped) ++g;
+      if (g > start) run(start, g - start);
+    }
+  }
+
+  void set(std::uint64_t first, std::uint64_t count, bool mapped) {
+    for (std::uint64_t g = first; g < first + count; ++g) {
+      std::uint64_t bit = 1ull << (g & 63);
+      if (mapped) words_[g >> 6] |= bit;
+      else words_[g >> 6] &= ~bit;
+    }
+    if (mapped) mapped_ += count;
+    else mapped_ -= count;
+  }
+
+ private:
+  std::uint64_t base_ = 0;
+  unsigned shift_ = 21;
+  std::vector<std::uint64_t> words_;
+  std::uint64_t mapped_ = 0;
+};
+
+}  // namespace plimsoll::engine

@@ -1,0 +1,264 @@
+#include "engine/heap.hpp"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "plimsoll/error.hpp"
+#include "plimsoll/size.hpp"
+
+namespace plimsoll::engine {
+
+namespace {
+constexpr std::uint64_t kMaxAddressSpace = 1ull << 46;  // 64 TiB: far below any 48-bit address space
+
+std::uint64_t round_down(std::uint64_t value, std::uint64_t to) { return value / to * to; }
+std::uint64_t round_up(std::uint64_t value, std::uint64_t to) { return (value + to - 1) / to * to; }
+}  // namespace
+
+Heap::Heap(backings::Backing& backing, HeapOptions options) : backing_(backing), options_(options) {
+  const std::uint64_t granule = backing_.granularity();
+  if (options_.small_page % granule != 0 && granule % options_.small_page != 0)
+    throw InvalidArgument("small_page must divide or be a multiple of the backing's granularity");
+  const std::uint64_t limit = std::max(round_down(options_.limit, granule), granule);
+  span_bytes_ = options_.preallocate
+                    ? limit
+                    : std::min(round_up(limit, granule) * options_.address_space_factor, kMaxAddressSpace);
+  base_ = backing_.reserve(span_bytes_);
+  if (base_ == 0)
+    throw Error("cannot reserve " + format_size(span_bytes_) + " of address space on " + backing_.describe() +
+                "; lower the memory limit");
+  granules_ = GranuleMap(base_, span_bytes_, granule);
+  if (options_.preallocate) {
+    if (!backing_.map(base_, span_bytes_)) {
+      backing_.unreserve(base_, span_bytes_);
+      throw Error("cannot preallocate " + format_size(span_bytes_) + " on " + backing_.describe() +
+                  ": the device has " + format_size(backing_.memory().free_bytes) +
+                  " free; lower memory_limit or memory_fraction, or use the on_demand policy");
+    }
+    granules_.set(0, span_bytes_ / granule, true);
+    counters_.maps = 1;
+    counters_.peak_mapped = span_bytes_;
+  }
+  first_block_ = blocks_.make(Block{.addr = base_, .size = span_bytes_});
+  large_bins_.insert(blocks_, first_block_);
+}
+
+Heap::~Heap() {
+  granules_.for_each_run(0, span_bytes_ / granules_.granule(), true, [&](std::uint64_t first, std::uint64_t count) {
+    backing_.unmap(granules_.address_of(first), count * granules_.granule());
+  });
+  backing_.unreserve(base_, span_bytes_);
+}
+
+std::uint64_t Heap::allocate(std::uint64_t bytes, std::uint16_t tag) {
+  failure_ = HeapFailure::none;
+  if (bytes > span_bytes_) {
+    failure_ = HeapFailure::too_large;
+    return 0;
+  }
+  const std::uint64_t size = round(bytes);
+  BlockIndex index = size <= options_.small_max ? allocate_small(size) : allocate_large(size);
+  if (index == kNoBlock) return 0;
+  Block& block = blocks_[index];
+  block.free = false;
+  block.tag = tag;
+  block.requested = bytes;
+  live_.insert(block.addr, index);
+  counters_.in_use += size;
+  counters_.requested += bytes;
+  counters_.peak_in_use = std::max(counters_.peak_in_use, counters_.in_use);
+  ++counters_.allocations;
+  return block.addr;
+}
+
+BlockIndex Heap::allocate_large(std::uint64_t size) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    BlockIndex index = large_bins_.find(blocks_, size);
+    if (index == kNoBlock) {
+      failure_ = HeapFailure::address_space;
+    } else if (ensure_mapped(blocks_[index], size)) {
+      failure_ = HeapFailure::none;
+      return take(large_bins_, index, size);
+    }
+    // Before reporting out of memory, give back the cached free granules and look once more.
+    if (attempt == 0 && release_cached() == 0) break;
+  }
+  return kNoBlock;
+}
+
+BlockIndex Heap::allocate_small(std::uint64_t size) {
+  BlockIndex index = small_bins_.find(blocks_, size);
+  if (index == kNoBlock) {
+    BlockIndex page = allocate_large(options_.small_page);
+    if (page == kNoBlock) return kNoBlock;
+    Block& page_block = blocks_[page];
+    page_block.free = false;
+    page_block.page = true;
+    index = blocks_.make(Block{.addr = page_block.addr, .size = page_block.size, .small = true});
+    blocks_[page].span_head = index;
+    pages_.insert(blocks_[page].addr, page);
+    small_bins_.insert(blocks_, index);
+  }
+  return take(small_bins_, index, size);
+}
+
+// Takes `size` bytes from the low end of free block `index`, leaving any remainder free in `bins`.
+BlockIndex Heap::take(FreeBins& bins, BlockIndex index, std::uint64_t size) {
+  bins.remove(blocks_, index);
+  Block& block = blocks_[index];
+  if (block.size > size) {
+    Block rest{.addr = block.addr + size, .size = block.size - size, .prev = index, .next = block.next,
+               .small = block.small};
+    BlockIndex rest_index = blocks_.make(rest);
+    Block& taken = blocks_[index];  // make() may have moved the pool
+    if (taken.next != kNoBlock) blocks_[taken.next].prev = rest_index;
+    taken.next = rest_index;
+    taken.size = size;
+    bins.insert(blocks_, rest_index);
+  }
+  blocks_[index].free = false;
+  return index;
+}
+
+bool Heap::deallocate(std::uint64_t addr, Freed& freed) {
+  BlockIndex index = live_.erase(addr);
+  if (index == kNoBlock) return false;
+  Block& block = blocks_[index];
+  freed = Freed{block.size, block.requested, block.tag};
+  counters_.in_use -= block.size;
+  counters_.requested -= block.requested;
+  ++counters_.frees;
+  block.free = true;
+  block.tag = 0;
+  block.requested = 0;
+  if (block.small) {
+    index = coalesce(small_bins_, index);
+    const Block& merged = blocks_[index];
+    if (merged.prev == kNoBlock && merged.next == kNoBlock) {  // the whole page is free: return it
+      BlockIndex page = pages_.erase(merged.addr);
+      blocks_.drop(index);
+      free_large(page);
+    } else {
+      small_bins_.insert(blocks_, index);
+    }
+  } else {
+    free_large(index);
+  }
+  if (granules_.mapped_bytes() - counters_.in_use > options_.release_threshold &&
+      granules_.mapped_bytes() > mapped_after_release_)
+    release_cached();
+  return true;
+}
+
+void Heap::free_large(BlockIndex index) {
+  Block& block = blocks_[index];
+  block.free = true;
+  block.page = false;
+  block.span_head = kNoBlock;
+  large_bins_.insert(blocks_, coalesce(large_bins_, index));
+}
+
+// Merges free block `index` (not in any bin) with its free neighbours, which leave their bins.
+// The lower block's record survives, so a span's first record never changes.
+BlockIndex Heap::coalesce(FreeBins& bins, BlockIndex index) {
+  Block& block = blocks_[index];
+  BlockIndex next = block.next;
+  if (next != kNoBlock && blocks_[next].free) {
+    bins.remove(blocks_, next);
+    block.size += blocks_[next].size;
+    block.next = blocks_[next].next;
+    if (block.next != kNoBlock) blocks_[block.next].prev = index;
+    blocks_.drop(next);
+  }
+  BlockIndex prev = block.prev;
+  if (prev != kNoBlock && blocks_[prev].free) {
+    bins.remove(blocks_, prev);
+    Block& lower = blocks_[prev];
+    lower.size += block.size;
+    lower.next = block.next;
+    if (lower.next != kNoBlock) blocks_[lower.next].prev = prev;
+    blocks_.drop(index);
+    index = prev;
+  }
+  return index;
+}
+
+// Maps the granules that `size` bytes at the low end of free block `block` need. When it must grow, it
+// also maps ahead into the rest of that free block, so that the footprint grows geometrically (up to the
+// limit) rather than one granule at a time: the steps after the first then run without map calls.
+bool Heap::ensure_mapped(const Block& block, std::uint64_t size) {
+  const std::uint64_t first = granules_.first_covering(block.addr);
+  std::uint64_t last = granules_.end_covering(block.addr, size);
+  const std::uint64_t granule = granules_.granule();
+  const std::uint64_t missing = granules_.count_unmapped(first, last) * granule;
+  if (missing == 0) return true;
+  const std::uint64_t mapped = granules_.mapped_bytes();
+  if (mapped + missing > options_.limit) {
+    failure_ = HeapFailure::limit;
+    return false;
+  }
+  if (options_.growth_factor > 1.0) {
+    const auto target = std::min(options_.limit, static_cast<std::uint64_t>(
+                                                     static_cast<double>(mapped + missing) * options_.growth_factor));
+    const std::uint64_t room = granules_.end_inside(block.addr, block.size);  // stay inside this free block
+    std::uint64_t ahead = (target - (mapped + missing)) / granule;
+    while (ahead > 0 && last < room) {
+      if (!granules_.is_mapped(last)) --ahead;
+      ++last;
+    }
+  }
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> runs;  // growth only: off the hot path
+  granules_.for_each_run(first, last, false, [&](std::uint64_t f, std::uint64_t n) { runs.emplace_back(f, n); });
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    if (!backing_.map(granules_.address_of(runs[i].first), runs[i].second * granule)) {
+      for (std::size_t j = 0; j < i; ++j) unmap_range(runs[j].first, runs[j].second);
+      failure_ = HeapFailure::device;
+      return false;
+    }
+    granules_.set(runs[i].first, runs[i].second, true);
+    ++counters_.maps;
+  }
+  counters_.peak_mapped = std::max(counters_.peak_mapped, granules_.mapped_bytes());
+  return true;
+}
+
+void Heap::unmap_range(std::uint64_t first, std::uint64_t count) {
+  backing_.unmap(granules_.address_of(first), count * granules_.granule());
+  granules_.set(first, count, false);
+  ++counters_.unmaps;
+}
+
+std::uint64_t Heap::release_cached() {
+  if (options_.preallocate) return 0;  // the budget is held for the process's life, by design
+  const std::uint64_t before = granules_.mapped_bytes();
+  large_bins_.for_each(blocks_, [&](BlockIndex index) {
+    const Block& block = blocks_[index];
+    const std::uint64_t first = granules_.first_inside(block.addr);
+    const std::uint64_t last = granules_.end_inside(block.addr, block.size);
+    if (first < last)
+      granules_.for_each_run(first, last, true, [&](std::uint64_t f, std::uint64_t n) { unmap_range(f, n); });
+  });
+  mapped_after_release_ = granules_.mapped_bytes();
+  return before - mapped_after_release_;
+}
+
+std::uint64_t Heap::largest_free_mapped() const {
+  std::uint64_t largest = 0;
+  small_bins_.for_each(blocks_, [&](BlockIndex index) { largest = std::max(largest, blocks_[index].size); });
+  large_bins_.for_each(blocks_, [&](BlockIndex index) {
+    const Block& block = blocks_[index];
+    const std::uint64_t end = block.addr + block.size;
+    const std::uint64_t first = granules_.first_covering(block.addr);
+    granules_.for_each_run(first, granules_.end_covering(block.addr, block.size), true,
+                           [&](std::uint64_t f, std::uint64_t n) {
+                             std::uint64_t lo = std::max(block.addr, granules_.address_of(f));
+                             std::uint64_t hi = std::min(end, granules_.address_of(f + n));
+                             largest = std::max(largest, hi - lo);
+                           });
+  });
+  return largest;
+}
+
+}  // namespace plimsoll::engine

@@ -1,0 +1,134 @@
+#pragma once
+// The allocation engine: best-fit over segregated bins with immediate coalescing, on one reservation of
+// address space whose granules are mapped as blocks first cover them.
+//
+// Two size classes keep small, short-lived requests from scattering across the large blocks' granules:
+//  - large (> small_max): best fit directly in the reservation; the low end fills first, so the top of
+//    the reservation stays one free block and the mapped footprint tracks the live bytes;
+//  - small (<= small_max): best fit inside small pages (small_page bytes each), which are themselves
+//    large blocks; a page that empties goes back to the large class.
+// Not thread-safe: plimsoll::Allocator holds the lock.
+#include <cstdint>
+#include <limits>
+
+#include "backings/backing.hpp"
+#include "engine/address_map.hpp"
+#include "engine/block.hpp"
+#include "engine/free_bins.hpp"
+#include "engine/granule_map.hpp"
+
+namespace plimsoll::engine {
+
+struct HeapOptions {
+  std::uint64_t limit = 0;  // most bytes the heap keeps mapped
+  bool preallocate = false;  // map the whole limit up front and never give it back
+  std::uint64_t release_threshold = std::numeric_limits<std::uint64_t>::max();  // cached bytes kept mapped
+  std::uint64_t small_max = 1ull << 20;
+  std::uint64_t small_page = 2ull << 20;
+  // on_demand reserves this many times the limit in address space: room to place a block elsewhere when
+  // the granules of a hole were given back, without ever mapping more than the limit.
+  std::uint64_t address_space_factor = 4;
+  // When the heap must grow, it maps ahead until the footprint is this many times what it needs (never
+  // past the limit): few, early map calls instead of one per new granule in every step.
+  double growth_factor = 2.0;
+};
+
+enum class HeapFailure { none, limit, device, address_space, too_large };
+
+struct HeapCounters {
+  std::uint64_t in_use = 0;     // rounded bytes of live allocations
+  std::uint64_t requested = 0;  // requested bytes of live allocations
+  std::uint64_t peak_in_use = 0;
+  std::uint64_t peak_mapped = 0;
+  std::uint64_t allocations = 0;
+  std::uint64_t frees = 0;
+  std::uint64_t maps = 0;
+  std::uint64_t unmaps = 0;
+};
+
+struct BlockView {
+  std::uint64_t addr, size, requested;
+  std::uint16_t tag;
+  bool free, small, page;
+};
+
+class Heap {
+ public:
+  static constexpr std::uint64_t kQuantum = 1ull << FreeBins::kQuantumShift;
+
+  /// Reserves address space (and maps the whole limit when preallocating). Throws plimsoll::Error when
+  /// the backing refuses; OutOfMemory is the caller's to build.
+  Heap(backings::Backing& backing, HeapOptions options);
+  ~Heap();
+  Heap(const Heap&) = delete;
+  Heap& operator=(const Heap&) = delete;
+
+  static std::uint64_t round(std::uint64_t bytes) { return ((bytes ? bytes : 1) + kQuantum - 1) & ~(kQuantum - 1); }
+
+  /// Returns the address, or 0 when the request cannot be met even after giving back cached memory
+  /// (last_failure() says why).
+  std::uint64_t allocate(std::uint64_t bytes, std::uint16_t tag);
+
+  struct Freed {
+    std::uint64_t size = 0, requested = 0;
+    std::uint16_t tag = 0;
+  };
+  /// Frees a live allocation; false, with nothing changed, when addr is not one.
+  bool deallocate(std::uint64_t addr, Freed& freed);
+
+  /// Unmaps every whole granule that lies inside a free block; returns the bytes given back.
+  std::uint64_t release_cached();
+
+  const HeapCounters& counters() const { return counters_; }
+  std::uint64_t mapped_bytes() const { return granules_.mapped_bytes(); }
+  std::uint64_t live_allocations() const { return live_.size(); }
+  /// The largest request that fits in mapped memory without mapping more.
+  std::uint64_t largest_free_mapped() const;
+  HeapFailure last_failure() const { return failure_; }
+  const HeapOptions& options() const { return options_; }
+
+  // For the invariant checker and snapshots.
+  std::uint64_t base() const { return base_; }
+  std::uint64_t span_bytes() const { return span_bytes_; }
+  const GranuleMap& granules() const { return granules_; }
+  std::uint64_t free_bytes_large() const { return large_bins_.free_bytes(); }
+  std::uint64_t free_bytes_small() const { return small_bins_.free_bytes(); }
+  template <class Visit>
+  void walk(Visit&& visit) const;  // every block of the reservation, then of each small page
+  std::uint64_t find_live(std::uint64_t addr) const { return live_.find(addr) != kNoBlock; }
+
+ private:
+  BlockIndex allocate_large(std::uint64_t size);
+  BlockIndex allocate_small(std::uint64_t size);
+  BlockIndex take(FreeBins& bins, BlockIndex index, std::uint64_t size);
+  BlockIndex coalesce(FreeBins& bins, BlockIndex index);
+  void free_large(BlockIndex index);
+  bool ensure_mapped(const Block& block, std::uint64_t size);
+  void unmap_range(std::uint64_t first, std::uint64_t count);
+
+  backings::Backing& backing_;
+  HeapOptions options_;
+  std::uint64_t base_ = 0;
+  std::uint64_t span_bytes_ = 0;
+  BlockIndex first_block_ = kNoBlock;
+  BlockPool blocks_;
+  FreeBins large_bins_;
+  FreeBins small_bins_;
+  AddressMap live_;   // user allocations
+  AddressMap pages_;  // small pages: page address -> its large block
+  GranuleMap granules_;
+  HeapCounters counters_;
+  HeapFailure failure_ = HeapFailure::none;
+  std::uint64_t mapped_after_release_ = 0;
+};
+
+template <class Visit>
+void Heap::walk(Visit&& visit) const {
+  auto view = [&](const Block& b) { return BlockView{b.addr, b.size, b.requested, b.tag, b.free, b.small, b.page}; };
+  for (BlockIndex i = first_block_; i != kNoBlock; i = blocks_[i].next) visit(view(blocks_[i]));
+  pages_.for_each([&](std::uint64_t, BlockIndex page) {
+    for (BlockIndex i = blocks_[page].span_head; i != kNoBlock; i = blocks_[i].next) visit(view(blocks_[i]));
+  });
+}
+
+}  // namespace plimsoll::engine

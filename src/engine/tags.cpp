@@ -1,0 +1,43 @@
+// Tag names are interned once into small integers so every allocation carries two bytes, not a string.
+#include <deque>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "plimsoll/allocator.hpp"
+#include "plimsoll/error.hpp"
+
+namespace plimsoll {
+
+namespace {
+struct TagTable {
+  std::mutex mutex;
+  std::deque<std::string> names{""};  // deque: references stay valid as it grows
+  std::unordered_map<std::string, Tag> ids;
+};
+TagTable& table() {
+  static TagTable instance;
+  return instance;
+}
+}  // namespace
+
+Tag intern_tag(std::string_view name) {
+  if (name.empty()) return kUntagged;
+  TagTable& t = table();
+  std::lock_guard lock(t.mutex);
+  auto found = t.ids.find(std::string(name));
+  if (found != t.ids.end()) return found->second;
+  if (t.names.size() > 0xFFFF) throw InvalidArgument("too many distinct tags (65535); reuse tag names");
+  Tag tag = static_cast<Tag>(t.names.size());
+  t.names.emplace_back(name);
+  t.ids.emplace(std::string(name), tag);
+  return tag;
+}
+
+std::string_view tag_name(Tag tag) {
+  TagTable& t = table();
+  std::lock_guard lock(t.mutex);
+  return tag < t.names.size() ? std::string_view(t.names[tag]) : std::string_view("?");
+}
+
+}  // namespace plimsoll

@@ -1,0 +1,104 @@
+#include "runtime/budget.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "plimsoll/error.hpp"
+#include "plimsoll/size.hpp"
+
+namespace plimsoll::runtime {
+namespace {
+
+std::uint64_t saturating_minus(std::uint64_t a, std::uint64_t b) { return a > b ? a - b : 0; }
+
+std::string what_the_device_can_give(const Budget& budget, const PhysicalMemory& memory) {
+  return fmt::format("{} {} - {} reserve = {}", format_size(memory.ceiling_bytes),
+                     memory.kind == DeviceKind::cpu ? "host limit" : "total", format_size(budget.reserve_bytes),
+                     format_size(budget.capacity_bytes));
+}
+
+std::uint64_t fraction_of(double fraction, std::uint64_t bytes) {
+  const double product = std::floor(fraction * static_cast<double>(bytes));
+  // Policy::validate keeps fractions in (0, 1], so the product fits; the guard is for NaN or rounding.
+  if (!(product >= 0.0)) return 0;
+  if (product >= static_cast<double>(std::numeric_limits<std::uint64_t>::max())) return bytes;
+  return static_cast<std::uint64_t>(product);
+}
+
+}  // namespace
+
+Budget compute_budget(const std::string& device, const PhysicalMemory& memory, const Policy& policy) {
+  policy.validate();
+  Budget budget;
+  budget.policy = policy;
+  const bool reserve_given = policy.reserve.has_value();
+  budget.reserve_bytes = reserve_given ? *policy.reserve : default_reserve(memory.kind, memory.ceiling_bytes);
+  if (budget.reserve_bytes >= memory.ceiling_bytes && memory.ceiling_bytes > 0) {
+    throw InvalidArgument(fmt::format(
+        "{}reserve {} for {} leaves nothing of the device's {} {}; {}", reserve_given ? "" : "the default ",
+        format_size(budget.reserve_bytes), device, format_size(memory.ceiling_bytes),
+        memory.kind == DeviceKind::cpu ? "host limit" : "total",
+        reserve_given ? "lower reserve" : "set a smaller reserve explicitly (PLIMSOLL_RESERVE or \"reserve\")"));
+  }
+  budget.policy.reserve = budget.reserve_bytes;
+  budget.capacity_bytes = saturating_minus(memory.ceiling_bytes, budget.reserve_bytes);
+
+  if (policy.memory_limit) {
+    budget.limit_bytes = *policy.memory_limit;
+    if (budget.limit_bytes > budget.capacity_bytes) {
+      throw InvalidArgument(fmt::format("memory_limit {} for {} exceeds what the device can give ({}); lower it",
+                                        format_size(budget.limit_bytes), device,
+                                        what_the_device_can_give(budget, memory)));
+    }
+  } else if (policy.memory_fraction) {
+    budget.limit_bytes = fraction_of(*policy.memory_fraction, memory.ceiling_bytes);
+    if (budget.limit_bytes > budget.capacity_bytes) {
+      throw InvalidArgument(fmt::format(
+          "memory_fraction {} ({}) for {} exceeds what the device can give ({}); lower the fraction or the reserve",
+          *policy.memory_fraction, format_size(budget.limit_bytes), device,
+          what_the_device_can_give(budget, memory)));
+    }
+  } else if (memory.kind == DeviceKind::cuda) {
+    // A GPU shared with other processes: take what is free now, never what they hold.
+    budget.limit_bytes = saturating_minus(std::min(memory.free_bytes, memory.ceiling_bytes), budget.reserve_bytes);
+  } else {
+    budget.limit_bytes = budget.capacity_bytes;
+  }
+  return budget;
+}
+
+void check_logical_split(const std::string& device, const PhysicalMemory& memory, const Budget& physical,
+                         const std::vector<LogicalDeviceConfig>& split) {
+  if (split.empty()) {
+    throw InvalidArgument(fmt::format(
+        "logical_devices for {} is an empty list; list at least one memory limit (e.g. [\"4GiB\", \"4GiB\"]) "
+        "or remove the entry",
+        device));
+  }
+  std::uint64_t sum = 0;
+  std::string terms;
+  for (std::size_t i = 0; i < split.size(); ++i) {
+    const std::uint64_t limit = split[i].memory_limit;
+    if (limit == 0) {
+      throw InvalidArgument(fmt::format(
+          "logical device {}/{} has a memory limit of 0 bytes; give every logical device a size, e.g. \"4GiB\"",
+          device, i));
+    }
+    sum = limit > std::numeric_limits<std::uint64_t>::max() - sum ? std::numeric_limits<std::uint64_t>::max()
+                                                                   : sum + limit;
+    if (!terms.empty()) terms += " + ";
+    terms += format_size(limit);
+  }
+  if (sum > physical.capacity_bytes) {
+    throw InvalidArgument(fmt::format(
+        "the {} logical devices of {} ask for {} in total ({}), more than the device can give ({}); lower their "
+        "memory limits so they sum to at most {}",
+        split.size(), device, format_size(sum), terms, what_the_device_can_give(physical, memory),
+        format_size(physical.capacity_bytes)));
+  }
+}
+
+}  // namespace plimsoll::runtime

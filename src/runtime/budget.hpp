@@ -1,0 +1,41 @@
+#pragma once
+// How many bytes a device may use, from its policy and what the hardware has.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "plimsoll/device.hpp"
+#include "plimsoll/policy.hpp"
+
+namespace plimsoll::runtime {
+
+/// What a physical device has, as the budget rules see it.
+struct PhysicalMemory {
+  DeviceKind kind = DeviceKind::cpu;
+  std::uint64_t total_bytes = 0;    // the hardware's capacity
+  std::uint64_t free_bytes = 0;     // what it reports free now (others' use excluded)
+  // The most this process can ever get: the total for GPUs and simulated devices; for the host the smaller
+  // of RAM and the cgroup limit, since the cgroup kills the process before RAM runs out.
+  std::uint64_t ceiling_bytes = 0;
+};
+
+struct Budget {
+  Policy policy;                // with reserve filled in
+  std::uint64_t limit_bytes = 0;
+  std::uint64_t reserve_bytes = 0;
+  std::uint64_t capacity_bytes = 0;  // ceiling - reserve: the most any limit may be
+};
+
+/// The rules, in order:
+///   memory_limit when set; else memory_fraction * ceiling; else
+///   cuda: free - reserve (what is free now, so another process's memory is left alone, as TensorFlow does);
+///   sim and cpu: ceiling - reserve. The host's MemAvailable is not used: it moves with the page cache,
+///   and on-demand growth only takes what it uses.
+/// A limit above ceiling - reserve throws InvalidArgument naming both numbers and the fix.
+Budget compute_budget(const std::string& device, const PhysicalMemory& memory, const Policy& policy);
+
+/// Checks that logical devices fit in what the physical device can give; throws InvalidArgument otherwise.
+void check_logical_split(const std::string& device, const PhysicalMemory& memory, const Budget& physical,
+                         const std::vector<LogicalDeviceConfig>& split);
+
+}  // namespace plimsoll::runtime

@@ -1,0 +1,192 @@
+// `plimsoll replay` as a user runs it: the built binary, its output, its exit status.
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+struct CliRun {
+  int status = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+// Runs `plimsoll ARGS` through the shell (ARGS are trusted test strings), capturing stdout and stderr apart.
+CliRun plimsoll(const std::string& args) {
+  const std::string err_path = ::testing::TempDir() + "cli_replay_stderr.txt";
+  const std::string command = std::string(PLIMSOLL_CLI_PATH) + " " + args + " 2>" + err_path;
+  CliRun run;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    ADD_FAILURE() << "popen failed for " << command;
+    return run;
+  }
+  std::array<char, 4096> buffer{};
+  std::size_t got = 0;
+  while ((got = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) run.out.append(buffer.data(), got);
+  const int wait_status = pclose(pipe);
+  run.status = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1;
+  run.err = read_file(err_path);
+  return run;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream stream(text);
+  for (std::string line; std::getline(stream, line);) lines.push_back(line);
+  return lines;
+}
+
+std::string trace_path(const std::string& file) { return std::string(PLIMSOLL_TRACES_DIR) + "/" + file; }
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+const std::set<std::string> kJsonKeys = {
+    "trace", "device", "policy", "peak_live_bytes", "peak_in_use_bytes", "peak_reserved_bytes",
+    "reserved_over_live", "maps", "unmaps", "steady_maps", "steady_unmaps", "oom", "oom_event", "ops", "ns_per_op"};
+
+TEST(CliReplay, JsonHasOneLinePerPolicyWithExactlyTheDocumentedKeys) {
+  const std::string gpt = trace_path("gpt-6-512-b8.trace");
+  const CliRun run = plimsoll("replay " + gpt + " --compare preallocate,on_demand --json");
+  ASSERT_EQ(run.status, 0) << run.err;
+  const std::vector<std::string> lines = lines_of(run.out);
+  ASSERT_EQ(lines.size(), 2u) << run.out;
+
+  const std::array<std::string, 2> policies = {"preallocate", "on_demand"};
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    const nlohmann::json row = nlohmann::json::parse(lines[i]);
+    std::set<std::string> keys;
+    for (const auto& item : row.items()) keys.insert(item.key());
+    EXPECT_EQ(keys, kJsonKeys);
+
+    EXPECT_EQ(row["trace"], gpt);
+    EXPECT_EQ(row["device"], "sim:16GiB");
+    EXPECT_EQ(row["policy"], policies[i]);
+    EXPECT_EQ(row["peak_live_bytes"].get<std::uint64_t>(), 1280932064u);
+    EXPECT_GE(row["peak_in_use_bytes"].get<std::uint64_t>(), 1280932064u);
+    EXPECT_GE(row["peak_reserved_bytes"].get<std::uint64_t>(), row["peak_in_use_bytes"].get<std::uint64_t>());
+    EXPECT_GE(row["reserved_over_live"].get<double>(), 1.0);
+    EXPECT_TRUE(row["maps"].is_number_unsigned());
+    EXPECT_LE(row["steady_maps"].get<std::uint64_t>(), row["maps"].get<std::uint64_t>());
+    EXPECT_LE(row["steady_unmaps"].get<std::uint64_t>(), row["unmaps"].get<std::uint64_t>());
+    EXPECT_EQ(row["oom"], false);
+    EXPECT_TRUE(row["oom_event"].is_null());
+    EXPECT_EQ(row["ops"].get<std::size_t>(), 2u * 1978u);
+    EXPECT_GT(row["ns_per_op"].get<double>(), 0.0);
+  }
+}
+
+TEST(CliReplay, OutOfMemoryStillExitsZeroAndNamesTheEvent) {
+  const CliRun run = plimsoll("replay " + trace_path("gpt-6-512-b8.trace") + " --memory-limit 64MiB --json");
+  ASSERT_EQ(run.status, 0) << run.err;
+  const nlohmann::json row = nlohmann::json::parse(run.out);
+  EXPECT_EQ(row["oom"], true);
+  ASSERT_TRUE(row["oom_event"].is_number_unsigned());
+  EXPECT_LT(row["ops"].get<std::size_t>(), 2u * 1978u);
+  EXPECT_LE(row["peak_reserved_bytes"].get<std::uint64_t>(), 64u << 20);
+}
+
+TEST(CliReplay, LimitOverLiveScalesTheLimitToTheTrace) {
+  // Twice the peak live bytes is room enough; a tenth of it is not.
+  const std::string gpt = trace_path("gpt-6-512-b8.trace");
+  const CliRun roomy = plimsoll("replay " + gpt + " --limit-over-live 2 --json");
+  ASSERT_EQ(roomy.status, 0) << roomy.err;
+  EXPECT_EQ(nlohmann::json::parse(roomy.out)["oom"], false);
+  const CliRun tight = plimsoll("replay " + gpt + " --limit-over-live 0.1 --json");
+  ASSERT_EQ(tight.status, 0) << tight.err;
+  EXPECT_EQ(nlohmann::json::parse(tight.out)["oom"], true);
+}
+
+TEST(CliReplay, TableHasARowPerTraceAndPolicy) {
+  const CliRun run = plimsoll("replay " + trace_path("gpt-6-512-b8.trace") + " " +
+                           trace_path("resnet18-b128-sgd.trace") + " --compare on_demand,preallocate");
+  ASSERT_EQ(run.status, 0) << run.err;
+  const std::vector<std::string> lines = lines_of(run.out);
+  ASSERT_EQ(lines.size(), 6u) << run.out;  // header, rule, 2 traces x 2 policies
+  EXPECT_THAT(lines[0], StartsWith("trace"));
+  EXPECT_THAT(lines[0], HasSubstr("reserved/live"));
+  EXPECT_THAT(lines[0], HasSubstr("steady maps"));
+  EXPECT_THAT(lines[2], StartsWith("gpt-6-512-b8.trace"));
+  EXPECT_THAT(lines[2], HasSubstr("on_demand"));
+  EXPECT_THAT(lines[3], HasSubstr("preallocate"));
+  EXPECT_THAT(lines[4], StartsWith("resnet18-b128-sgd.trace"));
+  EXPECT_THAT(lines[2], HasSubstr("1.19 GiB"));  // 1280932064 bytes of peak live
+  EXPECT_THAT(lines[2], HasSubstr(" no "));
+}
+
+TEST(CliReplay, TableExplainsAnOutOfMemory) {
+  const CliRun run = plimsoll("replay " + trace_path("gpt-6-512-b8.trace") + " --memory-limit 64MiB");
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("at event "));
+  EXPECT_THAT(run.out, HasSubstr("ran out of memory at line "));
+}
+
+TEST(CliReplay, BadTraceExitsTwoWithFileAndLine) {
+  const std::string path = write_temp("cli_replay_bad.trace", "a 1 64\n\nf 2\n");
+  const CliRun run = plimsoll("replay " + path + " --json");
+  EXPECT_EQ(run.status, 2);
+  EXPECT_TRUE(run.out.empty()) << run.out;
+  EXPECT_THAT(run.err, StartsWith("plimsoll: error: " + path + ":3: free of id 2, which was never allocated"));
+}
+
+TEST(CliReplay, MissingTraceExitsTwoWithThePath) {
+  const CliRun run = plimsoll("replay /nonexistent/none.trace");
+  EXPECT_EQ(run.status, 2);
+  EXPECT_THAT(run.err, StartsWith("plimsoll: error: /nonexistent/none.trace: cannot open the trace"));
+}
+
+TEST(CliReplay, UnknownDeviceExitsTwoNamingIt) {
+  const CliRun run = plimsoll("replay " + trace_path("gpt-6-512-b8.trace") + " --device tpu:0 --json");
+  EXPECT_EQ(run.status, 2);
+  EXPECT_TRUE(run.out.empty()) << run.out;
+  EXPECT_THAT(run.err, StartsWith("plimsoll: error: "));
+  EXPECT_THAT(run.err, HasSubstr("tpu:0"));
+}
+
+TEST(CliReplay, UnknownPolicyExitsTwo) {
+  const CliRun run = plimsoll("replay " + trace_path("gpt-6-512-b8.trace") + " --policy eager");
+  EXPECT_EQ(run.status, 2);
+  EXPECT_THAT(run.err, StartsWith("plimsoll: error: "));
+  EXPECT_THAT(run.err, HasSubstr("eager"));
+}
+
+TEST(CliReplay, ConflictingLimitsAreAUsageError) {
+  const CliRun run =
+      plimsoll("replay " + trace_path("gpt-6-512-b8.trace") + " --memory-limit 1GiB --limit-over-live 1.03");
+  EXPECT_NE(run.status, 0);
+  EXPECT_NE(run.status, 2);  // CLI11's own usage status, not a bad-input one
+  EXPECT_THAT(run.err, HasSubstr("excludes"));
+}
+
+TEST(CliReplay, HelpDocumentsLimitOverLive) {
+  const CliRun run = plimsoll("replay --help");
+  EXPECT_EQ(run.status, 0);
+  EXPECT_THAT(run.out, HasSubstr("--limit-over-live"));
+  EXPECT_THAT(run.out, HasSubstr("peak live bytes"));
+}
+
+}  // namespace

@@ -1,0 +1,196 @@
+// Unit tests of the engine's mechanisms, each on a simulated device so nothing is touched.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "backings/sim_backing.hpp"
+#include "engine/heap.hpp"
+#include "engine_heap_checker.hpp"
+
+namespace plimsoll::engine {
+namespace {
+
+constexpr std::uint64_t MiB = 1ull << 20;
+constexpr std::uint64_t GiB = 1ull << 30;
+
+HeapOptions exact(std::uint64_t limit, bool preallocate, double growth_factor) {
+  HeapOptions options;
+  options.limit = limit;
+  options.preallocate = preallocate;
+  options.growth_factor = growth_factor;
+  return options;
+}
+
+// Growth factor 1 by default: these tests count granules exactly.
+struct Fixture {
+  explicit Fixture(std::uint64_t limit, bool preallocate = false, std::uint64_t capacity = 16 * GiB,
+                   double growth_factor = 1.0)
+      : sim(capacity), heap(sim, exact(limit, preallocate, growth_factor)), check(heap) {}
+  std::uint64_t alloc(std::uint64_t bytes) {
+    std::uint64_t addr = heap.allocate(bytes, 0);
+    if (addr) check.allocated(addr, bytes);
+    return addr;
+  }
+  void free(std::uint64_t addr) {
+    Heap::Freed freed;
+    ASSERT_TRUE(heap.deallocate(addr, freed));
+    check.freed(addr);
+  }
+  backings::SimBacking sim;
+  Heap heap;
+  testing::HeapChecker check;
+};
+
+TEST(EngineHeap, RoundsToQuantumAndAligns) {
+  EXPECT_EQ(Heap::round(0), 256u);
+  EXPECT_EQ(Heap::round(1), 256u);
+  EXPECT_EQ(Heap::round(256), 256u);
+  EXPECT_EQ(Heap::round(257), 512u);
+  Fixture f(1 * GiB);
+  std::uint64_t a = f.alloc(0), b = f.alloc(0);
+  EXPECT_NE(a, b) << "zero-byte allocations must be distinct";
+  f.check.walk();
+}
+
+TEST(EngineHeap, CoalescesBothNeighbours) {
+  Fixture f(1 * GiB);
+  std::uint64_t a = f.alloc(4 * MiB), b = f.alloc(4 * MiB), c = f.alloc(4 * MiB), d = f.alloc(4 * MiB);
+  EXPECT_EQ(b, a + 4 * MiB) << "large blocks fill from the low end";
+  f.free(a);
+  f.free(c);
+  f.check.walk();
+  f.free(b);  // joins a and c
+  f.check.walk();
+  std::uint64_t big = f.alloc(12 * MiB);
+  EXPECT_EQ(big, a) << "the coalesced 12 MiB hole is the best fit";
+  f.free(big);
+  f.free(d);
+  f.check.walk();
+}
+
+TEST(EngineHeap, BestFitPrefersTheSmallestHole) {
+  Fixture f(1 * GiB);
+  std::uint64_t a = f.alloc(8 * MiB), sep1 = f.alloc(MiB * 2), b = f.alloc(3 * MiB), sep2 = f.alloc(2 * MiB);
+  f.free(a);
+  f.free(b);
+  EXPECT_EQ(f.alloc(3 * MiB), b) << "the 3 MiB hole fits exactly";
+  EXPECT_EQ(f.alloc(5 * MiB), a);
+  (void)sep1;
+  (void)sep2;
+  f.check.walk();
+}
+
+TEST(EngineHeap, SmallRequestsShareAPageThatIsReturnedWhenEmpty) {
+  Fixture f(1 * GiB);
+  std::vector<std::uint64_t> small;
+  for (int i = 0; i < 100; ++i) small.push_back(f.alloc(1000));
+  f.check.walk();
+  EXPECT_EQ(f.check.pages().size(), 1u);
+  EXPECT_EQ(f.heap.mapped_bytes(), 2 * MiB);
+  for (auto addr : small) f.free(addr);
+  f.check.walk();
+  EXPECT_TRUE(f.check.pages().empty()) << "an empty small page goes back to the large class";
+  EXPECT_EQ(f.heap.free_bytes_small(), 0u);
+}
+
+TEST(EngineHeap, OnDemandMapsLazilyAndNeverPassesTheLimit) {
+  Fixture f(64 * MiB);
+  EXPECT_EQ(f.heap.mapped_bytes(), 0u);
+  std::uint64_t a = f.alloc(30 * MiB);
+  EXPECT_EQ(f.heap.mapped_bytes(), 30 * MiB);
+  std::uint64_t b = f.alloc(30 * MiB);
+  EXPECT_NE(b, 0u);
+  EXPECT_EQ(f.alloc(8 * MiB), 0u) << "64 MiB limit, 60 MiB mapped: 8 more do not fit";
+  EXPECT_EQ(f.heap.last_failure(), HeapFailure::limit);
+  f.check.walk();
+  f.free(a);
+  f.free(b);
+}
+
+TEST(EngineHeap, GrowthMapsAheadGeometricallyButNeverPastTheLimit) {
+  Fixture f(100 * MiB, false, 16 * GiB, 2.0);
+  std::uint64_t a = f.alloc(10 * MiB);
+  EXPECT_EQ(f.heap.mapped_bytes(), 20 * MiB) << "needs 10 MiB, maps twice that";
+  EXPECT_EQ(f.heap.counters().maps, 1u);
+  std::uint64_t b = f.alloc(8 * MiB);
+  EXPECT_EQ(f.heap.counters().maps, 1u) << "the next 8 MiB land in what was mapped ahead";
+  std::uint64_t c = f.alloc(40 * MiB);
+  EXPECT_EQ(f.heap.mapped_bytes(), 100 * MiB) << "116 MiB would pass the 100 MiB limit: capped";
+  f.check.walk();
+  f.free(a);
+  f.free(b);
+  f.free(c);
+  f.check.walk();
+}
+
+TEST(EngineHeap, OutOfMemoryRetryGivesBackCachedGranules) {
+  Fixture f(64 * MiB);
+  std::uint64_t a = f.alloc(40 * MiB);
+  std::uint64_t keep = f.alloc(4 * MiB);
+  f.free(a);  // a 40 MiB hole below `keep`, cached (still mapped)
+  EXPECT_EQ(f.heap.mapped_bytes(), 44 * MiB);
+  // 50 MiB does not fit in the 40 MiB hole; growing would pass the limit, unless the cache is released.
+  std::uint64_t b = f.alloc(50 * MiB);
+  ASSERT_NE(b, 0u);
+  EXPECT_GE(f.heap.counters().unmaps, 1u);
+  EXPECT_EQ(f.heap.mapped_bytes(), 54 * MiB);
+  f.check.walk();
+  f.free(b);
+  f.free(keep);
+}
+
+TEST(EngineHeap, ReleaseCachedUnmapsOnlyWholeFreeGranules) {
+  Fixture f(1 * GiB);
+  std::uint64_t a = f.alloc(3 * MiB);           // granules 0..1
+  std::uint64_t b = f.alloc(6 * MiB);           // 3..9 MiB: shares granule 1 with a
+  std::uint64_t c = f.alloc(MiB * 3);           // 9..12 MiB
+  f.free(b);
+  EXPECT_EQ(f.heap.release_cached(), 4 * MiB) << "only the granules at 4-6 MiB and 6-8 MiB lie wholly in the hole";
+  f.check.walk();
+  f.free(a);
+  f.free(c);
+  f.heap.release_cached();
+  EXPECT_EQ(f.heap.mapped_bytes(), 0u);
+  EXPECT_EQ(f.sim.mapped_bytes(), 0u);
+}
+
+TEST(EngineHeap, PreallocateMapsTheBudgetOnceAndKeepsIt) {
+  Fixture f(256 * MiB, /*preallocate=*/true);
+  EXPECT_EQ(f.heap.mapped_bytes(), 256 * MiB);
+  EXPECT_EQ(f.heap.counters().maps, 1u);
+  std::uint64_t a = f.alloc(100 * MiB);
+  f.free(a);
+  EXPECT_EQ(f.heap.release_cached(), 0u);
+  EXPECT_EQ(f.heap.mapped_bytes(), 256 * MiB);
+  EXPECT_EQ(f.alloc(300 * MiB), 0u);
+  f.check.walk();
+}
+
+TEST(EngineHeap, DeviceRefusalIsAnOutOfMemoryNotACrash) {
+  Fixture f(8 * GiB, false, 1 * GiB);  // the limit is above what the device has
+  f.sim.set_occupied_by_others(900 * MiB);
+  EXPECT_EQ(f.alloc(200 * MiB), 0u);
+  EXPECT_EQ(f.heap.last_failure(), HeapFailure::device);
+  EXPECT_EQ(f.heap.mapped_bytes(), 0u) << "a failed map leaves nothing mapped";
+  EXPECT_NE(f.alloc(100 * MiB), 0u);
+  f.check.walk();
+}
+
+TEST(EngineHeap, UnknownAndDoubleFreesChangeNothing) {
+  Fixture f(1 * GiB);
+  std::uint64_t a = f.alloc(1000);
+  Heap::Freed freed;
+  EXPECT_FALSE(f.heap.deallocate(a + 256, freed));
+  f.free(a);
+  EXPECT_FALSE(f.heap.deallocate(a, freed));
+  f.check.walk();
+}
+
+TEST(EngineHeap, ARequestLargerThanTheAddressSpaceFails) {
+  Fixture f(64 * MiB);
+  EXPECT_EQ(f.heap.allocate(1ull << 62, 0), 0u);
+  EXPECT_EQ(f.heap.last_failure(), HeapFailure::too_large);
+}
+
+}  // namespace
+}  // namespace plimsoll::engine

@@ -1,0 +1,235 @@
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "plimsoll/oom.hpp"
+
+namespace plimsoll {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
+constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
+
+TagStats tag(const std::string& name, std::uint64_t bytes, std::uint64_t live) {
+  return TagStats{.tag = name, .in_use_bytes = bytes, .peak_in_use_bytes = bytes, .allocations = live};
+}
+
+/// An 80 GiB GPU with an 8 GiB limit; each test moves the numbers that make its cause.
+OomDetails gpu_numbers() {
+  OomDetails d;
+  d.requested_bytes = 1 * kGiB;
+  d.rounded_bytes = 1 * kGiB;
+  d.device = "cuda:0";
+  d.policy = "on_demand";
+  d.tag = "activations";
+  d.limit_bytes = 8 * kGiB;
+  d.device_free_bytes = 40 * kGiB;
+  d.device_total_bytes = 80 * kGiB;
+  d.top_tags = {tag("weights", 4 * kGiB, 120), tag("activations", 2 * kGiB, 33)};
+  return d;
+}
+
+void set_usage(OomDetails& d, std::uint64_t in_use, std::uint64_t reserved, std::uint64_t largest_free) {
+  d.in_use_bytes = in_use;
+  d.reserved_bytes = reserved;
+  d.free_in_reserved_bytes = reserved - in_use;
+  d.largest_free_block = largest_free;
+}
+
+TEST(OomCauseNames, AreTheEnumeratorNames) {
+  EXPECT_EQ(to_string(OomCause::limit_too_low), "limit_too_low");
+  EXPECT_EQ(to_string(OomCause::fragmented), "fragmented");
+  EXPECT_EQ(to_string(OomCause::held_in_cache), "held_in_cache");
+  EXPECT_EQ(to_string(OomCause::device_taken), "device_taken");
+}
+
+TEST(ExplainOom, LimitTooLowNamesTheShortfallTheLimitTheFractionAndTheLargestTag) {
+  OomDetails d = gpu_numbers();
+  d.requested_bytes = 3 * kGiB;
+  d.rounded_bytes = 3 * kGiB;
+  set_usage(d, 6 * kGiB, 7 * kGiB, 512 * kMiB);
+  const OomDetails explained = explain_oom(d);
+  EXPECT_EQ(explained.cause, OomCause::limit_too_low);
+  // 6 GiB live + 3 GiB = 9 GiB, 1 GiB over the limit; 9/80 = 0.1125, rounded up to 0.12.
+  EXPECT_EQ(explained.suggestion,
+            "needs at least 1.00 GiB more: raise memory_limit to >= 9.00 GiB (or memory_fraction >= 0.12), or reduce "
+            "the batch size; the largest tag is \"weights\" with 4.00 GiB");
+}
+
+TEST(ExplainOom, LimitTooLowWithoutTheTotalLeavesTheFractionOut) {
+  OomDetails d = gpu_numbers();
+  d.device_total_bytes = 0;
+  d.top_tags.clear();
+  set_usage(d, 7680 * kMiB, 7680 * kMiB, 0);
+  const OomDetails explained = explain_oom(d);
+  EXPECT_EQ(explained.cause, OomCause::limit_too_low);
+  EXPECT_EQ(explained.suggestion, "needs at least 512.00 MiB more: raise memory_limit to >= 8.50 GiB, or reduce the "
+                                  "batch size");
+}
+
+TEST(ExplainOom, LimitTooLowBeyondTheWholeDeviceSaysSo) {
+  OomDetails d = gpu_numbers();
+  d.rounded_bytes = 20 * kGiB;
+  d.limit_bytes = 60 * kGiB;
+  set_usage(d, 61 * kGiB, 62 * kGiB, 1 * kGiB);
+  const OomDetails explained = explain_oom(d);
+  EXPECT_EQ(explained.cause, OomCause::limit_too_low);
+  EXPECT_THAT(explained.suggestion, HasSubstr("needs at least 21.00 GiB more than the limit 60.00 GiB"));
+  EXPECT_THAT(explained.suggestion, HasSubstr("81.00 GiB in all is more than the device's 80.00 GiB"));
+  EXPECT_THAT(explained.suggestion, HasSubstr("reduce the batch size"));
+  EXPECT_THAT(explained.suggestion, Not(HasSubstr("memory_fraction")));
+}
+
+TEST(ExplainOom, DeviceTakenNamesWhatOthersHoldAndALimitThatFits) {
+  OomDetails d = gpu_numbers();
+  d.device_free_bytes = 256 * kMiB;
+  set_usage(d, 2 * kGiB, 2 * kGiB, 0);
+  const OomDetails explained = explain_oom(d);
+  EXPECT_EQ(explained.cause, OomCause::device_taken);
+  // 80 GiB total - 256 MiB free - 2 GiB of ours = 77.75 GiB held elsewhere.
+  EXPECT_EQ(explained.suggestion,
+            "cuda:0 has only 256.00 MiB free, less than the 1.00 GiB this allocation needed to grow, though the limit "
+            "8.00 GiB was not reached (2.00 GiB reserved here); other processes (or other devices of this process on "
+            "the same hardware) hold about 77.75 GiB of its 80.00 GiB: stop them, or set memory_limit to at most "
+            "2.25 GiB so this process plans for what it can get, or set growth to preallocate to claim the budget "
+            "when the device is created");
+}
+
+TEST(ExplainOom, DeviceTakenWhenTheDeviceReportedRoomButRefused) {
+  OomDetails d = gpu_numbers();
+  d.policy = "preallocate";
+  d.device_total_bytes = 0;
+  set_usage(d, 2 * kGiB, 2 * kGiB, 0);
+  const OomDetails explained = explain_oom(d);
+  EXPECT_EQ(explained.cause, OomCause::device_taken);
+  EXPECT_THAT(explained.suggestion, StartsWith("cuda:0 refused to map 1.00 GiB although it reported 40.00 GiB free"));
+  EXPECT_THAT(explained.suggestion, HasSubstr("other processes (or other devices of this process on the same "
+                                              "hardware) hold the rest: stop them"));
+  EXPECT_THAT(explained.suggestion, Not(HasSubstr("set growth to preallocate")));
+}
+
+TEST(ExplainOom, FragmentedNamesTheFreeBytesTheLargestBlockAndTheFixes) {
+  OomDetails d = gpu_numbers();
+  set_usage(d, 5 * kGiB, 8 * kGiB, 512 * kMiB);
+  const OomDetails explained = explain_oom(d);
+  EXPECT_EQ(explained.cause, OomCause::fragmented);
+  EXPECT_EQ(explained.suggestion,
+            "3.00 GiB is free in reserved memory but the largest free block is 512.00 MiB, smaller than the 1.00 GiB "
+            "requested: call trim() or set release_threshold to 0 so free granules go back to the device and can be "
+            "mapped again in one piece, allocate large, long-lived buffers first, or raise memory_limit to >= "
+            "9.00 GiB to leave room for a fresh range");
+}
+
+TEST(ExplainOom, FragmentedWhilePreallocatedPointsAtAllocationOrder) {
+  OomDetails d = gpu_numbers();
+  d.policy = "preallocate";
+  set_usage(d, 5 * kGiB, 8 * kGiB, 512 * kMiB);
+  const OomDetails explained = explain_oom(d);
+  EXPECT_EQ(explained.cause, OomCause::fragmented);
+  EXPECT_THAT(explained.suggestion, HasSubstr("3.00 GiB is free in reserved memory but the largest free block is "
+                                              "512.00 MiB"));
+  EXPECT_THAT(explained.suggestion, HasSubstr("allocate large, long-lived buffers first"));
+  EXPECT_THAT(explained.suggestion, HasSubstr("set growth to on_demand"));
+  EXPECT_THAT(explained.suggestion, Not(HasSubstr("trim()")));
+}
+
+TEST(ExplainOom, HeldInCacheNamesWhatMustBeReleasedAndAThreshold) {
+  OomDetails d = gpu_numbers();
+  // 6.5 GiB live + 1 GiB fits the 8 GiB limit, but 7.25 GiB is mapped: 256 MiB of cache stands in the way.
+  set_usage(d, 6656 * kMiB, 7424 * kMiB, 512 * kMiB);
+  const OomDetails explained = explain_oom(d);
+  EXPECT_EQ(explained.cause, OomCause::held_in_cache);
+  EXPECT_EQ(explained.suggestion,
+            "768.00 MiB of free memory is still mapped and 256.00 MiB of it had to be given back to fit 1.00 GiB under "
+            "the limit 8.00 GiB: call trim() before large allocations, or set release_threshold to <= 512.00 MiB so "
+            "the cache never grows that large");
+}
+
+TEST(ExplainOom, TheLimitCheckComesBeforeFragmentation) {
+  OomDetails d = gpu_numbers();
+  // Fragmented too (3 GiB free, no 1 GiB block), but 7.5 GiB live + 1 GiB is over the limit regardless.
+  set_usage(d, 7680 * kMiB, 8 * kGiB + 3 * kGiB, 512 * kMiB);
+  EXPECT_EQ(explain_oom(d).cause, OomCause::limit_too_low);
+}
+
+TEST(ExplainOom, InconsistentNumbersDoNotWrapAround) {
+  OomDetails d;
+  d.rounded_bytes = std::numeric_limits<std::uint64_t>::max();
+  d.in_use_bytes = std::numeric_limits<std::uint64_t>::max();
+  d.limit_bytes = 1;
+  d.device_total_bytes = 1;
+  const OomDetails explained = explain_oom(d);
+  EXPECT_EQ(explained.cause, OomCause::limit_too_low);
+  EXPECT_THAT(explained.suggestion, HasSubstr("more than the device's 1 B"));
+
+  OomDetails zero;
+  zero.reserved_bytes = 5;  // reserved below in use is impossible, but must not read as a huge number
+  zero.in_use_bytes = 10;
+  zero.limit_bytes = 100;
+  zero.rounded_bytes = 50;
+  EXPECT_EQ(explain_oom(zero).cause, OomCause::device_taken);
+}
+
+TEST(FormatOom, GoldenReport) {
+  OomDetails d = gpu_numbers();
+  d.requested_bytes = 3 * kGiB - 100;
+  d.rounded_bytes = 3 * kGiB;
+  d.device_free_bytes = 10 * kGiB;
+  set_usage(d, 6 * kGiB, 7 * kGiB, 512 * kMiB);
+  const OomDetails explained = explain_oom(d);
+  EXPECT_EQ(format_oom(explained),
+            "plimsoll: out of memory on cuda:0 allocating 3.00 GiB (rounded to 3.00 GiB) for tag \"activations\"\n"
+            "  policy:             on_demand\n"
+            "  limit:              8.00 GiB\n"
+            "  in use:             6.00 GiB\n"
+            "  reserved:           7.00 GiB\n"
+            "  largest free block: 512.00 MiB\n"
+            "  fragmented:         1.00 GiB (free in reserved memory that cannot serve this request)\n"
+            "  device free:        10.00 GiB of 80.00 GiB\n"
+            "  top tags:           \"weights\" 4.00 GiB in 120 allocations (peak 4.00 GiB)\n"
+            "                      \"activations\" 2.00 GiB in 33 allocations (peak 2.00 GiB)\n"
+            "  cause:              limit_too_low (live allocations plus this request exceed the limit)\n"
+            "  suggestion: needs at least 1.00 GiB more: raise memory_limit to >= 9.00 GiB (or memory_fraction >= "
+            "0.12), or reduce the batch size; the largest tag is \"weights\" with 4.00 GiB");
+}
+
+TEST(FormatOom, ShowsAtMostFiveTagsAndNoneWhenEmpty) {
+  OomDetails d = gpu_numbers();
+  set_usage(d, 6 * kGiB, 6 * kGiB, 0);
+  d.top_tags.clear();
+  EXPECT_THAT(format_oom(explain_oom(d)), HasSubstr("  top tags:           none\n"));
+  for (int i = 0; i < 7; ++i) d.top_tags.push_back(tag("t" + std::to_string(i), kMiB, 1));
+  const std::string report = format_oom(explain_oom(d));
+  EXPECT_THAT(report, HasSubstr("\"t4\" 1.00 MiB in 1 allocation (peak 1.00 MiB)"));
+  EXPECT_THAT(report, Not(HasSubstr("\"t5\"")));
+}
+
+TEST(FormatOom, NothingIsFragmentedWhenTheLargestBlockWouldServe) {
+  OomDetails d = gpu_numbers();
+  set_usage(d, 1 * kGiB, 3 * kGiB, 2 * kGiB);
+  EXPECT_THAT(format_oom(d), HasSubstr("  fragmented:         0 B (free in reserved memory"));
+}
+
+TEST(OutOfMemory, WhatIsTheReportAndDetailsAreKept) {
+  OomDetails d = gpu_numbers();
+  set_usage(d, 7680 * kMiB, 8 * kGiB, 0);
+  const OomDetails explained = explain_oom(d);
+  const OutOfMemory error(explained);
+  EXPECT_EQ(std::string(error.what()), format_oom(explained));
+  EXPECT_EQ(error.details().cause, OomCause::limit_too_low);
+  EXPECT_EQ(error.details().suggestion, explained.suggestion);
+  EXPECT_EQ(error.details().top_tags.size(), 2u);
+  const Error& as_base = error;  // catchable as any plimsoll error
+  EXPECT_THAT(as_base.what(), StartsWith("plimsoll: out of memory on cuda:0 allocating 1.00 GiB"));
+}
+
+}  // namespace
+}  // namespace plimsoll
