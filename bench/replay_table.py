@@ -6,41 +6,45 @@ import statistics
 import sys
 
 MIB = 1024 * 1024
+COLUMNS = ["trace", "allocator", "runs", "mean ns/op", "vs glibc", "p50 ns/op", "p99 ns/op", "vs glibc",
+           "cold ns/op", "peak RSS MiB", "vs glibc", "RSS / live", "peak reserved MiB"]
 
 
-def main(path):
+def load(path):
     runs = collections.defaultdict(list)
-    order = []
     with open(path) as lines:
         for line in lines:
             if line.strip():
                 run = json.loads(line)
-                key = (run["trace"], run["allocator"])
-                if key not in runs:
-                    order.append(key)
-                runs[key].append(run)
+                runs[(run["trace"], run["allocator"])].append(run)
+    return runs
+
+
+def main(path):
+    runs = load(path)
 
     def med(key, field):
-        values = [run[field] for run in runs[key] if run.get(field) is not None]
+        values = [run[field] for run in runs.get(key, []) if run.get(field) is not None]
         return statistics.median(values) if values else None
 
-    def ratio(value, base):
+    def ratio(key, field):
+        value, base = med(key, field), med((key[0], "glibc"), field)
         return f"{value / base:.2f}x" if value is not None and base else "-"
 
-    print("| trace | allocator | runs | mean ns/op | vs glibc | p99 ns/op | vs glibc | cold ns/op | peak RSS MiB "
-          "| vs glibc | peak reserved MiB |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for trace, allocator in sorted(order, key=lambda key: (key[0], order.index(key))):
-        key = (trace, allocator)
-        base = (trace, "glibc")
-        mean, p99, rss = med(key, "mean_ns"), med(key, "p99_ns"), med(key, "peak_rss_bytes")
-        base_mean = med(base, "mean_ns") if base in runs else None
-        base_p99 = med(base, "p99_ns") if base in runs else None
-        base_rss = med(base, "peak_rss_bytes") if base in runs else None
+    print("| " + " | ".join(COLUMNS) + " |")
+    print("|---|---|" + "---:|" * (len(COLUMNS) - 2))
+    # Runs come in the order run_replay.sh made them: keep the allocators in that order within each trace.
+    for key in sorted(runs, key=lambda key: (key[0], list(runs).index(key))):
+        trace, allocator = key
         reserved = med(key, "peak_reserved")
-        print(f"| {trace} | {allocator} | {len(runs[key])} | {mean:.1f} | {ratio(mean, base_mean)} | {p99:.0f} "
-              f"| {ratio(p99, base_p99)} | {med(key, 'cold_mean_ns'):.1f} | {rss / MIB:.0f} | {ratio(rss, base_rss)} "
-              f"| {'-' if reserved is None else f'{reserved / MIB:.0f}'} |")
+        cells = [trace, allocator, str(len(runs[key])),
+                 f"{med(key, 'mean_ns'):.1f}", ratio(key, "mean_ns"),
+                 f"{med(key, 'p50_ns'):.0f}", f"{med(key, 'p99_ns'):.0f}", ratio(key, "p99_ns"),
+                 f"{med(key, 'cold_mean_ns'):.1f}",
+                 f"{med(key, 'peak_rss_bytes') / MIB:.0f}", ratio(key, "peak_rss_bytes"),
+                 f"{med(key, 'peak_rss_bytes') / med(key, 'trace_peak_requested_bytes'):.2f}",
+                 "-" if reserved is None else f"{reserved / MIB:.0f}"]
+        print("| " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

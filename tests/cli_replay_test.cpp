@@ -100,6 +100,16 @@ TEST(CliReplay, JsonHasOneLinePerPolicyWithExactlyTheDocumentedKeys) {
   }
 }
 
+TEST(CliReplay, CompareBeforeTheTracesTakesOnlyItsOwnValues) {
+  const std::string gpt = trace_path("gpt-6-512-b8.trace");
+  const CliRun run = plimsoll("replay --compare preallocate --compare on_demand " + gpt + " --json");
+  ASSERT_EQ(run.status, 0) << run.err;
+  const std::vector<std::string> lines = lines_of(run.out);
+  ASSERT_EQ(lines.size(), 2u) << run.out;
+  EXPECT_EQ(nlohmann::json::parse(lines[0])["policy"], "preallocate");
+  EXPECT_EQ(nlohmann::json::parse(lines[1])["policy"], "on_demand");
+}
+
 TEST(CliReplay, OutOfMemoryStillExitsZeroAndNamesTheEvent) {
   const CliRun run = plimsoll("replay " + trace_path("gpt-6-512-b8.trace") + " --memory-limit 64MiB --json");
   ASSERT_EQ(run.status, 0) << run.err;

@@ -1,13 +1,12 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "plimsoll/error.hpp"
 #include "plimsoll/policy.hpp"
@@ -25,11 +24,26 @@ constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
 /// Policies spelled by the fields that matter (designated initializers would trip -Wmissing-field-initializers).
 class PolicyOf {
  public:
-  PolicyOf& growth(Growth value) { policy_.growth = value; return *this; }
-  PolicyOf& limit(std::uint64_t bytes) { policy_.memory_limit = bytes; return *this; }
-  PolicyOf& fraction(double share) { policy_.memory_fraction = share; return *this; }
-  PolicyOf& reserve(std::uint64_t bytes) { policy_.reserve = bytes; return *this; }
-  PolicyOf& threshold(std::uint64_t bytes) { policy_.release_threshold = bytes; return *this; }
+  PolicyOf& growth(Growth value) {
+    policy_.growth = value;
+    return *this;
+  }
+  PolicyOf& limit(std::uint64_t bytes) {
+    policy_.memory_limit = bytes;
+    return *this;
+  }
+  PolicyOf& fraction(double share) {
+    policy_.memory_fraction = share;
+    return *this;
+  }
+  PolicyOf& reserve(std::uint64_t bytes) {
+    policy_.reserve = bytes;
+    return *this;
+  }
+  PolicyOf& threshold(std::uint64_t bytes) {
+    policy_.release_threshold = bytes;
+    return *this;
+  }
   operator Policy() const { return policy_; }  // NOLINT(google-explicit-constructor): reads as a Policy
 
  private:
@@ -67,10 +81,12 @@ TEST(ConfigJson, ReadsTheDocumentedExample) {
     "policy": {"growth": "on_demand", "memory_limit": "8GiB", "reserve": "512MiB", "release_threshold": "1GiB"},
     "devices": {"cuda:0": {"growth": "preallocate", "memory_fraction": 0.9, "logical_devices": ["4GiB", "4GiB"]}},
     "cpu_fallback": true, "visible_devices": "0,1", "log_device_creation": false})");
-  EXPECT_EQ(config.default_policy, Policy(PolicyOf().growth(Growth::on_demand).limit(8 * kGiB).reserve(512 * kMiB).threshold(1 * kGiB)));
+  EXPECT_EQ(config.default_policy,
+            Policy(PolicyOf().growth(Growth::on_demand).limit(8 * kGiB).reserve(512 * kMiB).threshold(1 * kGiB)));
   // The device's fraction replaces the inherited limit; reserve and threshold come from "policy".
   ASSERT_EQ(config.device_policies.count("cuda:0"), 1u);
-  EXPECT_EQ(config.device_policies.at("cuda:0"), Policy(PolicyOf().growth(Growth::preallocate).fraction(0.9).reserve(512 * kMiB).threshold(1 * kGiB)));
+  EXPECT_EQ(config.device_policies.at("cuda:0"),
+            Policy(PolicyOf().growth(Growth::preallocate).fraction(0.9).reserve(512 * kMiB).threshold(1 * kGiB)));
   ASSERT_EQ(config.logical_devices.count("cuda:0"), 1u);
   EXPECT_EQ(limits_of(config.logical_devices.at("cuda:0")), (std::vector<std::uint64_t>{4 * kGiB, 4 * kGiB}));
   EXPECT_TRUE(config.cpu_fallback);
@@ -79,8 +95,8 @@ TEST(ConfigJson, ReadsTheDocumentedExample) {
 }
 
 TEST(ConfigJson, SizesMayBeNumbersOrStrings) {
-  const Config config = parse_config_json(
-      R"({"policy": {"memory_limit": 1073741824, "reserve": 0, "release_threshold": "1.5 GB"}})");
+  const Config config =
+      parse_config_json(R"({"policy": {"memory_limit": 1073741824, "reserve": 0, "release_threshold": "1.5 GB"}})");
   EXPECT_EQ(config.default_policy.memory_limit, 1 * kGiB);
   EXPECT_EQ(config.default_policy.reserve, 0u);
   EXPECT_EQ(config.default_policy.release_threshold, 1'500'000'000u);
@@ -118,6 +134,18 @@ TEST(ConfigJson, ADeviceLimitReplacesAnInheritedFraction) {
   EXPECT_EQ(config.default_policy, Policy(PolicyOf().fraction(0.5)));
 }
 
+TEST(ConfigJson, ALogicalDeviceEntryStartsFromItsPhysicalDevicesEntry) {
+  // The logical entry comes first in the file; it still builds on cuda:0's entry, and that on "policy".
+  const Config config = parse_config_json(R"({
+    "devices": {"cuda:0/1": {"release_threshold": 0}, "cuda:0": {"growth": "preallocate"}, "cuda:1/0": {"reserve": 5}},
+    "policy": {"reserve": "1GiB"}})");
+  EXPECT_EQ(config.device_policies.at("cuda:0/1"),
+            Policy(PolicyOf().growth(Growth::preallocate).reserve(1 * kGiB).threshold(0)));
+  EXPECT_EQ(config.device_policies.at("cuda:0"), Policy(PolicyOf().growth(Growth::preallocate).reserve(1 * kGiB)));
+  // No entry for cuda:1: its logical device starts from "policy".
+  EXPECT_EQ(config.device_policies.at("cuda:1/0"), Policy(PolicyOf().reserve(5)));
+}
+
 TEST(ConfigJson, ADeviceWithOnlyASplitKeepsFollowingTheDefault) {
   const Config config = parse_config_json(R"({"devices": {"cpu": {"logical_devices": [1048576, "2MiB"]}}})");
   EXPECT_TRUE(config.device_policies.empty());
@@ -147,10 +175,12 @@ TEST(ConfigJson, RejectsUnknownKeysListingTheKnownOnes) {
   EXPECT_THAT(top, HasSubstr("policy, devices, cpu_fallback, visible_devices, log_device_creation"));
 
   const std::string policy = rejection_of(R"({"policy": {"memroy_limit": "8GiB"}})");
-  EXPECT_THAT(policy, HasSubstr(R"(config test.json: "policy": unknown key "memroy_limit" (did you mean "memory_limit"?))"));
+  EXPECT_THAT(policy,
+              HasSubstr(R"(config test.json: "policy": unknown key "memroy_limit" (did you mean "memory_limit"?))"));
   EXPECT_THAT(policy, HasSubstr("growth, memory_limit, memory_fraction, reserve, release_threshold"));
   // logical_devices belongs to a device's entry, not to the default policy.
-  EXPECT_THAT(rejection_of(R"({"policy": {"logical_devices": ["1GiB"]}})"), HasSubstr(R"(unknown key "logical_devices")"));
+  EXPECT_THAT(rejection_of(R"({"policy": {"logical_devices": ["1GiB"]}})"),
+              HasSubstr(R"(unknown key "logical_devices")"));
 
   const std::string device = rejection_of(R"({"devices": {"cuda:0": {"fraction": 0.5}}})");
   EXPECT_THAT(device, HasSubstr(R"("devices"."cuda:0": unknown key "fraction")"));
@@ -173,10 +203,16 @@ TEST(ConfigJson, RejectsBadSizes) {
   for (const char* bad : {"-5", "1.5", "true", "null", "[1]"}) {
     EXPECT_THAT(rejection_of(std::string(R"({"policy": {"reserve": )") + bad + "}}"),
                 HasSubstr(std::string(R"("policy"."reserve": must be a size: a whole number of bytes or a string )"
-                                      R"(such as "8GiB", got )") + bad))
+                                      R"(such as "8GiB", got )") +
+                          bad))
         << bad;
   }
-  EXPECT_THAT(rejection_of(R"({"policy": {"reserve": 1e300}})"), HasSubstr("must be a size"));
+  EXPECT_THAT(rejection_of(R"({"policy": {"reserve": 1e300}})"),
+              HasSubstr(R"("policy"."reserve": got 1e+300, too large to be exact as a JSON number; write the size )"
+                        R"(as a string such as "20TiB")"));
+  EXPECT_THAT(rejection_of(R"({"policy": {"reserve": 18446744073709551616}})"), HasSubstr("too large to be exact"));
+  EXPECT_EQ(rejection_of(R"({"policy": {"reserve": 1e400}})"),
+            "config test.json: invalid JSON: number overflow parsing '1e400'");
   const std::string unit = rejection_of(R"({"policy": {"release_threshold": "8 gigs"}})");
   EXPECT_THAT(unit, HasSubstr(R"("policy"."release_threshold": invalid size "8 gigs")"));
   EXPECT_THAT(unit, HasSubstr("KiB MiB GiB TiB"));
@@ -205,8 +241,7 @@ TEST(ConfigJson, RejectsBadLogicalDevices) {
               HasSubstr(R"("devices"."cuda:0/1": logical_devices splits a physical device; move it to "cuda:0")"));
   EXPECT_THAT(rejection_of(R"({"devices": {"cuda:0": {"logical_devices": []}}})"),
               HasSubstr(R"("devices"."cuda:0"."logical_devices": must be a non-empty list of memory limits)"));
-  EXPECT_THAT(rejection_of(R"({"devices": {"cuda:0": {"logical_devices": "4GiB"}}})"),
-              HasSubstr(R"(got "4GiB")"));
+  EXPECT_THAT(rejection_of(R"({"devices": {"cuda:0": {"logical_devices": "4GiB"}}})"), HasSubstr(R"(got "4GiB")"));
   EXPECT_THAT(rejection_of(R"({"devices": {"cuda:0": {"logical_devices": ["4GiB", 0]}}})"),
               HasSubstr(R"("devices"."cuda:0"."logical_devices"[1]: must be more than 0 bytes, got 0)"));
 }
@@ -214,7 +249,8 @@ TEST(ConfigJson, RejectsBadLogicalDevices) {
 TEST(ConfigJson, RejectsWrongTypesForTheOtherKeys) {
   EXPECT_THAT(rejection_of(R"({"cpu_fallback": "yes"})"),
               HasSubstr(R"(config test.json: "cpu_fallback": must be true or false (without quotes), got "yes")"));
-  EXPECT_THAT(rejection_of(R"({"log_device_creation": 1})"), HasSubstr(R"("log_device_creation": must be true or false)"));
+  EXPECT_THAT(rejection_of(R"({"log_device_creation": 1})"),
+              HasSubstr(R"("log_device_creation": must be true or false)"));
   EXPECT_THAT(rejection_of(R"({"visible_devices": 0})"),
               HasSubstr(R"("visible_devices": must be a string in CUDA_VISIBLE_DEVICES form such as "0,1", got 0)"));
   EXPECT_THAT(rejection_of(R"({"policy": "8GiB"})"), HasSubstr(R"("policy": must be a JSON object)"));
@@ -253,9 +289,8 @@ TEST(ConfigJson, OriginDefaultsToConfig) {
 class ConfigFile : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("plimsoll_policy_config_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = std::filesystem::temp_directory_path() / ("plimsoll_policy_config_test_" + std::to_string(::getpid()) + "_" +
+                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::create_directories(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }

@@ -1,13 +1,12 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
-
-#include <unistd.h>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "plimsoll/error.hpp"
 #include "plimsoll/policy.hpp"
@@ -24,11 +23,26 @@ constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
 /// Policies spelled by the fields that matter (designated initializers would trip -Wmissing-field-initializers).
 class PolicyOf {
  public:
-  PolicyOf& growth(Growth value) { policy_.growth = value; return *this; }
-  PolicyOf& limit(std::uint64_t bytes) { policy_.memory_limit = bytes; return *this; }
-  PolicyOf& fraction(double share) { policy_.memory_fraction = share; return *this; }
-  PolicyOf& reserve(std::uint64_t bytes) { policy_.reserve = bytes; return *this; }
-  PolicyOf& threshold(std::uint64_t bytes) { policy_.release_threshold = bytes; return *this; }
+  PolicyOf& growth(Growth value) {
+    policy_.growth = value;
+    return *this;
+  }
+  PolicyOf& limit(std::uint64_t bytes) {
+    policy_.memory_limit = bytes;
+    return *this;
+  }
+  PolicyOf& fraction(double share) {
+    policy_.memory_fraction = share;
+    return *this;
+  }
+  PolicyOf& reserve(std::uint64_t bytes) {
+    policy_.reserve = bytes;
+    return *this;
+  }
+  PolicyOf& threshold(std::uint64_t bytes) {
+    policy_.release_threshold = bytes;
+    return *this;
+  }
   operator Policy() const { return policy_; }  // NOLINT(google-explicit-constructor): reads as a Policy
 
  private:
@@ -102,9 +116,9 @@ TEST_F(Environment, NothingSetChangesNothing) {
 }
 
 TEST_F(Environment, EmptyVariablesCountAsUnset) {
-  for (const char* name : {"PLIMSOLL_ALLOW_GROWTH", "PLIMSOLL_GROWTH", "PLIMSOLL_MEMORY_LIMIT", "PLIMSOLL_MEMORY_FRACTION",
-                           "PLIMSOLL_RESERVE", "PLIMSOLL_RELEASE_THRESHOLD", "PLIMSOLL_CPU_FALLBACK",
-                           "PLIMSOLL_VISIBLE_DEVICES", "PLIMSOLL_CONFIG", "PLIMSOLL_LOG"}) {
+  for (const char* name : {"PLIMSOLL_ALLOW_GROWTH", "PLIMSOLL_GROWTH", "PLIMSOLL_MEMORY_LIMIT",
+                           "PLIMSOLL_MEMORY_FRACTION", "PLIMSOLL_RESERVE", "PLIMSOLL_RELEASE_THRESHOLD",
+                           "PLIMSOLL_CPU_FALLBACK", "PLIMSOLL_VISIBLE_DEVICES", "PLIMSOLL_CONFIG", "PLIMSOLL_LOG"}) {
     set(name, "");
   }
   const Config base = sample_base();
@@ -167,7 +181,8 @@ TEST_F(Environment, GrowthVariablesMustAgree) {
   EXPECT_EQ(apply(sample_base()).default_policy.growth, Growth::on_demand);
   set("PLIMSOLL_ALLOW_GROWTH", "false");
   const std::string message = rejection();
-  EXPECT_THAT(message, HasSubstr("PLIMSOLL_ALLOW_GROWTH=\"false\" asks for preallocate but PLIMSOLL_GROWTH=\"on_demand\""));
+  EXPECT_THAT(message,
+              HasSubstr("PLIMSOLL_ALLOW_GROWTH=\"false\" asks for preallocate but PLIMSOLL_GROWTH=\"on_demand\""));
   EXPECT_THAT(message, HasSubstr("set only one of them"));
 }
 

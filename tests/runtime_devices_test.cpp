@@ -193,6 +193,20 @@ TEST(RuntimeDevices, CudaVisibleDevicesIsExplainedNotApplied) {
   EXPECT_THAT(names_of(rows), ElementsAre("cpu", "cuda:0", "cuda:1"));
 }
 
+TEST(RuntimeDevices, CudaVisibleDevicesIsSuspectedWhenTheDriverFindsNoGpu) {
+  // What a one-GPU machine does with CUDA_VISIBLE_DEVICES=1,0: the list stops at "1", and cuInit finds no device.
+  ASSERT_EQ(::setenv("CUDA_VISIBLE_DEVICES", "1,0", 1), 0);
+  plimsoll::GpuScan scan;
+  scan.unavailable_reason = "the CUDA driver sees no GPU (cuInit: CUDA_ERROR_NO_DEVICE (100))";
+  auto runtime = make_runtime(quiet_config(), scan);
+  const std::string report = joined(runtime->visibility_report());
+  const std::string error = error_of<DeviceUnavailable>(*runtime, "cuda:0");
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  EXPECT_THAT(report, HasSubstr("CUDA_VISIBLE_DEVICES may be why the driver found no GPU"));
+  EXPECT_THAT(report, HasSubstr("No GPU: the CUDA driver sees no GPU (cuInit: CUDA_ERROR_NO_DEVICE (100))"));
+  EXPECT_THAT(error, HasSubstr("cuda:0 is not available: the CUDA driver sees no GPU"));
+}
+
 // --- CPU fallback ---
 
 TEST(RuntimeDevices, FallbackGivesTheCpuDeviceAndOneNotice) {

@@ -1,10 +1,10 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "plimsoll/oom.hpp"
 
@@ -71,8 +71,9 @@ TEST(ExplainOom, LimitTooLowWithoutTheTotalLeavesTheFractionOut) {
   set_usage(d, 7680 * kMiB, 7680 * kMiB, 0);
   const OomDetails explained = explain_oom(d);
   EXPECT_EQ(explained.cause, OomCause::limit_too_low);
-  EXPECT_EQ(explained.suggestion, "needs at least 512.00 MiB more: raise memory_limit to >= 8.50 GiB, or reduce the "
-                                  "batch size");
+  EXPECT_EQ(explained.suggestion,
+            "needs at least 512.00 MiB more: raise memory_limit to >= 8.50 GiB, or reduce the "
+            "batch size");
 }
 
 TEST(ExplainOom, LimitTooLowBeyondTheWholeDeviceSaysSo) {

@@ -61,7 +61,8 @@ HostInfo parse_host_info(std::string_view meminfo, std::optional<std::string_vie
 
 /// The explanation of a visible-device list (CUDA_VISIBLE_DEVICES or PLIMSOLL_VISIBLE_DEVICES) applied to a list
 /// of devices. CUDA's grammar: comma-separated entries, each an index, a UUID prefix ("GPU-8932f937") or a MIG
-/// instance ("MIG-..."); the list stops at the first entry that is invalid, names no device or repeats one.
+/// instance ("MIG-..."); the list stops at the first entry that is invalid or names no device, and naming a
+/// device twice empties it (what the driver does: see src/devices/visibility.cpp).
 struct Visibility {
   struct Entry {
     std::string text;

@@ -30,11 +30,11 @@ std::string describe_policy(const plimsoll::Policy& policy) {
 }
 
 template <typename T>
-nlohmann::json optional_json(const std::optional<T>& value) {
-  return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+nlohmann::ordered_json optional_json(const std::optional<T>& value) {
+  return value ? nlohmann::ordered_json(*value) : nlohmann::ordered_json(nullptr);
 }
 
-nlohmann::json policy_json(const plimsoll::Policy& policy) {
+nlohmann::ordered_json policy_json(const plimsoll::Policy& policy) {
   return {{"growth", std::string(plimsoll::to_string(policy.growth))},
           {"memory_limit_bytes", optional_json(policy.memory_limit)},
           {"memory_fraction", optional_json(policy.memory_fraction)},
@@ -42,8 +42,9 @@ nlohmann::json policy_json(const plimsoll::Policy& policy) {
           {"release_threshold_bytes", optional_json(policy.release_threshold)}};
 }
 
+// Keys in the order written (ordered_json): each device's name comes first, as in the table.
 void print_json(const std::vector<plimsoll::DeviceListing>& devices, const std::vector<std::string>& visibility) {
-  nlohmann::json document{{"devices", nlohmann::json::array()}, {"visibility", visibility}};
+  nlohmann::ordered_json document{{"devices", nlohmann::ordered_json::array()}, {"visibility", visibility}};
   for (const plimsoll::DeviceListing& device : devices) {
     document["devices"].push_back({{"name", device.name},
                                    {"hardware", device.hardware},

@@ -1,6 +1,9 @@
 // The plimsoll command line: subcommands from commands.hpp, one error path for all of them.
+#include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -14,8 +17,12 @@ int main(int argc, char** argv) {
   add_replay_command(app);
   add_devices_command(app);
 
+  // Arguments in reverse order, as CLI11's vector overload takes them. The (argc, argv) overload would do the
+  // same, but GCC 12 at -O2 reports a false null dereference inside it, which -Werror turns into a failure.
+  std::vector<std::string> arguments(argv + 1, argv + argc);
+  std::reverse(arguments.begin(), arguments.end());
   try {
-    app.parse(argc, argv);
+    app.parse(arguments);
   } catch (const CLI::ParseError& error) {
     return app.exit(error);
   } catch (const plimsoll::Error& error) {

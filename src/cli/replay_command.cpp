@@ -165,6 +165,7 @@ void run_replay(const ReplayArgs& args) {
   plimsoll::DeviceName::parse(args.device);
   const std::vector<plimsoll::Growth> growths = growths_to_run(args);
   const plimsoll::Policy policy = base_policy(args);
+  policy.validate();
 
   plimsoll::cli::Table table = results_table();
   std::vector<ReplayResult> out_of_memory;
@@ -199,7 +200,7 @@ void add_replay_command(CLI::App& app) {
   auto args = std::make_shared<ReplayArgs>();
   CLI::App* replay = app.add_subcommand("replay", "Replay allocation traces against a device and report peaks, "
                                                   "map/unmap traffic and OOMs per policy");
-  replay->add_option("traces", args->traces, "Trace files (format: ../shared/traces/README.md)")->required();
+  replay->add_option("traces", args->traces, "Trace files: one event a line, 'a <id> <bytes>', 'f <id>' or '# marker'")->required();
   replay->add_option("--device", args->device, "Device to replay on: cpu, cuda:N or sim:SIZE")
       ->capture_default_str();
   CLI::Option* policy = replay->add_option("--policy", args->policy, "Growth policy: preallocate or on_demand "
@@ -208,6 +209,8 @@ void add_replay_command(CLI::App& app) {
       ->add_option("--compare", args->compare,
                    "Replay under each of these policies, comma-separated (e.g. preallocate,on_demand)")
       ->delimiter(',')
+      // One value per occurrence: otherwise the option would swallow the trace paths that follow it.
+      ->allow_extra_args(false)
       ->excludes(policy);
   CLI::Option* memory_limit =
       replay->add_option("--memory-limit", args->memory_limit, "Device memory limit, e.g. 8GiB");

@@ -1,9 +1,9 @@
+#include "devices/gpu_scan.hpp"
+
 #include <array>
 #include <string>
 
 #include <fmt/format.h>
-
-#include "devices/gpu_scan.hpp"
 
 namespace plimsoll {
 namespace {

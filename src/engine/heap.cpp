@@ -74,18 +74,37 @@ std::uint64_t Heap::allocate(std::uint64_t bytes, std::uint16_t tag) {
 }
 
 BlockIndex Heap::allocate_large(std::uint64_t size) {
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    BlockIndex index = large_bins_.find(blocks_, size);
-    if (index == kNoBlock) {
-      failure_ = HeapFailure::address_space;
-    } else if (ensure_mapped(blocks_[index], size)) {
-      failure_ = HeapFailure::none;
-      return take(large_bins_, index, size);
-    }
-    // Before reporting out of memory, give back the cached free granules and look once more.
-    if (attempt == 0 && release_cached() == 0) break;
+  BlockIndex index = large_bins_.find(blocks_, size);
+  if (index == kNoBlock) {
+    failure_ = HeapFailure::address_space;  // unmapping granules would not make address space
+    return kNoBlock;
   }
-  return kNoBlock;
+  if (ensure_mapped(blocks_[index], blocks_[index].addr, size)) return take(large_bins_, index, blocks_[index].addr, size);
+  // Before reporting out of memory: give back the cached granules, then put the block where it needs the
+  // fewest new ones (next to live neighbours whose granules are already mapped), not where it fits best.
+  release_cached();
+  const Placement placement = fewest_new_granules(size);
+  if (placement.block == kNoBlock || !ensure_mapped(blocks_[placement.block], placement.addr, size)) return kNoBlock;
+  failure_ = HeapFailure::none;
+  return take(large_bins_, placement.block, placement.addr, size);
+}
+
+Heap::Placement Heap::fewest_new_granules(std::uint64_t size) const {
+  Placement best;
+  std::uint64_t best_missing = UINT64_MAX;
+  large_bins_.for_each(blocks_, [&](BlockIndex index) {
+    const Block& block = blocks_[index];
+    if (block.size < size) return;
+    for (std::uint64_t addr : {block.addr, block.addr + block.size - size}) {
+      const std::uint64_t missing =
+          granules_.count_unmapped(granules_.first_covering(addr), granules_.end_covering(addr, size));
+      if (missing < best_missing || (missing == best_missing && block.size < blocks_[best.block].size)) {
+        best = Placement{index, addr};
+        best_missing = missing;
+      }
+    }
+  });
+  return best;
 }
 
 BlockIndex Heap::allocate_small(std::uint64_t size) {
@@ -101,22 +120,33 @@ BlockIndex Heap::allocate_small(std::uint64_t size) {
     pages_.insert(blocks_[page].addr, page);
     small_bins_.insert(blocks_, index);
   }
-  return take(small_bins_, index, size);
+  return take(small_bins_, index, blocks_[index].addr, size);
 }
 
-// Takes `size` bytes from the low end of free block `index`, leaving any remainder free in `bins`.
-BlockIndex Heap::take(FreeBins& bins, BlockIndex index, std::uint64_t size) {
+// Takes [addr, addr + size) out of free block `index`; what is left on either side stays free in `bins`.
+// The part below keeps the record, so a span's first record never changes.
+BlockIndex Heap::take(FreeBins& bins, BlockIndex index, std::uint64_t addr, std::uint64_t size) {
   bins.remove(blocks_, index);
-  Block& block = blocks_[index];
-  if (block.size > size) {
-    Block rest{.addr = block.addr + size, .size = block.size - size, .prev = index, .next = block.next,
-               .small = block.small};
-    BlockIndex rest_index = blocks_.make(rest);
-    Block& taken = blocks_[index];  // make() may have moved the pool
-    if (taken.next != kNoBlock) blocks_[taken.next].prev = rest_index;
-    taken.next = rest_index;
+  if (addr > blocks_[index].addr) {
+    Block& lower = blocks_[index];
+    const BlockIndex upper = blocks_.make(Block{.addr = addr, .size = lower.addr + lower.size - addr, .prev = index,
+                                                .next = lower.next, .small = lower.small});
+    Block& below = blocks_[index];  // make() may have moved the pool
+    if (below.next != kNoBlock) blocks_[below.next].prev = upper;
+    below.next = upper;
+    below.size = addr - below.addr;
+    bins.insert(blocks_, index);
+    index = upper;
+  }
+  if (blocks_[index].size > size) {
+    Block& block = blocks_[index];
+    const BlockIndex rest = blocks_.make(Block{.addr = block.addr + size, .size = block.size - size, .prev = index,
+                                               .next = block.next, .small = block.small});
+    Block& taken = blocks_[index];
+    if (taken.next != kNoBlock) blocks_[taken.next].prev = rest;
+    taken.next = rest;
     taken.size = size;
-    bins.insert(blocks_, rest_index);
+    bins.insert(blocks_, rest);
   }
   blocks_[index].free = false;
   return index;
@@ -185,12 +215,12 @@ BlockIndex Heap::coalesce(FreeBins& bins, BlockIndex index) {
   return index;
 }
 
-// Maps the granules that `size` bytes at the low end of free block `block` need. When it must grow, it
+// Maps the granules that [addr, addr + size) inside free block `block` needs. When it must grow, it
 // also maps ahead into the rest of that free block, so that the footprint grows geometrically (up to the
 // limit) rather than one granule at a time: the steps after the first then run without map calls.
-bool Heap::ensure_mapped(const Block& block, std::uint64_t size) {
-  const std::uint64_t first = granules_.first_covering(block.addr);
-  std::uint64_t last = granules_.end_covering(block.addr, size);
+bool Heap::ensure_mapped(const Block& block, std::uint64_t addr, std::uint64_t size) {
+  const std::uint64_t first = granules_.first_covering(addr);
+  std::uint64_t last = granules_.end_covering(addr, size);
   const std::uint64_t granule = granules_.granule();
   const std::uint64_t missing = granules_.count_unmapped(first, last) * granule;
   if (missing == 0) return true;

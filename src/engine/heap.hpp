@@ -100,10 +100,15 @@ class Heap {
  private:
   BlockIndex allocate_large(std::uint64_t size);
   BlockIndex allocate_small(std::uint64_t size);
-  BlockIndex take(FreeBins& bins, BlockIndex index, std::uint64_t size);
+  BlockIndex take(FreeBins& bins, BlockIndex index, std::uint64_t addr, std::uint64_t size);
+  struct Placement {
+    BlockIndex block = kNoBlock;
+    std::uint64_t addr = 0;
+  };
+  Placement fewest_new_granules(std::uint64_t size) const;
   BlockIndex coalesce(FreeBins& bins, BlockIndex index);
   void free_large(BlockIndex index);
-  bool ensure_mapped(const Block& block, std::uint64_t size);
+  bool ensure_mapped(const Block& block, std::uint64_t addr, std::uint64_t size);
   void unmap_range(std::uint64_t first, std::uint64_t count);
 
   backings::Backing& backing_;

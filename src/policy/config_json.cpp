@@ -1,4 +1,6 @@
 // The JSON config file: its schema is in include/plimsoll/policy.hpp and docs/configuration.md.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -6,13 +8,11 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <span>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "plimsoll/error.hpp"
 #include "plimsoll/policy.hpp"
@@ -24,7 +24,7 @@ namespace {
 using nlohmann::json;
 
 constexpr std::array<std::string_view, 5> kTopLevelKeys{"policy", "devices", "cpu_fallback", "visible_devices",
-                                                         "log_device_creation"};
+                                                        "log_device_creation"};
 constexpr std::array<std::string_view, 5> kPolicyKeys{"growth", "memory_limit", "memory_fraction", "reserve",
                                                       "release_threshold"};
 constexpr std::array<std::string_view, 6> kDeviceKeys{"growth",  "memory_limit",      "memory_fraction",
@@ -102,6 +102,12 @@ std::uint64_t read_size(const json& value, const Where& where) {
     constexpr double kLargestExact = 9007199254740992.0;
     const double bytes = value.get<double>();
     if (bytes >= 0.0 && bytes <= kLargestExact && std::floor(bytes) == bytes) return static_cast<std::uint64_t>(bytes);
+    if (bytes > kLargestExact) {
+      where.fail(
+          fmt::format("got {}, too large to be exact as a JSON number; write the size as a string such as "
+                      "\"20TiB\"",
+                      describe(value)));
+    }
   }
   if (value.is_string()) {
     try {
@@ -110,13 +116,14 @@ std::uint64_t read_size(const json& value, const Where& where) {
       where.fail(error.what());
     }
   }
-  where.fail(fmt::format("must be a size: a whole number of bytes or a string such as \"8GiB\", got {}",
-                         describe(value)));
+  where.fail(
+      fmt::format("must be a size: a whole number of bytes or a string such as \"8GiB\", got {}", describe(value)));
 }
 
 std::uint64_t read_positive_size(const json& value, const Where& where) {
   const std::uint64_t bytes = read_size(value, where);
-  if (bytes == 0) where.fail(fmt::format("must be more than 0 bytes, got {}; give a size such as \"8GiB\"", describe(value)));
+  if (bytes == 0)
+    where.fail(fmt::format("must be more than 0 bytes, got {}; give a size such as \"8GiB\"", describe(value)));
   return bytes;
 }
 
@@ -177,19 +184,45 @@ bool read_policy_fields(const json& object, const Where& where, Policy& policy) 
 
 std::vector<LogicalDeviceConfig> read_logical_devices(const json& value, const Where& where) {
   if (!value.is_array() || value.empty()) {
-    where.fail(fmt::format("must be a non-empty list of memory limits such as [\"4GiB\", \"4GiB\"], got {}",
-                           describe(value)));
+    where.fail(
+        fmt::format("must be a non-empty list of memory limits such as [\"4GiB\", \"4GiB\"], got {}", describe(value)));
   }
   std::vector<LogicalDeviceConfig> split;
   for (std::size_t i = 0; i < value.size(); ++i) split.push_back({read_positive_size(value[i], where[i])});
   return split;
 }
 
+void read_device_entry(const DeviceName& name, const json& entry, const Where& at, Config& config) {
+  reject_unknown_keys(entry, kDeviceKeys, at);
+  // An entry only says where this device differs from the policy above it: a logical device's from its physical
+  // device's entry when there is one, every other device's from the document's "policy".
+  Policy policy = config.default_policy;
+  if (name.logical >= 0) {
+    if (auto physical = config.device_policies.find(name.physical().str()); physical != config.device_policies.end()) {
+      policy = physical->second;
+    }
+  }
+  if (read_policy_fields(entry, at, policy)) config.device_policies[name.str()] = policy;
+
+  if (entry.contains("logical_devices")) {
+    if (name.logical >= 0) {
+      at.fail(fmt::format("logical_devices splits a physical device; move it to \"{}\"", name.physical().str()));
+    }
+    config.logical_devices[name.str()] = read_logical_devices(entry.at("logical_devices"), at / "logical_devices");
+  }
+}
+
 void read_devices(const json& devices, const Where& where, Config& config) {
   require_object(devices, where, R"({"cuda:0": {"memory_fraction": 0.9}})");
+  struct Entry {
+    DeviceName name;
+    const json* value;
+    Where at;
+  };
+  std::vector<Entry> entries;
   std::set<std::string> seen;
   for (const auto& item : devices.items()) {
-    const Where at = where / item.key();
+    Where at = where / item.key();
     DeviceName name;
     try {
       name = DeviceName::parse(item.key());
@@ -197,22 +230,15 @@ void read_devices(const json& devices, const Where& where, Config& config) {
       at.fail(error.what());
     }
     // "sim:16GiB" and "sim:17179869184" are one device: keys are stored as DeviceName::str() writes them.
-    const std::string key = name.str();
-    if (!seen.insert(key).second) at.fail(fmt::format("names the same device as another entry ({}); merge the two", key));
-
-    const json& entry = require_object(item.value(), at, R"({"memory_fraction": 0.9})");
-    reject_unknown_keys(entry, kDeviceKeys, at);
-    // A device's entry starts from the document's "policy": it only says where this device differs.
-    Policy policy = config.default_policy;
-    if (read_policy_fields(entry, at, policy)) config.device_policies[key] = policy;
-
-    if (entry.contains("logical_devices")) {
-      if (name.logical >= 0) {
-        at.fail(fmt::format("logical_devices splits a physical device; move it to \"{}\"", name.physical().str()));
-      }
-      config.logical_devices[key] = read_logical_devices(entry.at("logical_devices"), at / "logical_devices");
+    if (!seen.insert(name.str()).second) {
+      at.fail(fmt::format("names the same device as another entry ({}); merge the two", name.str()));
     }
+    require_object(item.value(), at, R"({"memory_fraction": 0.9})");
+    entries.push_back({name, &item.value(), std::move(at)});
   }
+  // Physical devices first, so their logical devices can start from them.
+  std::stable_partition(entries.begin(), entries.end(), [](const Entry& entry) { return entry.name.logical < 0; });
+  for (const Entry& entry : entries) read_device_entry(entry.name, *entry.value, entry.at, config);
 }
 
 /// nlohmann keeps the last of two equal keys without a word; a config with two "memory_limit"s is a mistake.
@@ -281,7 +307,13 @@ json parse_document(std::string_view text, std::string_view origin) {
     throw InvalidArgument(fmt::format("config {}: invalid JSON at {}: {}; fix the syntax there", origin,
                                       line_and_column(text, error.byte), syntax_problem(error.what())));
   } catch (const json::exception& error) {
-    throw InvalidArgument(fmt::format("config {}: invalid JSON: {}", origin, error.what()));
+    // Numbers beyond a double's range ("1e400") land here, with no position to report.
+    std::string_view what = error.what();
+    if (const std::size_t prefix_end = what.find("] ");
+        what.starts_with("[json.exception") && prefix_end != std::string_view::npos) {
+      what.remove_prefix(prefix_end + 2);
+    }
+    throw InvalidArgument(fmt::format("config {}: invalid JSON: {}", origin, what));
   }
 }
 
@@ -310,7 +342,8 @@ Config parse_config_json(std::string_view text, std::string_view origin) {
   if (const auto visible = document.find("visible_devices"); visible != document.end()) {
     if (!visible->is_string()) {
       (top / "visible_devices")
-          .fail(fmt::format("must be a string in CUDA_VISIBLE_DEVICES form such as \"0,1\", got {}", describe(*visible)));
+          .fail(
+              fmt::format("must be a string in CUDA_VISIBLE_DEVICES form such as \"0,1\", got {}", describe(*visible)));
     }
     config.visible_devices = visible->get<std::string>();
   }
@@ -323,9 +356,10 @@ Config parse_config_json(std::string_view text, std::string_view origin) {
 Config load_config_file(const std::string& path) {
   const std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
   const auto cannot_read = [&path](int error) {
-    return InvalidArgument(fmt::format("cannot read config file {}: {}; check the path (PLIMSOLL_CONFIG or the path "
-                                       "given) and that the file is readable",
-                                       path, std::strerror(error)));
+    return InvalidArgument(
+        fmt::format("cannot read config file {}: {}; check the path (PLIMSOLL_CONFIG or the path "
+                    "given) and that the file is readable",
+                    path, std::strerror(error)));
   };
   if (!file) throw cannot_read(errno);
   std::string text;

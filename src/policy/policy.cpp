@@ -1,9 +1,10 @@
-#include <algorithm>
+#include "plimsoll/policy.hpp"
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "plimsoll/error.hpp"
-#include "plimsoll/policy.hpp"
 #include "plimsoll/size.hpp"
 
 namespace plimsoll {

@@ -51,7 +51,11 @@ void add_device(std::vector<DeviceListing>& rows, const Config& config, const Ph
   }
 
   // The physical row shows the split as a whole; the rows after it are the devices to ask for.
-  row.policy = config.policy_for(physical.name);
+  try {
+    row.policy = compute_budget(physical.name.str(), physical.memory, config.policy_for(physical.name)).policy;
+  } catch (const Error&) {
+    row.policy = config.policy_for(physical.name);  // the logical rows below say what is wrong
+  }
   for (const LogicalDeviceConfig& logical : *split) row.limit_bytes += logical.memory_limit;
   add_note(row, fmt::format("split into {} logical devices", split->size()));
   if (!unbuildable.empty()) add_note(row, unbuildable);

@@ -81,7 +81,12 @@ std::vector<std::string> explain_visibility(const VisibleGpus& visible,
     }
     lines.push_back(std::move(line));
     const std::size_t entries = count_entries(*cuda_visible);
-    if (driver_answered && entries > visible.cuda_count) {
+    if (!driver_answered) {
+      // CUDA reports "no device" when the list's first entry names no GPU: the list, not the machine, may be why.
+      lines.push_back(
+          "CUDA_VISIBLE_DEVICES may be why the driver found no GPU: CUDA stops at the first entry that is not a valid "
+          "index or UUID, names no GPU, or repeats one; compare it with `nvidia-smi -L`, or unset it");
+    } else if (entries > visible.cuda_count) {
       lines.push_back(fmt::format(
           "CUDA_VISIBLE_DEVICES lists {} entries but CUDA shows {}: CUDA stops at the first entry that is not a "
           "valid index or UUID, names no GPU, or repeats one; compare it with `nvidia-smi -L`",
@@ -91,6 +96,10 @@ std::vector<std::string> explain_visibility(const VisibleGpus& visible,
 
   if (!visible.plimsoll_visibility.set) {
     lines.push_back("PLIMSOLL_VISIBLE_DEVICES is not set: plimsoll uses every GPU CUDA shows");
+  } else if (!driver_answered) {
+    // Its entries would all read "no GPU N", which blames the list for what the driver did.
+    lines.push_back(fmt::format("PLIMSOLL_VISIBLE_DEVICES=\"{}\" has no GPU to select from (see below)",
+                                visible.plimsoll_visible.value_or("")));
   } else {
     lines.push_back(fmt::format("PLIMSOLL_VISIBLE_DEVICES=\"{}\": {}", visible.plimsoll_visible.value_or(""),
                                 visible.plimsoll_visibility.summary()));

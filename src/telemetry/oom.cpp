@@ -1,13 +1,14 @@
 // Out-of-memory reports: which of four causes it was, read from the numbers, and one thing to do about it.
+#include "plimsoll/oom.hpp"
+
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
 #include <utility>
 
-#include <fmt/format.h>
-
-#include "plimsoll/oom.hpp"
 #include "plimsoll/size.hpp"
 
 namespace plimsoll {
@@ -63,10 +64,11 @@ std::string suggest_for_device(const OomDetails& d) {
   const std::string held_by_others =
       d.device_total_bytes == 0
           ? std::string("other processes (or other devices of this process on the same hardware) hold the rest")
-          : fmt::format("other processes (or other devices of this process on the same hardware) hold about {} of "
-                        "its {}",
-                        format_size(minus(minus(d.device_total_bytes, d.device_free_bytes), d.reserved_bytes)),
-                        format_size(d.device_total_bytes));
+          : fmt::format(
+                "other processes (or other devices of this process on the same hardware) hold about {} of "
+                "its {}",
+                format_size(minus(minus(d.device_total_bytes, d.device_free_bytes), d.reserved_bytes)),
+                format_size(d.device_total_bytes));
   const std::string claim_early =
       d.policy == "preallocate" ? "" : ", or set growth to preallocate to claim the budget when the device is created";
   if (d.device_free_bytes >= d.rounded_bytes) {
@@ -88,9 +90,9 @@ std::string suggest_for_device(const OomDetails& d) {
 }
 
 std::string suggest_for_fragments(const OomDetails& d) {
-  const std::string facts =
-      fmt::format("{} is free in reserved memory but the largest free block is {}, smaller than the {} requested",
-                  format_size(d.free_in_reserved_bytes), format_size(d.largest_free_block), format_size(d.rounded_bytes));
+  const std::string facts = fmt::format(
+      "{} is free in reserved memory but the largest free block is {}, smaller than the {} requested",
+      format_size(d.free_in_reserved_bytes), format_size(d.largest_free_block), format_size(d.rounded_bytes));
   if (d.policy == "preallocate") {
     // A preallocated budget is never unmapped, so nothing can be placed anew: only the order of allocations helps.
     return fmt::format(
@@ -174,10 +176,11 @@ std::string format_oom(const OomDetails& d) {
   line("in use", format_size(d.in_use_bytes));
   line("reserved", format_size(d.reserved_bytes));
   line("largest free block", format_size(d.largest_free_block));
-  line("fragmented", fmt::format("{} (free in reserved memory that cannot serve this request)", format_size(fragmented)));
+  line("fragmented",
+       fmt::format("{} (free in reserved memory that cannot serve this request)", format_size(fragmented)));
   line("device free", d.device_total_bytes == 0 ? format_size(d.device_free_bytes)
-                                                 : fmt::format("{} of {}", format_size(d.device_free_bytes),
-                                                               format_size(d.device_total_bytes)));
+                                                : fmt::format("{} of {}", format_size(d.device_free_bytes),
+                                                              format_size(d.device_total_bytes)));
   if (d.top_tags.empty()) {
     line("top tags", "none");
   } else {

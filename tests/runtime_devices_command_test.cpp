@@ -1,0 +1,105 @@
+// `plimsoll devices`, run as a user would: the real binary, configured through the environment.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+using testing::HasSubstr;
+using testing::StartsWith;
+
+struct CliRun {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+CliRun run_cli(const std::string& environment, const std::string& arguments) {
+  const std::string command = environment + " " + PLIMSOLL_CLI_PATH + " " + arguments + " 2>&1";
+  CliRun run;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return run;
+  std::array<char, 4096> buffer{};
+  std::size_t read = 0;
+  while ((read = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) run.output.append(buffer.data(), read);
+  const int status = ::pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return run;
+}
+
+class DevicesCommand : public testing::Test {
+ protected:
+  void SetUp() override {
+    config_path_ = std::filesystem::temp_directory_path() /
+                   ("plimsoll_devices_command_test_" + std::to_string(::getpid()) + ".json");
+    std::ofstream(config_path_) << R"({"devices": {"sim:8GiB": {"logical_devices": ["3GiB", "2GiB"]}}})";
+  }
+  void TearDown() override { std::filesystem::remove(config_path_); }
+
+  std::string environment() const {
+    // A known environment whatever the test runner's is; the config file adds a split simulated device.
+    return "env -u CUDA_VISIBLE_DEVICES -u PLIMSOLL_MEMORY_LIMIT -u PLIMSOLL_MEMORY_FRACTION -u PLIMSOLL_RESERVE "
+           "PLIMSOLL_VISIBLE_DEVICES=0 PLIMSOLL_CONFIG=" +
+           config_path_.string();
+  }
+
+  std::filesystem::path config_path_;
+};
+
+TEST_F(DevicesCommand, JsonListsTheHostTheSplitAndTheVisibilityLines) {
+  const CliRun run = run_cli(environment(), "devices --json");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const nlohmann::json document = nlohmann::json::parse(run.output);
+  const nlohmann::json& devices = document.at("devices");
+  ASSERT_GE(devices.size(), 4u);
+  EXPECT_EQ(devices[0].at("name"), "cpu");
+  EXPECT_EQ(devices[0].at("hardware"), "host");
+  EXPECT_GT(devices[0].at("limit_bytes").get<std::uint64_t>(), 0u);
+
+  bool saw_first = false;
+  bool saw_second = false;
+  for (const nlohmann::json& device : devices) {
+    if (device.at("name") == "sim:8GiB/0") {
+      saw_first = true;
+      EXPECT_EQ(device.at("limit_bytes").get<std::uint64_t>(), std::uint64_t{3} << 30);
+      EXPECT_EQ(device.at("total_bytes").get<std::uint64_t>(), std::uint64_t{8} << 30);
+      EXPECT_EQ(device.at("policy").at("growth"), "on_demand");
+    }
+    if (device.at("name") == "sim:8GiB/1") {
+      saw_second = true;
+      EXPECT_EQ(device.at("limit_bytes").get<std::uint64_t>(), std::uint64_t{2} << 30);
+    }
+  }
+  EXPECT_TRUE(saw_first && saw_second) << run.output;
+
+  const nlohmann::json& visibility = document.at("visibility");
+  ASSERT_GE(visibility.size(), 2u);
+  EXPECT_THAT(visibility[0].get<std::string>(), StartsWith("CUDA_VISIBLE_DEVICES is not set"));
+  EXPECT_THAT(visibility[1].get<std::string>(), StartsWith("PLIMSOLL_VISIBLE_DEVICES=\"0\""));
+}
+
+TEST_F(DevicesCommand, TableHasAHeaderTheDevicesAndTheVisibilitySection) {
+  const CliRun run = run_cli(environment(), "devices");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, StartsWith("device"));
+  EXPECT_THAT(run.output, HasSubstr("sim:8GiB/1"));
+  EXPECT_THAT(run.output, HasSubstr("split into 2 logical devices"));
+  EXPECT_THAT(run.output, HasSubstr("\nVisibility:\n  CUDA_VISIBLE_DEVICES is not set"));
+}
+
+TEST_F(DevicesCommand, BadEnvironmentIsAnErrorNamingTheVariable) {
+  const CliRun run = run_cli("PLIMSOLL_MEMORY_LIMIT=lots", "devices");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("PLIMSOLL_MEMORY_LIMIT=\"lots\""));
+}
+
+}  // namespace
