@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -32,9 +33,12 @@ std::string read_file(const std::string& path) {
 }
 
 // Runs `plimsoll ARGS` through the shell (ARGS are trusted test strings), capturing stdout and stderr apart.
-CliRun plimsoll(const std::string& args) {
-  const std::string err_path = ::testing::TempDir() + "cli_replay_stderr.txt";
-  const std::string command = std::string(PLIMSOLL_CLI_PATH) + " " + args + " 2>" + err_path;
+// `env` is prefixed as shell assignments (NAME=value ...).
+CliRun plimsoll(const std::string& args, const std::string& env = "") {
+  // One file per test: ctest runs the tests of this file in parallel processes.
+  const std::string err_path = ::testing::TempDir() + "cli_replay_stderr_" +
+                               ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".txt";
+  const std::string command = env + " " + std::string(PLIMSOLL_CLI_PATH) + " " + args + " 2>" + err_path;
   CliRun run;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) {
@@ -190,6 +194,46 @@ TEST(CliReplay, ConflictingLimitsAreAUsageError) {
   EXPECT_NE(run.status, 0);
   EXPECT_NE(run.status, 2);  // CLI11's own usage status, not a bad-input one
   EXPECT_THAT(run.err, HasSubstr("excludes"));
+}
+
+TEST(CliReplay, WithoutTracesReplaysEverySharedTraceUnderBothPolicies) {
+  const CliRun run = plimsoll("replay --json");
+  ASSERT_EQ(run.status, 0) << run.err;
+  std::set<std::pair<std::string, std::string>> runs;
+  std::size_t trace_files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(PLIMSOLL_TRACES_DIR))
+    trace_files += entry.path().extension() == ".trace" ? 1u : 0u;
+  for (const std::string& line : lines_of(run.out)) {
+    const nlohmann::json object = nlohmann::json::parse(line);
+    EXPECT_EQ(object["device"], "sim:16GiB");
+    EXPECT_FALSE(object["oom"].get<bool>()) << line;
+    runs.emplace(object["trace"].get<std::string>(), object["policy"].get<std::string>());
+  }
+  EXPECT_GE(trace_files, 1u);
+  EXPECT_EQ(runs.size(), 2 * trace_files) << run.out;
+  for (const auto& [trace, policy] : runs) EXPECT_TRUE(policy == "preallocate" || policy == "on_demand") << policy;
+}
+
+TEST(CliReplay, TableLogsEachPolicysDeviceOnce) {
+  const CliRun run = plimsoll("replay");
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(lines_of(run.err).size(), 2u) << run.err;
+  EXPECT_THAT(run.err, HasSubstr("policy preallocate"));
+  EXPECT_THAT(run.err, HasSubstr("policy on_demand"));
+  EXPECT_THAT(run.out, HasSubstr("reserved/live"));
+}
+
+TEST(CliReplay, AnEmptyTraceFolderIsAnErrorThatNamesTheFix) {
+  const std::string empty = ::testing::TempDir() + "cli_replay_empty_dir";
+  std::filesystem::create_directories(empty);
+  const CliRun run = plimsoll("replay", "PLIMSOLL_TRACE_DIR=" + empty);
+  EXPECT_EQ(run.status, 2);
+  EXPECT_THAT(run.err, HasSubstr(empty));
+  EXPECT_THAT(run.err, HasSubstr("holds no .trace file"));
+  EXPECT_THAT(run.err, HasSubstr("PLIMSOLL_TRACE_DIR"));
+  const CliRun missing = plimsoll("replay", "PLIMSOLL_TRACE_DIR=/nonexistent/plimsoll-traces");
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_THAT(missing.err, HasSubstr("/nonexistent/plimsoll-traces cannot be read"));
 }
 
 TEST(CliReplay, HelpDocumentsLimitOverLive) {

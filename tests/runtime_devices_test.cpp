@@ -464,13 +464,13 @@ TEST(RuntimeDevices, ListingShowsGpuLimitsWithoutCreatingAnything) {
   config.device_policies["cuda:1"].reserve = kGiB;
   auto runtime = make_runtime(config, 2);
   const std::vector<DeviceListing> rows = runtime->list_devices();
-  const DeviceListing& gpu = row_named(rows, "cuda:1");
+  const DeviceListing gpu = row_named(rows, "cuda:1");
   EXPECT_EQ(gpu.total_bytes, 16 * kGiB);
   EXPECT_EQ(gpu.free_bytes, 15 * kGiB);
   EXPECT_EQ(gpu.limit_bytes, 14 * kGiB);  // free - reserve
   EXPECT_EQ(gpu.policy.reserve, kGiB);
   EXPECT_THAT(gpu.details, AllOf(HasSubstr(fake_uuid(1)), HasSubstr("PCI 0000:18:00.0"), HasSubstr("compute 9.0")));
-  const DeviceListing& host = row_named(rows, "cpu");
+  const DeviceListing host = row_named(rows, "cpu");
   EXPECT_EQ(host.total_bytes, 64 * kGiB);
   EXPECT_THAT(host.details, HasSubstr("cgroup memory limit 16.00 GiB"));
   EXPECT_THAT(host.details, Not(HasSubstr("cannot be created")));

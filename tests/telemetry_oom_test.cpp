@@ -124,9 +124,24 @@ TEST(ExplainOom, FragmentedNamesTheFreeBytesTheLargestBlockAndTheFixes) {
   EXPECT_EQ(explained.cause, OomCause::fragmented);
   EXPECT_EQ(explained.suggestion,
             "3.00 GiB is free in reserved memory but the largest free block is 512.00 MiB, smaller than the 1.00 GiB "
-            "requested: call trim() or set release_threshold to 0 so free granules go back to the device and can be "
-            "mapped again in one piece, allocate large, long-lived buffers first, or raise memory_limit to >= "
-            "9.00 GiB to leave room for a fresh range");
+            "requested; the free bytes share granules with live allocations, so they cannot be given back: allocate "
+            "large, long-lived buffers first so short-lived ones do not split the space between them, or raise "
+            "memory_limit to >= 9.00 GiB to leave room for a fresh range");
+}
+
+TEST(ExplainOom, MappingByWholeGranulesIsFragmentationNotADeviceRefusal) {
+  // The numbers of the 187 MiB ResNet-18 trace at 1.03 x: 190 MiB mapped + 2.25 MiB fits the 192.77 MiB
+  // limit byte for byte, but a fresh 2.25 MiB range needs two 2 MiB granules, which would pass it.
+  OomDetails d = gpu_numbers();
+  d.rounded_bytes = 2304 * kMiB / 1024;
+  d.limit_bytes = 202131456;  // ceil(1.03 * 196247552)
+  d.granule_bytes = 2 * kMiB;
+  set_usage(d, 192612352, 190 * kMiB, 1536 * kMiB / 1024);
+  const OomDetails explained = explain_oom(d);
+  EXPECT_EQ(explained.cause, OomCause::fragmented);
+  EXPECT_THAT(explained.suggestion, HasSubstr("raise memory_limit to >= 194.00 MiB")) << "190 MiB + two granules";
+  d.granule_bytes = 0;  // a device whose granularity is unknown: the byte count alone says the device refused
+  EXPECT_EQ(explain_oom(d).cause, OomCause::device_taken);
 }
 
 TEST(ExplainOom, FragmentedWhilePreallocatedPointsAtAllocationOrder) {

@@ -2,9 +2,11 @@
 // policy costs (peaks against live bytes, map/unmap traffic, OOMs, time per operation).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -48,13 +50,42 @@ struct ReplayArgs {
   CLI::Option* limit_over_live_option = nullptr;
 };
 
+// The folder replayed when no trace is named: PLIMSOLL_TRACE_DIR, else the shared traces beside the source
+// tree this binary was built from (the README's main job).
+std::filesystem::path default_trace_dir() {
+  const char* from_env = std::getenv("PLIMSOLL_TRACE_DIR");
+  return from_env != nullptr && *from_env != '\0' ? std::filesystem::path(from_env)
+                                                  : std::filesystem::path(PLIMSOLL_DEFAULT_TRACE_DIR);
+}
+
+std::vector<std::string> traces_in(const std::filesystem::path& dir) {
+  std::error_code error;
+  std::vector<std::string> traces;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    if (entry.is_regular_file() && entry.path().extension() == ".trace") traces.push_back(entry.path().string());
+  }
+  if (error) {
+    throw plimsoll::InvalidArgument(fmt::format("no trace given, and the default trace folder {} cannot be read ({}); "
+                                                "name trace files, or set PLIMSOLL_TRACE_DIR to a folder of .trace files",
+                                                dir.string(), error.message()));
+  }
+  if (traces.empty()) {
+    throw plimsoll::InvalidArgument(fmt::format("no trace given, and the default trace folder {} holds no .trace file; "
+                                                "name trace files, or set PLIMSOLL_TRACE_DIR to a folder of .trace files",
+                                                dir.string()));
+  }
+  std::sort(traces.begin(), traces.end());
+  return traces;
+}
+
 std::vector<plimsoll::Growth> growths_to_run(const ReplayArgs& args) {
   std::vector<plimsoll::Growth> growths;
   for (const std::string& name : args.compare) growths.push_back(plimsoll::parse_growth(name));
-  if (growths.empty()) {
-    growths.push_back(args.policy.empty() ? plimsoll::Policy{}.growth : plimsoll::parse_growth(args.policy));
-  }
-  return growths;
+  if (!growths.empty()) return growths;
+  if (!args.policy.empty()) return {plimsoll::parse_growth(args.policy)};
+  // The main job (no trace named) compares the policies; a named trace gets the default policy alone.
+  if (args.traces.empty()) return {plimsoll::Growth::preallocate, plimsoll::Growth::on_demand};
+  return {plimsoll::Policy{}.growth};
 }
 
 plimsoll::Policy base_policy(const ReplayArgs& args) {
@@ -94,12 +125,12 @@ class Progress {
   bool shown_;
 };
 
-ReplayResult run_one(const ReplayArgs& args, const plimsoll::Trace& trace, plimsoll::Policy policy) {
+ReplayResult run_one(const ReplayArgs& args, const plimsoll::Trace& trace, plimsoll::Policy policy, bool log_device) {
   if (args.limit_over_live_option->count() > 0) policy.memory_limit = limit_over_live(args.limit_over_live, trace);
   policy.validate();
   plimsoll::Config config;
   config.default_policy = policy;
-  config.log_device_creation = !args.json;
+  config.log_device_creation = log_device;
   // A fresh runtime per run: every policy starts from an empty device, and peaks belong to this run alone.
   plimsoll::Runtime runtime(config);
   plimsoll::Allocator& allocator = runtime.device(args.device);
@@ -166,16 +197,21 @@ void run_replay(const ReplayArgs& args) {
   const std::vector<plimsoll::Growth> growths = growths_to_run(args);
   const plimsoll::Policy policy = base_policy(args);
   policy.validate();
+  const std::vector<std::string> traces = args.traces.empty() ? traces_in(default_trace_dir()) : args.traces;
 
   plimsoll::cli::Table table = results_table();
   std::vector<ReplayResult> out_of_memory;
   // One trace in memory at a time: a 10M-event trace takes a few hundred MB once parsed.
-  for (const std::string& path : args.traces) {
+  // Every run creates its device afresh; its "created device" line is printed once per policy, not per trace.
+  std::vector<plimsoll::Growth> logged;
+  for (const std::string& path : traces) {
     const plimsoll::Trace trace = plimsoll::read_trace(path);
     for (const plimsoll::Growth growth : growths) {
       plimsoll::Policy run_policy = policy;
       run_policy.growth = growth;
-      ReplayResult result = run_one(args, trace, run_policy);
+      const bool log_device = !args.json && std::find(logged.begin(), logged.end(), growth) == logged.end();
+      if (log_device) logged.push_back(growth);
+      ReplayResult result = run_one(args, trace, run_policy, log_device);
       if (args.json) {
         fmt::print("{}\n", json_line(result));
         std::fflush(stdout);  // a consumer sees each run as it finishes
@@ -200,11 +236,13 @@ void add_replay_command(CLI::App& app) {
   auto args = std::make_shared<ReplayArgs>();
   CLI::App* replay = app.add_subcommand("replay", "Replay allocation traces against a device and report peaks, "
                                                   "map/unmap traffic and OOMs per policy");
-  replay->add_option("traces", args->traces, "Trace files: one event a line, 'a <id> <bytes>', 'f <id>' or '# marker'")->required();
+  replay->add_option("traces", args->traces,
+                     "Trace files: one event a line, 'a <id> <bytes>', 'f <id>' or '# marker'. None: every .trace in "
+                     "$PLIMSOLL_TRACE_DIR or, unset, " PLIMSOLL_DEFAULT_TRACE_DIR ", under preallocate and on_demand");
   replay->add_option("--device", args->device, "Device to replay on: cpu, cuda:N or sim:SIZE")
       ->capture_default_str();
   CLI::Option* policy = replay->add_option("--policy", args->policy, "Growth policy: preallocate or on_demand "
-                                                                     "(default: on_demand)");
+                                                                     "(default: on_demand; both when no trace is named)");
   replay
       ->add_option("--compare", args->compare,
                    "Replay under each of these policies, comma-separated (e.g. preallocate,on_demand)")

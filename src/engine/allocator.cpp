@@ -90,7 +90,10 @@ struct Allocator::Impl {
     d.reserved_bytes = heap->mapped_bytes();
     d.largest_free_block = heap->largest_free_mapped();
     d.free_in_reserved_bytes = d.reserved_bytes - d.in_use_bytes;
-    d.device_free_bytes = backing->memory().free_bytes;
+    const backings::BackingMemory memory = backing->memory();
+    d.device_free_bytes = memory.free_bytes;
+    d.device_total_bytes = memory.total_bytes;
+    d.granule_bytes = backing->granularity();
     d.top_tags = tag_stats();
     if (d.top_tags.size() > 5) d.top_tags.resize(5);
     return d;

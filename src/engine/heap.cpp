@@ -74,19 +74,56 @@ std::uint64_t Heap::allocate(std::uint64_t bytes, std::uint16_t tag) {
 }
 
 BlockIndex Heap::allocate_large(std::uint64_t size) {
-  BlockIndex index = large_bins_.find(blocks_, size);
-  if (index == kNoBlock) {
+  const BlockIndex best_fit = large_bins_.find(blocks_, size);
+  if (best_fit == kNoBlock) {
     failure_ = HeapFailure::address_space;  // unmapping granules would not make address space
     return kNoBlock;
   }
-  if (ensure_mapped(blocks_[index], blocks_[index].addr, size)) return take(large_bins_, index, blocks_[index].addr, size);
-  // Before reporting out of memory: give back the cached granules, then put the block where it needs the
-  // fewest new ones (next to live neighbours whose granules are already mapped), not where it fits best.
+  const std::uint64_t addr = blocks_[best_fit].addr;
+  if (granules_.count_unmapped(granules_.first_covering(addr), granules_.end_covering(addr, size)) == 0)
+    return take(large_bins_, best_fit, addr, size);
+  // The growth path, rare once a job is warm. Mapped memory elsewhere beats the best fit: put the block
+  // where it needs the fewest new granules (often none), so a step whose frees came in another order
+  // reuses what the first step mapped instead of mapping more.
+  Placement placement = fewest_new_granules(size);
+  if (ensure_mapped(blocks_[placement.block], placement.addr, size))
+    return take(large_bins_, placement.block, placement.addr, size);
+  // At the limit: give back only as many cached granules as the placement lacks, none under it.
+  if (failure_ == HeapFailure::limit && release_cached_outside(placement, size) &&
+      ensure_mapped(blocks_[placement.block], placement.addr, size)) {
+    failure_ = HeapFailure::none;
+    return take(large_bins_, placement.block, placement.addr, size);
+  }
+  // Before reporting out of memory: give back every cached granule and place once more.
   release_cached();
-  const Placement placement = fewest_new_granules(size);
+  placement = fewest_new_granules(size);
   if (placement.block == kNoBlock || !ensure_mapped(blocks_[placement.block], placement.addr, size)) return kNoBlock;
   failure_ = HeapFailure::none;
   return take(large_bins_, placement.block, placement.addr, size);
+}
+
+// Unmaps whole cached granules (inside free blocks, outside the placement's range) until the placement's
+// missing granules fit under the limit. False, with what it unmapped left unmapped, when they cannot.
+bool Heap::release_cached_outside(const Placement& placement, std::uint64_t size) {
+  const std::uint64_t keep_first = granules_.first_covering(placement.addr);
+  const std::uint64_t keep_last = granules_.end_covering(placement.addr, size);
+  const std::uint64_t missing = granules_.count_unmapped(keep_first, keep_last) * granules_.granule();
+  if (missing > options_.limit) return false;
+  const auto over = [&] { return granules_.mapped_bytes() + missing > options_.limit; };
+  large_bins_.for_each(blocks_, [&](BlockIndex index) {
+    if (!over()) return;
+    const Block& block = blocks_[index];
+    const std::uint64_t first = granules_.first_inside(block.addr);
+    const std::uint64_t last = granules_.end_inside(block.addr, block.size);
+    for (const auto& [lo, hi] : {std::pair{first, std::min(last, keep_first)}, std::pair{std::max(first, keep_last), last}}) {
+      granules_.for_each_run(lo, hi, true, [&](std::uint64_t f, std::uint64_t n) {
+        const std::uint64_t excess = (granules_.mapped_bytes() + missing - options_.limit + granules_.granule() - 1) /
+                                     granules_.granule();
+        if (over()) unmap_range(f, std::min(n, excess));
+      });
+    }
+  });
+  return !over();
 }
 
 Heap::Placement Heap::fewest_new_granules(std::uint64_t size) const {

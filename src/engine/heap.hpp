@@ -106,6 +106,7 @@ class Heap {
     std::uint64_t addr = 0;
   };
   Placement fewest_new_granules(std::uint64_t size) const;
+  bool release_cached_outside(const Placement& placement, std::uint64_t size);
   BlockIndex coalesce(FreeBins& bins, BlockIndex index);
   void free_large(BlockIndex index);
   bool ensure_mapped(const Block& block, std::uint64_t addr, std::uint64_t size);

@@ -85,11 +85,13 @@ std::vector<std::string> explain_visibility(const VisibleGpus& visible,
       // CUDA reports "no device" when the list's first entry names no GPU: the list, not the machine, may be why.
       lines.push_back(
           "CUDA_VISIBLE_DEVICES may be why the driver found no GPU: CUDA stops at the first entry that is not a valid "
-          "index or UUID, names no GPU, or repeats one; compare it with `nvidia-smi -L`, or unset it");
+          "index or UUID or names no GPU, and shows none at all when an entry repeats a GPU; compare it with "
+          "`nvidia-smi -L`, or unset it");
     } else if (entries > visible.cuda_count) {
       lines.push_back(fmt::format(
           "CUDA_VISIBLE_DEVICES lists {} entries but CUDA shows {}: CUDA stops at the first entry that is not a "
-          "valid index or UUID, names no GPU, or repeats one; compare it with `nvidia-smi -L`",
+          "valid index or UUID or names no GPU, and shows none at all when an entry repeats a GPU; compare it with "
+          "`nvidia-smi -L`",
           entries, gpus_word(visible.cuda_count)));
     }
   }

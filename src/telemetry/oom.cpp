@@ -19,6 +19,11 @@ std::uint64_t plus(std::uint64_t a, std::uint64_t b) {
   return b > std::numeric_limits<std::uint64_t>::max() - a ? std::numeric_limits<std::uint64_t>::max() : a + b;
 }
 std::uint64_t minus(std::uint64_t a, std::uint64_t b) { return a > b ? a - b : 0; }
+// Devices map whole granules: a fresh range for `bytes` takes this many.
+std::uint64_t whole_granules(std::uint64_t bytes, std::uint64_t granule) {
+  if (granule == 0 || bytes % granule == 0) return bytes;
+  return plus(bytes - bytes % granule, granule);
+}
 
 std::string_view meaning(OomCause cause) {
   switch (cause) {
@@ -100,11 +105,13 @@ std::string suggest_for_fragments(const OomDetails& d) {
         "set growth to on_demand so free granules can be given back and mapped again in one piece",
         facts);
   }
+  // The engine gave back every cached granule before failing, so what stays free shares granules with live
+  // allocations: trim() cannot help, a larger limit or another allocation order can.
   return fmt::format(
-      "{}: call trim() or set release_threshold to 0 so free granules go back to the device and can be mapped "
-      "again in one piece, allocate large, long-lived buffers first, or raise memory_limit to >= {} to leave room "
-      "for a fresh range",
-      facts, format_size(plus(d.reserved_bytes, d.rounded_bytes)));
+      "{}; the free bytes share granules with live allocations, so they cannot be given back: allocate large, "
+      "long-lived buffers first so short-lived ones do not split the space between them, or raise memory_limit "
+      "to >= {} to leave room for a fresh range",
+      facts, format_size(plus(d.reserved_bytes, whole_granules(d.rounded_bytes, d.granule_bytes))));
 }
 
 std::string suggest_for_cache(const OomDetails& d) {
@@ -137,8 +144,9 @@ std::string_view to_string(OomCause cause) {
 // S = reserved (mapped), C = free in reserved (S - U), B = largest free block.
 //   1. limit_too_low: U + R > L. The live data alone leaves no room: no release, defragmenting or stopping
 //      another process can help, so it goes first, and it is the only cause whose fix is "use less or allow more".
-//   2. device_taken: S + R <= L. The limit allowed mapping the whole request anew, so the engine was refused by
-//      the device itself; its free memory is what to look at, whatever the free blocks look like.
+//   2. device_taken: S + G <= L, where G is R rounded up to the device's granule (mapping is by whole
+//      granules). The limit allowed mapping the whole request anew, so the engine was refused by the device
+//      itself; its free memory is what to look at, whatever the free blocks look like.
 //   3. fragmented: C >= R and B < R. Growing would pass the limit, and the free bytes already mapped would be
 //      enough, but no single block is large enough.
 //   4. held_in_cache: the rest (U + R <= L < S + R, C < R). The request fits under the limit only if cached free
@@ -150,7 +158,7 @@ OomDetails explain_oom(OomDetails numbers) {
   if (plus(d.in_use_bytes, d.rounded_bytes) > d.limit_bytes) {
     d.cause = OomCause::limit_too_low;
     d.suggestion = suggest_for_limit(d);
-  } else if (plus(d.reserved_bytes, d.rounded_bytes) <= d.limit_bytes) {
+  } else if (plus(d.reserved_bytes, whole_granules(d.rounded_bytes, d.granule_bytes)) <= d.limit_bytes) {
     d.cause = OomCause::device_taken;
     d.suggestion = suggest_for_device(d);
   } else if (d.free_in_reserved_bytes >= d.rounded_bytes && d.largest_free_block < d.rounded_bytes) {
