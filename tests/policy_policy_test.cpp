@@ -10,6 +10,7 @@
 
 #include "plimsoll/device.hpp"
 #include "plimsoll/error.hpp"
+#include "policy_builder.hpp"
 
 namespace plimsoll {
 namespace {
@@ -18,35 +19,6 @@ using ::testing::HasSubstr;
 
 constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
 constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
-
-/// Policies spelled by the fields that matter (designated initializers would trip -Wmissing-field-initializers).
-class PolicyOf {
- public:
-  PolicyOf& growth(Growth value) {
-    policy_.growth = value;
-    return *this;
-  }
-  PolicyOf& limit(std::uint64_t bytes) {
-    policy_.memory_limit = bytes;
-    return *this;
-  }
-  PolicyOf& fraction(double share) {
-    policy_.memory_fraction = share;
-    return *this;
-  }
-  PolicyOf& reserve(std::uint64_t bytes) {
-    policy_.reserve = bytes;
-    return *this;
-  }
-  PolicyOf& threshold(std::uint64_t bytes) {
-    policy_.release_threshold = bytes;
-    return *this;
-  }
-  operator Policy() const { return policy_; }  // NOLINT(google-explicit-constructor): reads as a Policy
-
- private:
-  Policy policy_;
-};
 
 std::string rejection_of(const Policy& policy) {
   try {

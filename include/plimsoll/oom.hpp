@@ -2,6 +2,7 @@
 // Out-of-memory errors that explain themselves.
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "plimsoll/error.hpp"

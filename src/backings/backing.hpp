@@ -1,8 +1,9 @@
 #pragma once
 // Where a device's memory comes from. The engine asks a backing for address space once, then maps and
 // unmaps granules inside it as the heap grows and shrinks, the way CUDA virtual memory works
-// (cuMemAddressReserve, then cuMemCreate + cuMemMap per granule). Backings that cannot grow in place
-// (plain cudaMalloc regions) report `growable() == false`; the engine then asks map() for whole regions.
+// (cuMemAddressReserve, then cuMemCreate + cuMemMap per granule). A device without virtual memory
+// management (plain cudaMalloc) fits the same interface only whole: reserve() allocates the budget and
+// map() of ranges inside it always succeeds, i.e. the preallocate policy (docs/engine.md, "CUDA backings").
 #include <cstdint>
 #include <string>
 
