@@ -3,7 +3,7 @@
 # (rep 1: every trace x every allocator, then rep 2, ...) so drift of the machine hits all allocators alike.
 # Prints a markdown table of medians over the processes, with ratios against glibc malloc.
 #   bench/run_replay.sh [TRACE...]          default: every *.trace in ../shared/traces
-# Environment: BUILD_DIR (default build-bench, configured Release and built when the binary is missing),
+# Environment: BUILD_DIR (default build-bench, configured Release if new, and always brought up to date),
 #   PROCESSES (runs per trace and allocator, default 5), PASSES (warm passes per process, default 10),
 #   ALLOCATORS (default "glibc jemalloc mimalloc plimsoll-on_demand plimsoll-preallocate"), TOUCH (1: --touch,
 #   default 1), RESULTS (JSON lines file, default $BUILD_DIR/replay-results.jsonl).
@@ -27,10 +27,10 @@ if [[ ${#traces[@]} -eq 0 ]]; then
 fi
 
 bench="$build_dir/bench/plimsoll_replay_bench"
-if [[ ! -x "$bench" ]]; then
+# Always built (a no-op when up to date): a stale binary would measure yesterday's engine.
+[[ -f "$build_dir/build.ninja" ]] ||
   cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPLIMSOLL_BUILD_TESTS=OFF >/dev/null
-  cmake --build "$build_dir" -j "${PLIMSOLL_JOBS:-2}" --target plimsoll_replay_bench
-fi
+cmake --build "$build_dir" -j "${PLIMSOLL_JOBS:-2}" --target plimsoll_replay_bench >/dev/null
 
 # shellcheck source=bench/preload.sh
 source "$repo_root/bench/preload.sh"

@@ -123,6 +123,21 @@ TEST(EngineHeap, GrowthMapsAheadGeometricallyButNeverPastTheLimit) {
   f.check.walk();
 }
 
+TEST(EngineHeap, NearTheLimitGrowthTakesTheRestOfTheBudget) {
+  Fixture f(100 * MiB, false, 16 * GiB, 1.1);
+  std::uint64_t a = f.alloc(60 * MiB);
+  EXPECT_EQ(f.heap.mapped_bytes(), 66 * MiB) << "needs 60 MiB, maps 10% ahead";
+  std::uint64_t b = f.alloc(20 * MiB);
+  EXPECT_EQ(f.heap.mapped_bytes(), 88 * MiB) << "needs 80 MiB, maps 10% ahead; 88 x 1.1 is still below 100";
+  std::uint64_t c = f.alloc(10 * MiB);
+  EXPECT_EQ(f.heap.mapped_bytes(), 100 * MiB) << "needs 90 MiB; 99 x 1.1 passes the limit, so it takes all 100";
+  EXPECT_EQ(f.heap.counters().maps, 3u);
+  f.check.walk();
+  f.free(a);
+  f.free(b);
+  f.free(c);
+}
+
 TEST(EngineHeap, GrowthPrefersMappedMemoryOverAnUnmappedBestFit) {
   Fixture f(1 * GiB);
   std::uint64_t a = f.alloc(4 * MiB);  // 0-4 MiB

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -125,9 +126,8 @@ class Progress {
   bool shown_;
 };
 
-ReplayResult run_one(const ReplayArgs& args, const plimsoll::Trace& trace, plimsoll::Policy policy, bool log_device) {
-  if (args.limit_over_live_option->count() > 0) policy.memory_limit = limit_over_live(args.limit_over_live, trace);
-  policy.validate();
+ReplayResult run_one(const ReplayArgs& args, const plimsoll::Trace& trace, const plimsoll::Policy& policy,
+                     bool log_device) {
   plimsoll::Config config;
   config.default_policy = policy;
   config.log_device_creation = log_device;
@@ -202,15 +202,19 @@ void run_replay(const ReplayArgs& args) {
   plimsoll::cli::Table table = results_table();
   std::vector<ReplayResult> out_of_memory;
   // One trace in memory at a time: a 10M-event trace takes a few hundred MB once parsed.
-  // Every run creates its device afresh; its "created device" line is printed once per policy, not per trace.
-  std::vector<plimsoll::Growth> logged;
+  // Every run creates its device afresh; its "created device" line is printed once per distinct device.
+  std::vector<std::pair<plimsoll::Growth, std::optional<std::uint64_t>>> logged;
   for (const std::string& path : traces) {
     const plimsoll::Trace trace = plimsoll::read_trace(path);
     for (const plimsoll::Growth growth : growths) {
       plimsoll::Policy run_policy = policy;
       run_policy.growth = growth;
-      const bool log_device = !args.json && std::find(logged.begin(), logged.end(), growth) == logged.end();
-      if (log_device) logged.push_back(growth);
+      if (args.limit_over_live_option->count() > 0) run_policy.memory_limit = limit_over_live(args.limit_over_live, trace);
+      run_policy.validate();
+      const std::pair<plimsoll::Growth, std::optional<std::uint64_t>> device_kind{growth, run_policy.memory_limit};
+      const bool log_device =
+          !args.json && std::find(logged.begin(), logged.end(), device_kind) == logged.end();
+      if (log_device) logged.push_back(device_kind);
       ReplayResult result = run_one(args, trace, run_policy, log_device);
       if (args.json) {
         fmt::print("{}\n", json_line(result));

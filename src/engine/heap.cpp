@@ -267,8 +267,12 @@ bool Heap::ensure_mapped(const Block& block, std::uint64_t addr, std::uint64_t s
     return false;
   }
   if (options_.growth_factor > 1.0) {
-    const auto target = std::min(options_.limit, static_cast<std::uint64_t>(
-                                                     static_cast<double>(mapped + missing) * options_.growth_factor));
+    const double step = static_cast<double>(mapped + missing) * options_.growth_factor;
+    // Near the limit, the next step would be cut short anyway: take the rest of the budget now, so that a job
+    // working close to its limit does not map again in later steps.
+    const auto target = step * options_.growth_factor >= static_cast<double>(options_.limit)
+                            ? options_.limit
+                            : static_cast<std::uint64_t>(step);
     const std::uint64_t room = granules_.end_inside(block.addr, block.size);  // stay inside this free block
     std::uint64_t ahead = (target - (mapped + missing)) / granule;
     while (ahead > 0 && last < room) {

@@ -29,8 +29,9 @@ struct HeapOptions {
   // the granules of a hole were given back, without ever mapping more than the limit.
   std::uint64_t address_space_factor = 4;
   // When the heap must grow, it maps ahead until the footprint is this many times what it needs (never
-  // past the limit): few, early map calls instead of one per new granule in every step.
-  double growth_factor = 2.0;
+  // past the limit): a few map calls in the first steps, then none, at 10% over the live footprint. When
+  // one more such step would reach the limit, it maps up to the limit at once.
+  double growth_factor = 1.1;
 };
 
 enum class HeapFailure { none, limit, device, address_space, too_large };
