@@ -115,11 +115,13 @@ bool Heap::release_cached_outside(const Placement& placement, std::uint64_t size
     const Block& block = blocks_[index];
     const std::uint64_t first = granules_.first_inside(block.addr);
     const std::uint64_t last = granules_.end_inside(block.addr, block.size);
-    for (const auto& [lo, hi] : {std::pair{first, std::min(last, keep_first)}, std::pair{std::max(first, keep_last), last}}) {
+    const std::pair<std::uint64_t, std::uint64_t> outside[] = {{first, std::min(last, keep_first)},
+                                                               {std::max(first, keep_last), last}};
+    for (const auto& [lo, hi] : outside) {
       granules_.for_each_run(lo, hi, true, [&](std::uint64_t f, std::uint64_t n) {
-        const std::uint64_t excess = (granules_.mapped_bytes() + missing - options_.limit + granules_.granule() - 1) /
-                                     granules_.granule();
-        if (over()) unmap_range(f, std::min(n, excess));
+        if (!over()) return;
+        const std::uint64_t excess = granules_.mapped_bytes() + missing - options_.limit;
+        unmap_range(f, std::min(n, (excess + granules_.granule() - 1) / granules_.granule()));
       });
     }
   });

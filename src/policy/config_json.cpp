@@ -1,6 +1,4 @@
 // The JSON config file: its schema is in include/plimsoll/policy.hpp and docs/configuration.md.
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -8,11 +6,13 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <span>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "plimsoll/error.hpp"
 #include "plimsoll/policy.hpp"

@@ -1,11 +1,11 @@
 // Environment variables over a Config: the last word, for jobs launched by schedulers and scripts.
-#include <fmt/format.h>
-
 #include <charconv>
 #include <cstdlib>
 #include <optional>
 #include <string>
 #include <system_error>
+
+#include <fmt/format.h>
 
 #include "plimsoll/error.hpp"
 #include "plimsoll/policy.hpp"

@@ -1,8 +1,8 @@
 #include "plimsoll/policy.hpp"
 
-#include <fmt/format.h>
-
 #include <algorithm>
+
+#include <fmt/format.h>
 
 #include "plimsoll/error.hpp"
 #include "plimsoll/size.hpp"

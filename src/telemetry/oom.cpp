@@ -1,13 +1,13 @@
 // Out-of-memory reports: which of four causes it was, read from the numbers, and one thing to do about it.
 #include "plimsoll/oom.hpp"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
 #include <utility>
+
+#include <fmt/format.h>
 
 #include "plimsoll/size.hpp"
 
@@ -149,7 +149,7 @@ std::string_view to_string(OomCause cause) {
 //      itself; its free memory is what to look at, whatever the free blocks look like.
 //   3. fragmented: C >= R and B < R. Growing would pass the limit, and the free bytes already mapped would be
 //      enough, but no single block is large enough.
-//   4. held_in_cache: the rest (U + R <= L < S + R, C < R). The request fits under the limit only if cached free
+//   4. held_in_cache: the rest (U + R <= L < S + G, C < R). The request fits under the limit only if cached free
 //      memory is given back, and the engine could not give back enough (free space in granules that live
 //      allocations share).
 // 1 and 2 exclude each other (S >= U); 3 and 4 split what is left.
