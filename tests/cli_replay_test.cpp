@@ -140,7 +140,7 @@ TEST(CliReplay, TableHasARowPerTraceAndPolicy) {
                            trace_path("resnet18-b128-sgd.trace") + " --compare on_demand,preallocate");
   ASSERT_EQ(run.status, 0) << run.err;
   const std::vector<std::string> lines = lines_of(run.out);
-  ASSERT_EQ(lines.size(), 6u) << run.out;  // header, rule, 2 traces x 2 policies
+  ASSERT_EQ(lines.size(), 9u) << run.out;  // header, rule, 2 traces x 2 policies, blank, a summary per policy
   EXPECT_THAT(lines[0], StartsWith("trace"));
   EXPECT_THAT(lines[0], HasSubstr("reserved/live"));
   EXPECT_THAT(lines[0], HasSubstr("steady maps"));
@@ -150,6 +150,8 @@ TEST(CliReplay, TableHasARowPerTraceAndPolicy) {
   EXPECT_THAT(lines[4], StartsWith("resnet18-b128-sgd.trace"));
   EXPECT_THAT(lines[2], HasSubstr("1.19 GiB"));  // 1280932064 bytes of peak live
   EXPECT_THAT(lines[2], HasSubstr(" no "));
+  EXPECT_THAT(lines[7], StartsWith("on_demand: 2 traces"));
+  EXPECT_THAT(lines[8], StartsWith("preallocate: 2 traces"));
 }
 
 TEST(CliReplay, TableExplainsAnOutOfMemory) {
@@ -221,6 +223,19 @@ TEST(CliReplay, TableLogsEachPolicysDeviceOnce) {
   EXPECT_THAT(run.err, HasSubstr("policy preallocate"));
   EXPECT_THAT(run.err, HasSubstr("policy on_demand"));
   EXPECT_THAT(run.out, HasSubstr("reserved/live"));
+}
+
+TEST(CliReplay, TableEndsWithOneSummaryLinePerPolicy) {
+  const std::string traces = trace_path("gpt-6-512-b8.trace") + " " + trace_path("resnet18-b128-sgd.trace");
+  const CliRun roomy = plimsoll("replay " + traces + " --compare preallocate,on_demand");
+  ASSERT_EQ(roomy.status, 0) << roomy.err;
+  EXPECT_THAT(roomy.out, HasSubstr("\npreallocate: 2 traces, reserved/live "));
+  EXPECT_THAT(roomy.out, HasSubstr("\non_demand: 2 traces, reserved/live 1."));
+  EXPECT_THAT(roomy.out, HasSubstr(", no OOM; "));
+
+  const CliRun tight = plimsoll("replay " + traces + " --memory-limit 64MiB");
+  ASSERT_EQ(tight.status, 0) << tight.err;
+  EXPECT_THAT(tight.out, HasSubstr("\non_demand: 2 traces, 2 ran out of memory; "));
 }
 
 TEST(CliReplay, AnEmptyTraceFolderIsAnErrorThatNamesTheFix) {

@@ -191,6 +191,44 @@ std::vector<std::string> table_row(const ReplayResult& result) {
           fmt::format("{:.1f}", result.ns_per_op)};
 }
 
+// One line per policy under the table: what a reader compares first.
+struct PolicySummary {
+  std::string policy;
+  std::size_t traces = 0;
+  std::size_t ooms = 0;
+  std::size_t steady_traffic = 0;  // traces with a map or unmap after the first step
+  double low = 0;                  // reserved/live over the traces that ran to the end
+  double high = 0;
+
+  std::string line() const {
+    const std::size_t completed = traces - ooms;
+    std::string text = fmt::format("{}: {} traces", policy, traces);
+    if (completed > 0) {
+      text += fmt::format(", reserved/live {:.2f}-{:.2f}", low, high);
+      if (ooms > 0) text += fmt::format(" over the {} that ran to the end", completed);
+    }
+    text += ooms == 0 ? ", no OOM" : fmt::format(", {} ran out of memory", ooms);
+    text += fmt::format("; {} map or unmap after the first step", steady_traffic);
+    return text;
+  }
+};
+
+void add_to_summary(std::vector<PolicySummary>& summaries, const ReplayResult& result) {
+  auto found = std::find_if(summaries.begin(), summaries.end(),
+                            [&](const PolicySummary& summary) { return summary.policy == result.policy; });
+  if (found == summaries.end()) found = summaries.insert(summaries.end(), PolicySummary{.policy = result.policy});
+  PolicySummary& summary = *found;
+  ++summary.traces;
+  if (result.steady_maps + result.steady_unmaps > 0) ++summary.steady_traffic;
+  if (result.oom) {
+    ++summary.ooms;
+    return;
+  }
+  const bool first = summary.traces - summary.ooms == 1;
+  summary.low = first ? result.reserved_over_live : std::min(summary.low, result.reserved_over_live);
+  summary.high = first ? result.reserved_over_live : std::max(summary.high, result.reserved_over_live);
+}
+
 void run_replay(const ReplayArgs& args) {
   // Checked before any trace is read, so a typo fails at once rather than after a long load.
   plimsoll::DeviceName::parse(args.device);
@@ -201,6 +239,7 @@ void run_replay(const ReplayArgs& args) {
 
   plimsoll::cli::Table table = results_table();
   std::vector<ReplayResult> out_of_memory;
+  std::vector<PolicySummary> summaries;
   // One trace in memory at a time: a 10M-event trace takes a few hundred MB once parsed.
   // Every run creates its device afresh; its "created device" line is printed once per distinct device.
   std::vector<std::pair<plimsoll::Growth, std::optional<std::uint64_t>>> logged;
@@ -222,12 +261,17 @@ void run_replay(const ReplayArgs& args) {
         continue;
       }
       table.add_row(table_row(result));
+      add_to_summary(summaries, result);
       if (result.oom) out_of_memory.push_back(std::move(result));
     }
   }
   if (args.json) return;
 
   fmt::print("{}", table.render());
+  if (traces.size() > 1) {
+    fmt::print("\n");
+    for (const PolicySummary& summary : summaries) fmt::print("{}\n", summary.line());
+  }
   for (const ReplayResult& result : out_of_memory) {
     fmt::print("\n{} with {} ran out of memory at line {}:\n{}\n", result.trace, result.policy, result.oom_line,
                result.oom_message);
