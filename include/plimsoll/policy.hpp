@@ -61,11 +61,14 @@ struct Config {
 Config parse_config_json(std::string_view text, std::string_view origin = "config");
 Config load_config_file(const std::string& path);
 
-/// Applies environment variables on top of `base`. `getenv` is injectable for tests.
+/// Reads one variable of this process's environment (std::getenv); nullptr when unset.
+const char* process_environment(const char* name);
+
+/// Applies environment variables on top of `base`; `getenv_fn` is injectable for tests.
 ///   PLIMSOLL_ALLOW_GROWTH=true|false, PLIMSOLL_MEMORY_LIMIT=SIZE, PLIMSOLL_MEMORY_FRACTION=F,
 ///   PLIMSOLL_RESERVE=SIZE, PLIMSOLL_RELEASE_THRESHOLD=SIZE, PLIMSOLL_CPU_FALLBACK=true|false,
 ///   PLIMSOLL_VISIBLE_DEVICES=LIST, PLIMSOLL_CONFIG=PATH (read first), PLIMSOLL_LOG=0|1
 using Getenv = const char* (*)(const char*);
-Config apply_environment(Config base, Getenv getenv_fn);
+Config apply_environment(Config base, Getenv getenv_fn = &process_environment);
 
 }  // namespace plimsoll

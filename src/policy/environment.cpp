@@ -91,6 +91,8 @@ std::optional<Growth> growth_from(const Environment& env) {
 
 }  // namespace
 
+const char* process_environment(const char* name) { return std::getenv(name); }
+
 Config apply_environment(Config base, Getenv getenv_fn) {
   if (getenv_fn == nullptr) {
     getenv_fn = [](const char* name) -> const char* { return std::getenv(name); };

@@ -105,8 +105,7 @@ Runtime::~Runtime() = default;
 Runtime& Runtime::global() {
   // Never destroyed: memory handed out through the C API or held by other static objects may be freed while
   // the process exits, after a destroyed runtime would have unmapped it.
-  static Runtime* const runtime = new Runtime(
-      apply_environment(Config{}, [](const char* variable) -> const char* { return std::getenv(variable); }));
+  static Runtime* const runtime = new Runtime(apply_environment(Config{}));
   return *runtime;
 }
 
