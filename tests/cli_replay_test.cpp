@@ -238,6 +238,14 @@ TEST(CliReplay, TableEndsWithOneSummaryLinePerPolicy) {
   EXPECT_THAT(tight.out, HasSubstr("\non_demand: 2 traces, 2 ran out of memory; "));
 }
 
+TEST(CliReplay, ATightLimitOnARealTraceIsReportedAsFragmentation) {
+  // 187 MiB live, 192.77 MiB limit: 6 MiB stay free, in pieces smaller than the 2.25 MiB request.
+  const CliRun run = plimsoll("replay " + trace_path("leak-clean-resnet18.trace") + " --limit-over-live 1.03");
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("cause:              fragmented"));
+  EXPECT_THAT(run.out, HasSubstr("raise memory_limit to >= 194.00 MiB"));
+}
+
 TEST(CliReplay, AnEmptyTraceFolderIsAnErrorThatNamesTheFix) {
   const std::string empty = ::testing::TempDir() + "cli_replay_empty_dir";
   std::filesystem::create_directories(empty);

@@ -33,6 +33,7 @@ struct OomDetails {
   std::uint64_t device_free_bytes = 0;        // what the device itself reported free
   std::uint64_t device_total_bytes = 0;       // the device's capacity; 0 when unknown
   std::uint64_t granule_bytes = 0;            // the device maps memory in granules of this size; 0 when unknown
+  bool device_refused = false;                // the device refused memory that the limit allowed
   std::vector<TagStats> top_tags;
   OomCause cause = OomCause::limit_too_low;
   std::string suggestion;                     // one concrete thing to do

@@ -94,6 +94,7 @@ struct Allocator::Impl {
     d.device_free_bytes = memory.free_bytes;
     d.device_total_bytes = memory.total_bytes;
     d.granule_bytes = backing->granularity();
+    d.device_refused = heap->last_failure() == engine::HeapFailure::device;
     d.top_tags = tag_stats();
     if (d.top_tags.size() > 5) d.top_tags.resize(5);
     return d;

@@ -144,21 +144,20 @@ std::string_view to_string(OomCause cause) {
 // S = reserved (mapped), C = free in reserved (S - U), B = largest free block.
 //   1. limit_too_low: U + R > L. The live data alone leaves no room: no release, defragmenting or stopping
 //      another process can help, so it goes first, and it is the only cause whose fix is "use less or allow more".
-//   2. device_taken: S + G <= L, where G is R rounded up to the device's granule (mapping is by whole
-//      granules). The limit allowed mapping the whole request anew, so the engine was refused by the device
-//      itself; its free memory is what to look at, whatever the free blocks look like.
+//   2. device_taken: the engine says the device refused memory the limit allowed (device_refused). Read from
+//      the engine, not the numbers: whether the limit allowed a mapping depends on where the block would go.
 //   3. fragmented: C >= R and B < R. Growing would pass the limit, and the free bytes already mapped would be
 //      enough, but no single block is large enough.
-//   4. held_in_cache: the rest (U + R <= L < S + G, C < R). The request fits under the limit only if cached free
+//   4. held_in_cache: the rest (U + R <= L, no refusal, C < R). The request fits under the limit only if cached free
 //      memory is given back, and the engine could not give back enough (free space in granules that live
 //      allocations share).
-// 1 and 2 exclude each other (S >= U); 3 and 4 split what is left.
+// 3 and 4 split what is left.
 OomDetails explain_oom(OomDetails numbers) {
   OomDetails d = std::move(numbers);
   if (plus(d.in_use_bytes, d.rounded_bytes) > d.limit_bytes) {
     d.cause = OomCause::limit_too_low;
     d.suggestion = suggest_for_limit(d);
-  } else if (plus(d.reserved_bytes, whole_granules(d.rounded_bytes, d.granule_bytes)) <= d.limit_bytes) {
+  } else if (d.device_refused) {
     d.cause = OomCause::device_taken;
     d.suggestion = suggest_for_device(d);
   } else if (d.free_in_reserved_bytes >= d.rounded_bytes && d.largest_free_block < d.rounded_bytes) {
