@@ -1,8 +1,4 @@
 // `plimsoll replay` as a user runs it: the built binary, its output, its exit status.
-#include <sys/wait.h>
-
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -14,44 +10,17 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "cli_runner.hpp"
+
 namespace {
 
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-struct CliRun {
-  int status = -1;
-  std::string out;
-  std::string err;
-};
+using plimsoll::testing::CliRun;
 
-std::string read_file(const std::string& path) {
-  std::ifstream file(path);
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
-
-// Runs `plimsoll ARGS` through the shell (ARGS are trusted test strings), capturing stdout and stderr apart.
-// `env` is prefixed as shell assignments (NAME=value ...).
 CliRun plimsoll(const std::string& args, const std::string& env = "") {
-  // One file per test: ctest runs the tests of this file in parallel processes.
-  const std::string err_path = ::testing::TempDir() + "cli_replay_stderr_" +
-                               ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".txt";
-  const std::string command = env + " " + std::string(PLIMSOLL_CLI_PATH) + " " + args + " 2>" + err_path;
-  CliRun run;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) {
-    ADD_FAILURE() << "popen failed for " << command;
-    return run;
-  }
-  std::array<char, 4096> buffer{};
-  std::size_t got = 0;
-  while ((got = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) run.out.append(buffer.data(), got);
-  const int wait_status = pclose(pipe);
-  run.status = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1;
-  run.err = read_file(err_path);
-  return run;
+  return plimsoll::testing::run_plimsoll(args, env);
 }
 
 std::vector<std::string> lines_of(const std::string& text) {

@@ -1,10 +1,7 @@
 // `plimsoll devices`, run as a user would: the real binary, configured through the environment.
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
 #include <cstdint>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -13,28 +10,15 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "cli_runner.hpp"
+
 namespace {
 
 using testing::HasSubstr;
 using testing::StartsWith;
 
-struct CliRun {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-CliRun run_cli(const std::string& environment, const std::string& arguments) {
-  const std::string command = environment + " " + PLIMSOLL_CLI_PATH + " " + arguments + " 2>&1";
-  CliRun run;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return run;
-  std::array<char, 4096> buffer{};
-  std::size_t read = 0;
-  while ((read = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) run.output.append(buffer.data(), read);
-  const int status = ::pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
-}
+using plimsoll::testing::CliRun;
+using plimsoll::testing::run_plimsoll;
 
 class DevicesCommand : public testing::Test {
  protected:
@@ -56,9 +40,9 @@ class DevicesCommand : public testing::Test {
 };
 
 TEST_F(DevicesCommand, JsonListsTheHostTheSplitAndTheVisibilityLines) {
-  const CliRun run = run_cli(environment(), "devices --json");
-  ASSERT_EQ(run.exit_code, 0) << run.output;
-  const nlohmann::json document = nlohmann::json::parse(run.output);
+  const CliRun run = run_plimsoll("devices --json", environment());
+  ASSERT_EQ(run.status, 0) << run.err;
+  const nlohmann::json document = nlohmann::json::parse(run.out);
   const nlohmann::json& devices = document.at("devices");
   ASSERT_GE(devices.size(), 4u);
   EXPECT_EQ(devices[0].at("name"), "cpu");
@@ -79,7 +63,7 @@ TEST_F(DevicesCommand, JsonListsTheHostTheSplitAndTheVisibilityLines) {
       EXPECT_EQ(device.at("limit_bytes").get<std::uint64_t>(), std::uint64_t{2} << 30);
     }
   }
-  EXPECT_TRUE(saw_first && saw_second) << run.output;
+  EXPECT_TRUE(saw_first && saw_second) << run.out;
 
   const nlohmann::json& visibility = document.at("visibility");
   ASSERT_GE(visibility.size(), 2u);
@@ -88,18 +72,18 @@ TEST_F(DevicesCommand, JsonListsTheHostTheSplitAndTheVisibilityLines) {
 }
 
 TEST_F(DevicesCommand, TableHasAHeaderTheDevicesAndTheVisibilitySection) {
-  const CliRun run = run_cli(environment(), "devices");
-  ASSERT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_THAT(run.output, StartsWith("device"));
-  EXPECT_THAT(run.output, HasSubstr("sim:8GiB/1"));
-  EXPECT_THAT(run.output, HasSubstr("split into 2 logical devices"));
-  EXPECT_THAT(run.output, HasSubstr("\nVisibility:\n  CUDA_VISIBLE_DEVICES is not set"));
+  const CliRun run = run_plimsoll("devices", environment());
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_THAT(run.out, StartsWith("device"));
+  EXPECT_THAT(run.out, HasSubstr("sim:8GiB/1"));
+  EXPECT_THAT(run.out, HasSubstr("split into 2 logical devices"));
+  EXPECT_THAT(run.out, HasSubstr("\nVisibility:\n  CUDA_VISIBLE_DEVICES is not set"));
 }
 
 TEST_F(DevicesCommand, BadEnvironmentIsAnErrorNamingTheVariable) {
-  const CliRun run = run_cli("PLIMSOLL_MEMORY_LIMIT=lots", "devices");
-  EXPECT_EQ(run.exit_code, 2) << run.output;
-  EXPECT_THAT(run.output, HasSubstr("PLIMSOLL_MEMORY_LIMIT=\"lots\""));
+  const CliRun run = run_plimsoll("devices", "PLIMSOLL_MEMORY_LIMIT=lots");
+  EXPECT_EQ(run.status, 2) << run.out;
+  EXPECT_THAT(run.err, HasSubstr("PLIMSOLL_MEMORY_LIMIT=\"lots\""));
 }
 
 }  // namespace

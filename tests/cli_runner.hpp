@@ -1,0 +1,50 @@
+#pragma once
+// Runs the built `plimsoll` binary as a user would, through the shell, and keeps its stdout, stderr and exit
+// status apart. Arguments and environment are trusted test strings.
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace plimsoll::testing {
+
+struct CliRun {
+  int status = -1;
+  std::string out;
+  std::string err;
+};
+
+inline std::string read_text_file(const std::string& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+/// `env` is prefixed as shell assignments or an `env ...` command (NAME=value ...).
+inline CliRun run_plimsoll(const std::string& args, const std::string& env = "") {
+  // One file per test: ctest runs the tests of a file in parallel processes.
+  const std::string err_path = ::testing::TempDir() + "plimsoll_cli_stderr_" +
+                               ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".txt";
+  const std::string command = env + " " + std::string(PLIMSOLL_CLI_PATH) + " " + args + " 2>" + err_path;
+  CliRun run;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    ADD_FAILURE() << "popen failed for " << command;
+    return run;
+  }
+  std::array<char, 4096> buffer{};
+  std::size_t got = 0;
+  while ((got = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) run.out.append(buffer.data(), got);
+  const int wait_status = pclose(pipe);
+  run.status = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1;
+  run.err = read_text_file(err_path);
+  return run;
+}
+
+}  // namespace plimsoll::testing
