@@ -86,20 +86,16 @@ BlockIndex Heap::allocate_large(std::uint64_t size) {
   // where it needs the fewest new granules (often none), so a step whose frees came in another order
   // reuses what the first step mapped instead of mapping more.
   Placement placement = fewest_new_granules(size);
-  if (ensure_mapped(blocks_[placement.block], placement.addr, size))
-    return take(large_bins_, placement.block, placement.addr, size);
+  bool mapped = ensure_mapped(placement, size);
   // At the limit: give back only as many cached granules as the placement lacks, none under it.
-  if (failure_ == HeapFailure::limit && release_cached_outside(placement, size) &&
-      ensure_mapped(blocks_[placement.block], placement.addr, size)) {
-    failure_ = HeapFailure::none;
-    return take(large_bins_, placement.block, placement.addr, size);
+  if (!mapped && failure_ == HeapFailure::limit && release_cached_outside(placement, size))
+    mapped = ensure_mapped(placement, size);
+  if (!mapped) {  // before reporting out of memory: give back every cached granule and place once more
+    release_cached();
+    placement = fewest_new_granules(size);
+    mapped = placement.block != kNoBlock && ensure_mapped(placement, size);
   }
-  // Before reporting out of memory: give back every cached granule and place once more.
-  release_cached();
-  placement = fewest_new_granules(size);
-  if (placement.block == kNoBlock || !ensure_mapped(blocks_[placement.block], placement.addr, size)) return kNoBlock;
-  failure_ = HeapFailure::none;
-  return take(large_bins_, placement.block, placement.addr, size);
+  return mapped ? take(large_bins_, placement.block, placement.addr, size) : kNoBlock;
 }
 
 // Unmaps whole cached granules (inside free blocks, outside the placement's range) until the placement's
@@ -254,14 +250,16 @@ BlockIndex Heap::coalesce(FreeBins& bins, BlockIndex index) {
   return index;
 }
 
-// Maps the granules that [addr, addr + size) inside free block `block` needs. When it must grow, it
-// also maps ahead into the rest of that free block, so that the footprint grows geometrically (up to the
-// limit) rather than one granule at a time: the steps after the first then run without map calls.
-bool Heap::ensure_mapped(const Block& block, std::uint64_t addr, std::uint64_t size) {
-  const std::uint64_t first = granules_.first_covering(addr);
-  std::uint64_t last = granules_.end_covering(addr, size);
+// Maps the granules that [placement.addr, + size) needs. When it must grow, it also maps ahead into the rest
+// of the placement's free block, so that the footprint grows geometrically (up to the limit) rather than one
+// granule at a time: the steps after the first then run without map calls. Sets failure_ either way.
+bool Heap::ensure_mapped(const Placement& placement, std::uint64_t size) {
+  const Block& block = blocks_[placement.block];
+  const std::uint64_t first = granules_.first_covering(placement.addr);
+  std::uint64_t last = granules_.end_covering(placement.addr, size);
   const std::uint64_t granule = granules_.granule();
   const std::uint64_t missing = granules_.count_unmapped(first, last) * granule;
+  failure_ = HeapFailure::none;
   if (missing == 0) return true;
   const std::uint64_t mapped = granules_.mapped_bytes();
   if (mapped + missing > options_.limit) {

@@ -110,7 +110,7 @@ class Heap {
   bool release_cached_outside(const Placement& placement, std::uint64_t size);
   BlockIndex coalesce(FreeBins& bins, BlockIndex index);
   void free_large(BlockIndex index);
-  bool ensure_mapped(const Block& block, std::uint64_t addr, std::uint64_t size);
+  bool ensure_mapped(const Placement& placement, std::uint64_t size);
   void unmap_range(std::uint64_t first, std::uint64_t count);
 
   backings::Backing& backing_;
