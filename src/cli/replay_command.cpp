@@ -60,21 +60,18 @@ std::filesystem::path default_trace_dir() {
 }
 
 std::vector<std::string> traces_in(const std::filesystem::path& dir) {
+  const auto unusable = [&dir](const std::string& why) {
+    return plimsoll::InvalidArgument(fmt::format("no trace given, and the default trace folder {} {}; name trace "
+                                                 "files, or set PLIMSOLL_TRACE_DIR to a folder of .trace files",
+                                                 dir.string(), why));
+  };
   std::error_code error;
   std::vector<std::string> traces;
   for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
     if (entry.is_regular_file() && entry.path().extension() == ".trace") traces.push_back(entry.path().string());
   }
-  if (error) {
-    throw plimsoll::InvalidArgument(fmt::format("no trace given, and the default trace folder {} cannot be read ({}); "
-                                                "name trace files, or set PLIMSOLL_TRACE_DIR to a folder of .trace files",
-                                                dir.string(), error.message()));
-  }
-  if (traces.empty()) {
-    throw plimsoll::InvalidArgument(fmt::format("no trace given, and the default trace folder {} holds no .trace file; "
-                                                "name trace files, or set PLIMSOLL_TRACE_DIR to a folder of .trace files",
-                                                dir.string()));
-  }
+  if (error) throw unusable(fmt::format("cannot be read ({})", error.message()));
+  if (traces.empty()) throw unusable("holds no .trace file");
   std::sort(traces.begin(), traces.end());
   return traces;
 }
@@ -197,7 +194,7 @@ struct PolicySummary {
   std::size_t traces = 0;
   std::size_t ooms = 0;
   std::size_t steady_traffic = 0;  // traces with a map or unmap after the first step
-  double low = 0;                  // reserved/live over the traces that ran to the end
+  double low = std::numeric_limits<double>::infinity();  // reserved/live over the traces that ran to the end
   double high = 0;
 
   std::string line() const {
@@ -224,9 +221,8 @@ void add_to_summary(std::vector<PolicySummary>& summaries, const ReplayResult& r
     ++summary.ooms;
     return;
   }
-  const bool first = summary.traces - summary.ooms == 1;
-  summary.low = first ? result.reserved_over_live : std::min(summary.low, result.reserved_over_live);
-  summary.high = first ? result.reserved_over_live : std::max(summary.high, result.reserved_over_live);
+  summary.low = std::min(summary.low, result.reserved_over_live);
+  summary.high = std::max(summary.high, result.reserved_over_live);
 }
 
 void run_replay(const ReplayArgs& args) {
@@ -248,11 +244,12 @@ void run_replay(const ReplayArgs& args) {
     for (const plimsoll::Growth growth : growths) {
       plimsoll::Policy run_policy = policy;
       run_policy.growth = growth;
-      if (args.limit_over_live_option->count() > 0) run_policy.memory_limit = limit_over_live(args.limit_over_live, trace);
+      if (args.limit_over_live_option->count() > 0) {
+        run_policy.memory_limit = limit_over_live(args.limit_over_live, trace);
+      }
       run_policy.validate();
       const std::pair<plimsoll::Growth, std::optional<std::uint64_t>> device_kind{growth, run_policy.memory_limit};
-      const bool log_device =
-          !args.json && std::find(logged.begin(), logged.end(), device_kind) == logged.end();
+      const bool log_device = !args.json && std::find(logged.begin(), logged.end(), device_kind) == logged.end();
       if (log_device) logged.push_back(device_kind);
       ReplayResult result = run_one(args, trace, run_policy, log_device);
       if (args.json) {
