@@ -7,6 +7,8 @@ packages=(
   build-essential g++-12 cmake ninja-build pkg-config
   clang-14 lld-14 libclang-rt-14-dev          # the Clang build, the sanitizers and libFuzzer
   libcli11-dev nlohmann-json3-dev libfmt-dev zlib1g-dev
+  libdw-dev                                   # call sites of recorded allocations, symbolized by elfutils
+  chromium                                    # opens the HTML timeline in a test (headless)
   libgtest-dev libgmock-dev                   # tests
   libbenchmark-dev libjemalloc-dev libmimalloc-dev python3   # benchmarks (python3 prints their table)
 )

@@ -186,15 +186,15 @@ TEST(ParserTraceErrors, DoubleFreeNamesTheFirstFree) {
 }
 
 TEST(ParserTraceErrors, StepMarkersMustPair) {
-  EXPECT_THAT(parse_error("# step 0 end\n"), StartsWith("t.trace:1: '# step 0 end' without a matching '# step 0 "
+  EXPECT_THAT(parse_error("# step 0 end\n"), StartsWith("t.trace:1: 'step 0 end' without a matching 'step 0 "
                                                         "begin'"));
   EXPECT_THAT(parse_error("# step 0 begin\n# step 1 begin\n"),
-              StartsWith("t.trace:2: step 1 begins while step 0 (begun at line 1) is still open; add '# step 0 "
+              StartsWith("t.trace:2: step 1 begins while step 0 (begun at line 1) is still open; add 'step 0 "
                          "end'"));
   EXPECT_THAT(parse_error("# step 0 begin\na 1 1\n# step 1 end\n"),
-              StartsWith("t.trace:3: '# step 1 end' closes step 0 (begun at line 1)"));
+              StartsWith("t.trace:3: 'step 1 end' closes step 0 (begun at line 1)"));
   EXPECT_THAT(parse_error("a 1 1\n# step 4 begin\nf 1\n"),
-              StartsWith("t.trace:2: step 4 begins here but never ends; add '# step 4 end'"));
+              StartsWith("t.trace:2: step 4 begins here but never ends; add 'step 4 end'"));
   EXPECT_THAT(parse_error("# step x begin\n"), StartsWith("t.trace:1: step number 'x' is not an integer"));
 }
 

@@ -167,8 +167,8 @@ TEST(TelemetryReplay, HandBuiltTraceWithABadSlotIsRejected) {
   Trace trace;
   trace.origin = "hand";
   trace.slots = 1;
-  trace.events.push_back(TraceEvent{TraceEvent::Kind::allocate, 0, 64, 1});
-  trace.events.push_back(TraceEvent{TraceEvent::Kind::allocate, 5, 64, 2});
+  trace.events.push_back(TraceEvent{.kind = TraceEvent::Kind::allocate, .slot = 0, .bytes = 64, .line = 1});
+  trace.events.push_back(TraceEvent{.kind = TraceEvent::Kind::allocate, .slot = 5, .bytes = 64, .line = 2});
   Runtime runtime(config_with(Growth::on_demand, 64 * kMiB));
   Allocator& allocator = runtime.device("sim:1GiB");
   EXPECT_THROW(replay(trace, allocator, {}), InvalidArgument);

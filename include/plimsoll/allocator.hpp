@@ -18,6 +18,7 @@
 namespace plimsoll {
 
 namespace backings { class Backing; }
+class Recording;
 
 /// What a device was created with, after defaults were applied.
 struct DeviceDescription {
@@ -54,6 +55,14 @@ class Allocator {
   void deallocate(void* ptr);
   /// True when `ptr` is the start of a live allocation of this device.
   bool owns(const void* ptr) const;
+
+  /// Appends this device's events (allocations, frees, maps, unmaps, OOMs) to `recording`, from now on;
+  /// nullptr stops. The device holds a reference, so the recording stays open while it is attached.
+  void record_to(std::shared_ptr<Recording> recording);
+  /// The device's memory as JSON: its mapped segments and every block in them (address, size, requested size,
+  /// allocated or free, tag, and the call site when a recording with call sites is attached). For looking at
+  /// fragmentation and at who holds what; it walks the whole heap, so it is not for hot paths.
+  std::string snapshot() const;
 
   /// Returns cached free memory to the backing; returns the bytes released.
   std::uint64_t trim();

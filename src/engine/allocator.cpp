@@ -7,12 +7,17 @@
 #include <cmath>
 #include <cstdio>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "backings/backing.hpp"
 #include "engine/heap.hpp"
-#include "engine/spin_lock.hpp"
+#include "util/spin_lock.hpp"
+#include "plimsoll/recording.hpp"
 #include "plimsoll/size.hpp"
+#include "telemetry/recorder.hpp"
 
 namespace plimsoll {
 
@@ -46,13 +51,52 @@ struct Allocator::Impl {
   DeviceDescription description;
   std::unique_ptr<backings::Backing> backing;
   std::unique_ptr<engine::Heap> heap;
-  mutable engine::SpinLock lock;
+  mutable util::SpinLock lock;
   std::vector<TagCounter> tags;
   std::array<RecentFree, kRecentFrees> recent{};
   std::size_t recent_next = 0;
   std::uint64_t ooms = 0;
+  // Recording (record_to): the attached trace writer, this device's id in it, and while call sites are captured,
+  // the site of each live allocation (for snapshot()).
+  std::shared_ptr<Recording> recording;
+  Recording::Impl* recorder = nullptr;
+  std::uint16_t recorder_device = 0;
+  std::unordered_map<std::uint64_t, std::uint32_t> live_sites;
 
   std::uint64_t allocate(std::size_t bytes, Tag tag) {
+    if (recorder != nullptr) [[unlikely]] return allocate_recorded(bytes, tag);
+    return allocate_unrecorded(bytes, tag);
+  }
+
+  // Maps and unmaps are recorded as the net change of mapped bytes around a call: the heap maps at most once per
+  // call on the way up, and the OOM path's release-then-retry is one net change from the outside.
+  void record_mapping_change(std::uint64_t mapped_before) {
+    const std::uint64_t mapped_after = heap->mapped_bytes();
+    if (mapped_after > mapped_before) recorder->map(recorder_device, mapped_after - mapped_before);
+    if (mapped_after < mapped_before) recorder->unmap(recorder_device, mapped_before - mapped_after);
+  }
+
+  std::uint64_t allocate_recorded(std::size_t bytes, Tag tag) {
+    const std::uint32_t site = recorder->capturing_call_sites() ? recorder->capture_call_site() : 0;
+    const std::uint64_t mapped_before = heap->mapped_bytes();
+    const std::uint64_t addr = allocate_unrecorded(bytes, tag);
+    record_mapping_change(mapped_before);
+    if (addr == 0) {
+      recorder->oom(recorder_device, bytes, tag, site);
+      return 0;
+    }
+    recorder->allocate(recorder_device, addr, bytes, tag, site);
+    if (site != 0) live_sites[addr] = site;
+    return addr;
+  }
+
+  void record_free(std::uint64_t addr, std::uint64_t mapped_before) {
+    recorder->free(recorder_device, addr);
+    record_mapping_change(mapped_before);
+    if (!live_sites.empty()) live_sites.erase(addr);
+  }
+
+  std::uint64_t allocate_unrecorded(std::size_t bytes, Tag tag) {
     std::uint64_t addr = heap->allocate(bytes, tag);
     if (addr == 0) {
       ++ooms;
@@ -144,8 +188,10 @@ void Allocator::deallocate(void* ptr) {
   if (ptr == nullptr) return;
   const auto addr = reinterpret_cast<std::uint64_t>(ptr);
   std::lock_guard guard(impl_->lock);
+  const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
   engine::Heap::Freed freed;
   if (!impl_->heap->deallocate(addr, freed)) impl_->throw_bad_free(addr);
+  if (impl_->recorder != nullptr) impl_->record_free(addr, mapped_before);
   Impl::TagCounter& counter = impl_->tags[freed.tag];
   counter.in_use -= freed.size;
   --counter.live;
@@ -159,7 +205,58 @@ bool Allocator::owns(const void* ptr) const {
 
 std::uint64_t Allocator::trim() {
   std::lock_guard guard(impl_->lock);
-  return impl_->heap->release_cached();
+  const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
+  const std::uint64_t released = impl_->heap->release_cached();
+  if (impl_->recorder != nullptr) impl_->record_mapping_change(mapped_before);
+  return released;
+}
+
+void Allocator::record_to(std::shared_ptr<Recording> recording) {
+  // Interned before taking the device lock: the recording takes its own lock for it.
+  const std::uint16_t device = recording ? recording->impl().device_id(impl_->description.name) : 0;
+  std::lock_guard guard(impl_->lock);
+  impl_->recording = std::move(recording);
+  impl_->recorder = impl_->recording ? &impl_->recording->impl() : nullptr;
+  impl_->recorder_device = device;
+  impl_->live_sites.clear();
+}
+
+std::string Allocator::snapshot() const {
+  using nlohmann::json;
+  json segments = json::array();
+  json blocks = json::array();
+  std::lock_guard guard(impl_->lock);
+  const engine::Heap& heap = *impl_->heap;
+  const engine::GranuleMap& granules = heap.granules();
+  const std::uint64_t granule = granules.granule();
+  granules.for_each_run(0, heap.span_bytes() / granule, true, [&](std::uint64_t first, std::uint64_t count) {
+    segments.push_back({{"address", granules.address_of(first)}, {"bytes", count * granule}});
+  });
+  heap.walk([&](const engine::BlockView& block) {
+    if (block.page) return;  // a small page is listed through its blocks
+    json entry = {{"address", block.addr},
+                  {"bytes", block.size},
+                  {"state", block.free ? "free" : "allocated"},
+                  {"small", block.small}};
+    if (!block.free) {
+      entry["requested_bytes"] = block.requested;
+      entry["tag"] = block.tag == kUntagged ? "untagged" : std::string(tag_name(block.tag));
+      if (const auto site = impl_->live_sites.find(block.addr); site != impl_->live_sites.end()) {
+        entry["call_site"] = impl_->recorder->describe_call_site(site->second);
+      }
+    }
+    blocks.push_back(std::move(entry));
+  });
+  const engine::HeapCounters& counters = heap.counters();
+  const json snapshot = {{"device", impl_->description.name},
+                         {"policy", to_string(impl_->description.policy.growth)},
+                         {"limit_bytes", impl_->description.limit_bytes},
+                         {"in_use_bytes", counters.in_use},
+                         {"reserved_bytes", heap.mapped_bytes()},
+                         {"granule_bytes", granule},
+                         {"segments", std::move(segments)},
+                         {"blocks", std::move(blocks)}};
+  return snapshot.dump();
 }
 
 Stats Allocator::stats() const {

@@ -1,5 +1,6 @@
 #include "telemetry/replay.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -77,15 +78,27 @@ ReplayResult replay(const Trace& trace, Allocator& allocator, const ReplayOption
   // Steady state starts at the event "# step N end" of the first step; without steps there is none.
   const std::size_t steady_from = trace.steps.empty() ? trace.events.size() : trace.steps.front().end;
 
+  // The trace's tag names, as this process's tags, so the device's per-tag stats follow the recording.
+  std::vector<Tag> tags;
+  tags.reserve(trace.tags.size());
+  for (const std::string& name : trace.tags) tags.push_back(name.empty() ? kUntagged : intern_tag(name));
+
   LiveBlocks live(allocator, trace.slots);
   const Stats before = allocator.stats();
   Stats at_steady = before;
   bool steady_reached = false;
 
+  std::uint64_t in_use = before.in_use_bytes;
+  std::uint64_t reserved = before.reserved_bytes;
+  if (options.timeline != nullptr) options.timeline->begin(in_use);
+  const std::size_t progress_every = std::max<std::size_t>(1, options.progress_every);
+
   const auto started = std::chrono::steady_clock::now();
   for (std::size_t index = 0; index < trace.events.size(); ++index) {
+    if (options.progress && index % progress_every == 0 && index > 0) options.progress(index);
     const TraceEvent& event = trace.events[index];
-    if (event.kind != TraceEvent::Kind::marker && event.slot >= trace.slots) {
+    const bool changes_live = event.kind == TraceEvent::Kind::allocate || event.kind == TraceEvent::Kind::free;
+    if (changes_live && event.slot >= trace.slots) {
       // Only a Trace built by hand can get here; parse_trace numbers slots itself.
       throw InvalidArgument(fmt::format("{}:{}: slot {} is outside the trace's {} slots; set Trace::slots to the "
                                         "number of allocations",
@@ -94,7 +107,8 @@ ReplayResult replay(const Trace& trace, Allocator& allocator, const ReplayOption
     if (event.kind == TraceEvent::Kind::allocate) {
       void* block = nullptr;
       try {
-        block = allocator.allocate(static_cast<std::size_t>(event.bytes));
+        const Tag tag = event.tag < tags.size() ? tags[event.tag] : kUntagged;
+        block = allocator.allocate(static_cast<std::size_t>(event.bytes), tag);
       } catch (const OutOfMemory& oom) {
         result.oom = true;
         result.oom_event = index;
@@ -109,12 +123,23 @@ ReplayResult replay(const Trace& trace, Allocator& allocator, const ReplayOption
       allocator.deallocate(live[event.slot]);
       live[event.slot] = nullptr;
       ++result.ops;
-    } else if (index == steady_from) {
+    }
+    // map/unmap/oom events are what the recording device did; this replay makes its own.
+    if (options.timeline != nullptr) {
+      if (changes_live) {
+        const Stats now = allocator.stats();
+        in_use = now.in_use_bytes;
+        reserved = now.reserved_bytes;
+      }
+      options.timeline->record(index, in_use, reserved);
+    }
+    if (index == steady_from) {
       at_steady = allocator.stats();
       steady_reached = true;
     }
   }
   const auto elapsed = std::chrono::steady_clock::now() - started;
+  if (options.progress) options.progress(result.oom_event.value_or(trace.events.size()));
   // Read before the cleanup below: its unmaps are not the trace's.
   const Stats after = allocator.stats();
   live.free_all();

@@ -20,72 +20,16 @@
 
 #include "plimsoll/error.hpp"
 #include "plimsoll/trace.hpp"
+#include "telemetry/id_map.hpp"
+#include "telemetry/step_markers.hpp"
 
 namespace plimsoll {
 namespace {
 
+using telemetry::SparseIdMap;
+
 constexpr std::uint32_t kMaxSlots = std::numeric_limits<std::uint32_t>::max() - 1;
 constexpr std::size_t kQuotedTokenLimit = 40;  // longer tokens are cut in messages: fuzzed lines can be huge
-
-// Open addressing for ids outside the dense range: a probe touches one flat cell (id and slot side by side, one
-// cache miss) instead of a heap node per id, which keeps a 10M-event trace with scattered ids (addresses, hashes) loading in about a second. Ids are never
-// removed (a freed id stays known, to report reuse), and id 0 is invalid in a trace, so it marks empty cells.
-class SparseIdMap {
- public:
-  static constexpr std::uint32_t kAbsent = std::numeric_limits<std::uint32_t>::max();
-
-  std::uint32_t find(std::uint64_t id) const {
-    if (cells_.empty()) return kAbsent;
-    for (std::size_t index = home(id);; index = (index + 1) & mask()) {
-      const Cell& cell = cells_[index];
-      if (cell.id == id) return cell.slot;
-      if (cell.id == 0) return kAbsent;
-    }
-  }
-
-  // `id` must not be present.
-  void insert(std::uint64_t id, std::uint32_t slot) {
-    // Grow at 5/8 full: linear probing stays short up to there.
-    if (8 * (size_ + 1) > 5 * cells_.size()) grow();
-    place(id, slot);
-    ++size_;
-  }
-
- private:
-  struct Cell {
-    std::uint64_t id = 0;
-    std::uint32_t slot = 0;
-  };
-
-  std::size_t mask() const { return cells_.size() - 1; }
-
-  std::size_t home(std::uint64_t id) const {
-    // splitmix64's finalizer: ids in arithmetic progressions (strided addresses) spread over all cells.
-    id ^= id >> 30;
-    id *= 0xbf58476d1ce4e5b9ULL;
-    id ^= id >> 27;
-    id *= 0x94d049bb133111ebULL;
-    id ^= id >> 31;
-    return static_cast<std::size_t>(id) & mask();
-  }
-
-  void place(std::uint64_t id, std::uint32_t slot) {
-    std::size_t index = home(id);
-    while (cells_[index].id != 0) index = (index + 1) & mask();
-    cells_[index] = Cell{id, slot};
-  }
-
-  void grow() {
-    std::vector<Cell> old_cells(std::max<std::size_t>(64, 2 * cells_.size()));
-    old_cells.swap(cells_);
-    for (const Cell& cell : old_cells) {
-      if (cell.id != 0) place(cell.id, cell.slot);
-    }
-  }
-
-  std::vector<Cell> cells_;
-  std::size_t size_ = 0;
-};
 
 // Trace ids -> dense slots. Real traces number allocations 1, 2, 3, ..., so ids up to the file's line count
 // index a plain vector (memory bounded by the file's size). Any other id goes through the sparse map, so odd
@@ -179,22 +123,16 @@ class Parser {
       parse_line(text_.substr(position, end - position));
       position = end + 1;
     }
-    if (open_step_) {
-      line_ = open_step_->line;
-      fail(fmt::format("step {} begins here but never ends; add '# step {} end' after its events",
-                       open_step_->number, open_step_->number));
+    if (const auto unfinished = steps_.unfinished()) {
+      line_ = unfinished->line;
+      fail(unfinished->message);
     }
+    trace_.steps = std::move(steps_.steps());
     trace_.slots = static_cast<std::uint32_t>(slots_.size());
     return std::move(trace_);
   }
 
  private:
-  struct OpenStep {
-    int number = 0;
-    std::size_t begin_marker = 0;  // event index of "# step N begin"
-    std::uint32_t line = 0;
-  };
-
   static std::uint64_t count_lines(std::string_view text) {
     return static_cast<std::uint64_t>(std::count(text.begin(), text.end(), '\n'));
   }
@@ -282,7 +220,7 @@ class Parser {
     live_bytes_ += bytes;
     trace_.peak_live_bytes = std::max(trace_.peak_live_bytes, live_bytes_);
     ++trace_.allocations;
-    trace_.events.push_back(TraceEvent{TraceEvent::Kind::allocate, slot, bytes, line_});
+    trace_.events.push_back(TraceEvent{.kind = TraceEvent::Kind::allocate, .slot = slot, .bytes = bytes, .line = line_});
   }
 
   void parse_free(Fields& fields) {
@@ -302,7 +240,7 @@ class Parser {
     state.freed_line = line_;
     live_bytes_ -= state.bytes;
     ++trace_.frees;
-    trace_.events.push_back(TraceEvent{TraceEvent::Kind::free, slot, 0, line_});
+    trace_.events.push_back(TraceEvent{.kind = TraceEvent::Kind::free, .slot = slot, .line = line_});
   }
 
   void parse_marker(std::string_view text) {
@@ -311,51 +249,11 @@ class Parser {
     }
     const std::size_t index = trace_.events.size();
     trace_.events.push_back(
-        TraceEvent{TraceEvent::Kind::marker, static_cast<std::uint32_t>(trace_.markers.size()), 0, line_});
+        TraceEvent{.kind = TraceEvent::Kind::marker, .slot = static_cast<std::uint32_t>(trace_.markers.size()),
+                   .line = line_});
     trace_.markers.emplace_back(text);
 
-    Fields fields(text);
-    if (fields.next() != "step") return;
-    const std::string_view number_text = fields.next();
-    const std::string_view boundary = fields.next();
-    // Only the exact shape "step N begin|end" is a step marker; any other text starting with "step" is a note.
-    if ((boundary != "begin" && boundary != "end") || !fields.next().empty()) return;
-
-    int number = 0;
-    const auto [end, error] = std::from_chars(number_text.data(), number_text.data() + number_text.size(), number);
-    if (error != std::errc() || end != number_text.data() + number_text.size()) {
-      fail(fmt::format("step number {} is not an integer; write '# step N {}' with N a whole number",
-                       quoted(number_text), boundary));
-    }
-    if (boundary == "begin") {
-      begin_step(number, index);
-    } else {
-      end_step(number, index);
-    }
-  }
-
-  void begin_step(int number, std::size_t marker_index) {
-    if (open_step_) {
-      fail(fmt::format("step {} begins while step {} (begun at line {}) is still open; add '# step {} end' before "
-                       "this line",
-                       number, open_step_->number, open_step_->line, open_step_->number));
-    }
-    open_step_ = OpenStep{number, marker_index, line_};
-  }
-
-  void end_step(int number, std::size_t marker_index) {
-    if (!open_step_) {
-      fail(fmt::format("'# step {} end' without a matching '# step {} begin'; add the begin marker before the "
-                       "step's events or remove this line",
-                       number, number));
-    }
-    if (open_step_->number != number) {
-      fail(fmt::format("'# step {} end' closes step {} (begun at line {}); write '# step {} end' or fix the "
-                       "begin marker",
-                       number, open_step_->number, open_step_->line, open_step_->number));
-    }
-    trace_.steps.push_back(TraceStep{number, open_step_->begin_marker + 1, marker_index});
-    open_step_.reset();
+    if (auto error = steps_.on_marker(text, index, line_)) fail(*error);
   }
 
   std::string_view text_;
@@ -365,45 +263,11 @@ class Parser {
   std::vector<SlotState> slots_;
   std::uint64_t live_bytes_ = 0;
   std::uint32_t line_ = 0;
-  std::optional<OpenStep> open_step_;
+  telemetry::StepMarkers steps_;
 };
-
-std::string read_whole_file(const std::string& path) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) {
-    const std::string reason = std::error_code(errno, std::generic_category()).message();
-    throw InvalidArgument(fmt::format("{}: cannot open the trace: {}; check the path", path, reason));
-  }
-  constexpr std::size_t kChunk = std::size_t{1} << 20;
-  std::string text;
-  std::error_code size_error;
-  const std::uintmax_t size_hint = std::filesystem::file_size(path, size_error);
-  // One chunk of slack: the read loop asks for a whole chunk past the end before it sees end-of-file.
-  if (!size_error) text.reserve(static_cast<std::size_t>(size_hint) + kChunk);
-
-  // Chunked reads also serve pipes and /dev/stdin, whose size is unknown up front.
-  std::size_t used = 0;
-  while (true) {
-    text.resize(used + kChunk);
-    const std::size_t got = std::fread(text.data() + used, 1, kChunk, file);
-    used += got;
-    if (got < kChunk) break;
-  }
-  text.resize(used);
-  const bool failed = std::ferror(file) != 0;
-  const int read_errno = errno;
-  std::fclose(file);
-  if (failed) {
-    const std::string reason = std::error_code(read_errno, std::generic_category()).message();
-    throw InvalidArgument(fmt::format("{}: cannot read the trace: {}; pass a readable trace file", path, reason));
-  }
-  return text;
-}
 
 }  // namespace
 
 Trace parse_trace(std::string_view text, std::string_view origin) { return Parser(text, origin).run(); }
-
-Trace read_trace(const std::string& path) { return parse_trace(read_whole_file(path), path); }
 
 }  // namespace plimsoll

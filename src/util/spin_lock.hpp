@@ -4,7 +4,7 @@
 #include <atomic>
 #include <thread>
 
-namespace plimsoll::engine {
+namespace plimsoll::util {
 
 class SpinLock {
  public:

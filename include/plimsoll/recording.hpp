@@ -1,0 +1,63 @@
+#pragma once
+// Recording what allocators do, to a trace file (docs/trace-format.md) that `plimsoll replay`, `plimsoll leaks`
+// and the timeline outputs read back.
+//
+//   auto recording = plimsoll::Recording::open("run.plimsoll", {.call_sites = true});
+//   device.record_to(recording);
+//   for (...) { plimsoll::step(); train_one_step(); }
+//   recording->close();  // or let the last reference go
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace plimsoll {
+
+struct RecordingOptions {
+  /// Capture the stack of every allocation and name its call site (the first frame outside plimsoll, libtorch
+  /// and c10) in the trace. Costs a stack walk per allocation (docs/benchmarks.md has the figure); symbolizing
+  /// happens once, at close().
+  bool call_sites = false;
+  /// Events are buffered and written when this many bytes are pending: memory stays bounded however long
+  /// the run.
+  std::size_t buffer_bytes = std::size_t{1} << 20;
+};
+
+/// One trace file being written. Allocators attached with Allocator::record_to append their events to it;
+/// thread-safe, and one recording may serve several devices.
+class Recording {
+ public:
+  /// Creates (truncates) `path` and writes the header. Throws InvalidArgument naming the path when it cannot be
+  /// written.
+  static std::shared_ptr<Recording> open(const std::string& path, RecordingOptions options = {});
+  ~Recording();
+  Recording(const Recording&) = delete;
+  Recording& operator=(const Recording&) = delete;
+
+  /// A marker in the trace, e.g. "epoch 2". "step N begin"/"step N end" are step markers: use plimsoll::step().
+  void marker(std::string_view text);
+  /// Ends the open step (if any), names the call sites, writes the end record and closes the file. Further
+  /// events are dropped. Called by the destructor if not before; throws InvalidArgument on a write error.
+  void close();
+  bool closed() const;
+
+  const std::string& path() const;
+  /// Events written so far (allocations, frees, maps, unmaps, OOMs, markers).
+  std::uint64_t events() const;
+
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  explicit Recording(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Marks a training-step boundary in every open recording: ends step N (if one is open) and begins step N+1.
+/// Steps are numbered from 1, process-wide. The leak watch and the timelines read these markers.
+void step();
+/// The number of the step step() last began (0 before the first call).
+int current_step();
+
+}  // namespace plimsoll

@@ -1,0 +1,101 @@
+#pragma once
+// The writer behind plimsoll::Recording. Allocators call the event methods under their own lock; this class has
+// a lock of its own because one recording may serve several devices.
+//
+// Invariants:
+// - buffer_ holds whole records only, and is written out (in order) before it would pass its capacity, so the
+//   file is always a valid prefix of the trace: a crash loses at most the buffered records.
+// - A tag, marker or device string record is in the file (or earlier in buffer_) before any event that names it.
+//   Call-site strings are written at close(), after the events (the format allows that).
+// - After close() every event method is a no-op.
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "plimsoll/allocator.hpp"
+#include "plimsoll/recording.hpp"
+#include "telemetry/event_clock.hpp"
+#include "telemetry/trace_binary.hpp"
+#include "util/spin_lock.hpp"
+
+namespace plimsoll {
+
+struct Recording::Impl {
+  Impl(std::string file_path, RecordingOptions recording_options);
+  ~Impl();
+
+  // --- the hot path: one record each, under lock_ ---
+  void allocate(std::uint16_t device, std::uint64_t id, std::uint64_t bytes, Tag tag, std::uint32_t site) {
+    event(telemetry::binary::RecordKind::allocate, device, tag, site, id, bytes);
+  }
+  void free(std::uint16_t device, std::uint64_t id) { event(telemetry::binary::RecordKind::free, device, kUntagged, 0, id, 0); }
+  void map(std::uint16_t device, std::uint64_t bytes) { event(telemetry::binary::RecordKind::map, device, kUntagged, 0, 0, bytes); }
+  void unmap(std::uint16_t device, std::uint64_t bytes) {
+    event(telemetry::binary::RecordKind::unmap, device, kUntagged, 0, 0, bytes);
+  }
+  void oom(std::uint16_t device, std::uint64_t bytes, Tag tag, std::uint32_t site) {
+    event(telemetry::binary::RecordKind::oom, device, tag, site, 0, bytes);
+  }
+
+  bool capturing_call_sites() const { return options.call_sites; }
+  /// The call site of the caller's caller's ... (frames inside plimsoll are skipped when named, not here).
+  std::uint32_t capture_call_site() { return 0; }
+  /// "function (file:line)" of a site id from capture_call_site(); "" for 0.
+  std::string describe_call_site(std::uint32_t site) { return site == 0 ? std::string() : std::string(); }
+
+  /// The id of a device's name in this trace (written on first use).
+  std::uint16_t device_id(std::string_view name);
+  void marker(std::string_view text);
+  /// Ends the open step, writes the call sites and the end record, closes the file; reports a write error.
+  void close();
+
+  const std::string path;
+  const RecordingOptions options;
+  std::atomic<std::uint64_t> events_written{0};
+  std::atomic<bool> is_closed{false};
+
+ private:
+  void event(telemetry::binary::RecordKind kind, std::uint16_t device, Tag tag, std::uint32_t site, std::uint64_t id,
+             std::uint64_t bytes) {
+    const std::uint64_t time_ns = clock_.now_ns();
+    const std::uint32_t thread = thread_number();
+    std::lock_guard guard(lock_);
+    if (is_closed.load(std::memory_order_relaxed)) return;
+    if (tag != kUntagged && !tag_defined(tag)) define_tag(tag);
+    if (used_ + sizeof(telemetry::binary::EventRecord) > buffer_.size()) flush_locked();
+    const telemetry::binary::EventRecord record{kind, 0, device, tag, 0, thread, site, time_ns, id, bytes, 0};
+    std::memcpy(buffer_.data() + used_, &record, sizeof record);
+    used_ += sizeof record;
+    ++records_;
+    events_written.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  friend void plimsoll::step();
+  void step_boundary(int next_step);
+  static std::uint32_t thread_number();
+  bool tag_defined(Tag tag) const { return tag < tags_defined_.size() && tags_defined_[tag]; }
+  void define_tag(Tag tag);
+  void marker_locked(std::string_view text);
+  void write_string_locked(telemetry::binary::StringTable table, std::uint32_t id, std::string_view text);
+  void append_locked(const void* data, std::size_t bytes);
+  void flush_locked();
+  void write_out(const char* data, std::size_t bytes);
+
+  util::SpinLock lock_;
+  int fd_ = -1;
+  telemetry::EventClock clock_;
+  std::vector<char> buffer_;
+  std::size_t used_ = 0;
+  std::uint64_t records_ = 0;  // records written or buffered, string records included (the end record counts them)
+  std::vector<bool> tags_defined_;
+  std::vector<std::string> devices_;
+  std::uint32_t markers_ = 0;
+  int open_step_ = 0;   // the step whose "begin" marker this recording holds and whose "end" it does not, or 0
+  int write_error_ = 0;  // errno of a failed write: recording stopped, close() reports it
+};
+
+}  // namespace plimsoll
