@@ -18,6 +18,7 @@
 #include "alloc_targets.hpp"
 #include "cycle_clock.hpp"
 #include "plimsoll/policy.hpp"
+#include "plimsoll/recording.hpp"
 #include "plimsoll/runtime.hpp"
 #include "plimsoll/trace.hpp"
 #include "process_memory.hpp"
@@ -33,6 +34,8 @@ struct Options {
   int reps = 10;
   bool touch = false;
   std::string label;
+  std::string record_path;  // plimsoll only: record every event to this trace file while replaying
+  bool call_sites = false;
 };
 
 struct Measurement {
@@ -137,12 +140,23 @@ int run(const Options& options) {
   plimsoll::Runtime runtime(plimsoll_config(growth));
   plimsoll::Allocator& device = runtime.device("cpu");
   plimsoll::bench::PlimsollTarget target{device};
+  std::shared_ptr<plimsoll::Recording> recording;
+  if (!options.record_path.empty()) {
+    recording = plimsoll::Recording::open(options.record_path, {.call_sites = options.call_sites});
+    device.record_to(recording);
+  }
   const std::uint64_t baseline = plimsoll::bench::current_rss_bytes();
   const Measurement m = measure(trace, target, options);
+  if (recording) {
+    device.record_to(nullptr);
+    recording->close();
+  }
   const plimsoll::Stats stats = device.stats();
   nlohmann::json line = report(options, trace, m, baseline);
   line["peak_reserved"] = stats.peak_reserved_bytes;
   line["peak_live"] = stats.peak_in_use_bytes;
+  line["recorded_events"] = recording ? recording->events() : 0;
+  line["call_sites"] = options.call_sites;
   line["maps"] = stats.maps;
   line["unmaps"] = stats.unmaps;
   std::cout << line.dump() << '\n';
@@ -164,6 +178,8 @@ int main(int argc, char** argv) {
   app.add_option("--reps", options.reps, "warm passes after the cold one")->check(CLI::Range(1, 100000));
   app.add_flag("--touch", options.touch, "write one byte in every page of each new block (first-touch cost)");
   app.add_option("--label", options.label, "name to report instead of --allocator (e.g. jemalloc)");
+  app.add_option("--record", options.record_path, "plimsoll only: record every event to this trace file");
+  app.add_flag("--call-sites", options.call_sites, "with --record: capture the call site of every allocation");
   CLI11_PARSE(app, argc, argv);
 
   try {

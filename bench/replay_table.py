@@ -46,6 +46,22 @@ def main(path):
                  "-" if reserved is None else f"{reserved / MIB:.0f}"]
         print("| " + " | ".join(cells) + " |")
 
+    # Recording cost: each replayed operation writes one event (maps add a few), so the difference in mean
+    # ns/op between a recorded run and the same allocator unrecorded is the cost per recorded event.
+    recorded = [key for key in runs if "+record" in key[1]]
+    if recorded:
+        print()
+        print("| trace | recorded as | mean ns/op | unrecorded ns/op | ns per event | events/op |")
+        print("|---|---|---:|---:|---:|---:|")
+        for key in sorted(recorded):
+            trace, allocator = key
+            base = (trace, allocator.split("+")[0])
+            if med(base, "mean_ns") is None:
+                continue
+            events = med(key, "recorded_events") / (med(key, "ops") * (1 + med(key, "reps") + 1))
+            print(f"| {trace} | {allocator} | {med(key, 'mean_ns'):.1f} | {med(base, 'mean_ns'):.1f} | "
+                  f"{(med(key, 'mean_ns') - med(base, 'mean_ns')) / events:.1f} | {events:.3f} |")
+
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:

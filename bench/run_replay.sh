@@ -5,7 +5,8 @@
 #   bench/run_replay.sh [TRACE...]          default: every *.trace in ../shared/traces
 # Environment: BUILD_DIR (default build-bench, configured Release if new, and always brought up to date),
 #   PROCESSES (runs per trace and allocator, default 5), PASSES (warm passes per process, default 10),
-#   ALLOCATORS (default "glibc jemalloc mimalloc plimsoll-on_demand plimsoll-preallocate"), TOUCH (1: --touch,
+#   ALLOCATORS (default "glibc jemalloc mimalloc plimsoll-on_demand plimsoll-preallocate"; also
+#   plimsoll-on_demand+record and plimsoll-on_demand+record+sites, which record every event), TOUCH (1: --touch,
 #   default 1), RESULTS (JSON lines file, default $BUILD_DIR/replay-results.jsonl).
 set -euo pipefail
 
@@ -40,10 +41,12 @@ mimalloc_path=""
 for allocator in "${allocators[@]}"; do
   case "$allocator" in
     glibc | plimsoll-on_demand | plimsoll-preallocate) ;;
+    plimsoll-on_demand+record | plimsoll-on_demand+record+sites) ;;
     jemalloc) preload_path libjemalloc.so.2 && jemalloc_path="$PRELOAD_PATH" ;;
     mimalloc) preload_path libmimalloc.so.2 && mimalloc_path="$PRELOAD_PATH" ;;
     *) echo "error: unknown allocator '$allocator' in ALLOCATORS; use glibc jemalloc mimalloc" \
-         "plimsoll-on_demand plimsoll-preallocate" >&2; exit 1 ;;
+         "plimsoll-on_demand plimsoll-preallocate plimsoll-on_demand+record plimsoll-on_demand+record+sites" >&2
+       exit 1 ;;
   esac
 done
 
@@ -54,6 +57,10 @@ run_one() {
     glibc) "$bench" --allocator malloc "${args[@]}" ;;
     jemalloc) LD_PRELOAD="$jemalloc_path" "$bench" --allocator malloc "${args[@]}" ;;
     mimalloc) LD_PRELOAD="$mimalloc_path" "$bench" --allocator malloc "${args[@]}" ;;
+    # Recording costs: the same replay with every event written to a trace file (and call sites captured).
+    *+record) "$bench" --allocator "${allocator%+record}" --record "$build_dir/recording-bench.plimsoll" "${args[@]}" ;;
+    *+record+sites) "$bench" --allocator "${allocator%+record+sites}" --record "$build_dir/recording-bench.plimsoll" \
+                      --call-sites "${args[@]}" ;;
     *) "$bench" --allocator "$allocator" "${args[@]}" ;;
   esac
 }

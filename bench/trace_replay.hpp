@@ -44,7 +44,7 @@ class TraceReplay {
     ticks.clear();
     ticks.reserve(operations());
     for (const TraceEvent& event : trace_.events) {
-      if (event.kind == TraceEvent::Kind::marker) continue;
+      if (event.kind != TraceEvent::Kind::allocate && event.kind != TraceEvent::Kind::free) continue;
       const std::uint64_t begin = now();
       apply(event);
       ticks.push_back(now() - begin);
@@ -69,6 +69,9 @@ class TraceReplay {
         --live_count_;
         break;
       case TraceEvent::Kind::marker:
+      case TraceEvent::Kind::map:  // what the recording device did: not the program's calls
+      case TraceEvent::Kind::unmap:
+      case TraceEvent::Kind::oom:
         break;
     }
   }

@@ -20,6 +20,21 @@
 #include "telemetry/replay.hpp"
 #include "telemetry/trace_binary.hpp"
 
+// Stand for user code that allocates: the call sites a recording with call sites must name. Outside namespace
+// plimsoll (whose frames are skipped as internal) and non-inline, so a Release build names them from the symbol
+// table; each records a property after its call, so the call is not a tail call that would drop its frame.
+[[gnu::noinline]] void* recording_test_user_allocates(plimsoll::Allocator& device, std::uint64_t bytes) {
+  void* block = device.allocate(bytes, "activations");
+  ::testing::Test::RecordProperty("allocated", 1);
+  return block;
+}
+
+[[gnu::noinline]] void* recording_test_other_user_code(plimsoll::Allocator& device) {
+  void* block = device.allocate(64);
+  ::testing::Test::RecordProperty("allocated", 2);
+  return block;
+}
+
 namespace plimsoll {
 namespace {
 
@@ -226,6 +241,45 @@ TEST_F(Recorded, SnapshotListsSegmentsAndBlocksWithTags) {
   EXPECT_THAT(tags, ::testing::UnorderedElementsAre("weights", "activations"));
   device->deallocate(big);
   device->deallocate(small);
+}
+
+TEST_F(Recorded, CallSitesNameTheFirstFrameOutsidePlimsoll) {
+  auto device = sim_device("sim:4GiB");
+  auto recording = Recording::open(path_, {.call_sites = true});
+  device->record_to(recording);
+  void* block = recording_test_user_allocates(*device, 4096);
+  void* other = recording_test_other_user_code(*device);
+  const nlohmann::json snapshot = nlohmann::json::parse(device->snapshot());
+  device->deallocate(block);
+  device->deallocate(other);
+  recording->close();
+
+  std::string snapshot_site;
+  for (const auto& entry : snapshot["blocks"]) {
+    if (entry["state"] == "allocated" && entry["bytes"] == 4096 && entry.contains("call_site")) {
+      snapshot_site = entry["call_site"].get<std::string>();
+    }
+  }
+  const Trace trace = read_trace(path_);
+  std::vector<std::string> allocation_sites;
+  for (const TraceEvent& event : trace.events) {
+    if (event.kind == TraceEvent::Kind::allocate) allocation_sites.push_back(trace.sites.at(event.site));
+  }
+  ASSERT_EQ(allocation_sites.size(), 2u);
+  EXPECT_THAT(allocation_sites[0], StartsWith("recording_test_user_allocates("));
+  EXPECT_THAT(allocation_sites[1], StartsWith("recording_test_other_user_code("));
+  EXPECT_EQ(snapshot_site, allocation_sites[0]);
+  for (const std::string& site : allocation_sites) EXPECT_THAT(site, ::testing::Not(StartsWith("plimsoll::")));
+}
+
+TEST_F(Recorded, WithoutCallSitesNoSiteIsRecorded) {
+  auto device = sim_device("sim:4GiB");
+  auto recording = Recording::open(path_);
+  device->record_to(recording);
+  device->deallocate(recording_test_user_allocates(*device, 4096));
+  recording->close();
+  const Trace trace = read_trace(path_);
+  for (const TraceEvent& event : trace.events) EXPECT_EQ(event.site, 0u);
 }
 
 // --- malformed files: each error names the file, the record and the fix ---

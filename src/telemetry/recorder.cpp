@@ -42,6 +42,7 @@ Recording::Impl::Impl(std::string file_path, RecordingOptions recording_options)
                                       errno_text(errno)));
   }
   buffer_.resize(std::max<std::size_t>(options.buffer_bytes, 4096));
+  if (options.call_sites) call_sites_ = std::make_unique<telemetry::CallSites>();
   telemetry::binary::FileHeader header{};
   std::copy(std::begin(telemetry::binary::kMagic), std::end(telemetry::binary::kMagic), header.magic);
   header.version = telemetry::binary::kVersion;
@@ -149,10 +150,20 @@ void Recording::Impl::close() {
     auto& list = open_recordings().recordings;
     list.erase(std::remove(list.begin(), list.end(), this), list.end());
   }
-  std::lock_guard guard(lock_);
-  if (!is_closed.exchange(true, std::memory_order_relaxed)) {
-    if (open_step_ != 0) marker_locked(fmt::format("step {} end", std::exchange(open_step_, 0)));
-    // Symbolized now, once per distinct stack: the costly part of call sites stays off the allocation path.
+  bool closing_now = false;
+  {
+    std::lock_guard guard(lock_);
+    closing_now = !is_closed.exchange(true, std::memory_order_relaxed);
+    if (closing_now && open_step_ != 0) marker_locked(fmt::format("step {} end", std::exchange(open_step_, 0)));
+  }
+  if (closing_now) {
+    // Symbolized now, once per distinct stack, and outside the spin lock: naming takes milliseconds per module,
+    // and no event can add a site once is_closed is set.
+    const std::vector<std::string> sites = call_sites_ != nullptr ? call_sites_->symbolize_all() : std::vector<std::string>{};
+    std::lock_guard guard(lock_);
+    for (std::uint32_t id = 1; id < sites.size(); ++id) {
+      write_string_locked(telemetry::binary::StringTable::site, id, sites[id]);
+    }
     const telemetry::binary::EventRecord end{telemetry::binary::RecordKind::end, 0, 0, 0, 0, 0, 0, clock_.now_ns(), records_, 0, 0};
     append_locked(&end, sizeof end);
     flush_locked();

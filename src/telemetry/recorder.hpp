@@ -18,6 +18,7 @@
 
 #include "plimsoll/allocator.hpp"
 #include "plimsoll/recording.hpp"
+#include "telemetry/call_sites.hpp"
 #include "telemetry/event_clock.hpp"
 #include "telemetry/trace_binary.hpp"
 #include "util/spin_lock.hpp"
@@ -41,11 +42,14 @@ struct Recording::Impl {
     event(telemetry::binary::RecordKind::oom, device, tag, site, 0, bytes);
   }
 
-  bool capturing_call_sites() const { return options.call_sites; }
-  /// The call site of the caller's caller's ... (frames inside plimsoll are skipped when named, not here).
-  std::uint32_t capture_call_site() { return 0; }
-  /// "function (file:line)" of a site id from capture_call_site(); "" for 0.
-  std::string describe_call_site(std::uint32_t site) { return site == 0 ? std::string() : std::string(); }
+  bool capturing_call_sites() const { return call_sites_ != nullptr; }
+  /// The calling stack's id (0 when none could be captured). Frames inside plimsoll stay in the stack: they are
+  /// skipped when the site is named, which keeps the hot path a bare stack walk.
+  std::uint32_t capture_call_site() { return call_sites_->capture(); }
+  /// "function (file:line)" of a site id from capture_call_site(); "" for 0 or without call sites.
+  std::string describe_call_site(std::uint32_t site) {
+    return call_sites_ == nullptr ? std::string() : call_sites_->describe(site);
+  }
 
   /// The id of a device's name in this trace (written on first use).
   std::uint16_t device_id(std::string_view name);
@@ -88,6 +92,7 @@ struct Recording::Impl {
   util::SpinLock lock_;
   int fd_ = -1;
   telemetry::EventClock clock_;
+  std::unique_ptr<telemetry::CallSites> call_sites_;  // set when options.call_sites
   std::vector<char> buffer_;
   std::size_t used_ = 0;
   std::uint64_t records_ = 0;  // records written or buffered, string records included (the end record counts them)

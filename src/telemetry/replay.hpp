@@ -3,11 +3,13 @@
 // in use and reserved against the live bytes the program asked for, map/unmap traffic, and where it ran out.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
 #include "plimsoll/allocator.hpp"
 #include "plimsoll/trace.hpp"
+#include "telemetry/timeline.hpp"
 
 namespace plimsoll::telemetry {
 
@@ -15,6 +17,12 @@ struct ReplayOptions {
   /// Write one byte per 4 KiB page of each new block when the device's memory is host memory, so the replay
   /// pays real first-touch (page fault) costs. Ignored on devices whose memory this process cannot touch.
   bool touch_memory = false;
+  /// When set, sees the device's in-use and reserved bytes after every event (a Stats read per allocation
+  /// and free, so the replay's ns/op grows).
+  TimelineRecorder* timeline = nullptr;
+  /// When set, called with the number of events done every `progress_every` events and once at the end.
+  std::function<void(std::size_t events_done)> progress{};
+  std::size_t progress_every = std::size_t{1} << 16;
 };
 
 struct ReplayResult {

@@ -10,6 +10,7 @@
 #include "plimsoll/error.hpp"
 #include "plimsoll/trace.hpp"
 #include "telemetry/trace_binary.hpp"
+#include "telemetry/trace_readers.hpp"
 
 namespace plimsoll {
 namespace {
@@ -51,6 +52,7 @@ std::string read_whole_file(const std::string& path) {
 Trace read_trace(const std::string& path) {
   const std::string bytes = read_whole_file(path);
   if (telemetry::binary::has_magic(bytes)) return telemetry::binary::parse_binary_trace(bytes, path);
+  if (telemetry::has_rmm_csv_header(bytes)) return telemetry::parse_rmm_csv(bytes, path);
   return parse_trace(bytes, path);
 }
 
