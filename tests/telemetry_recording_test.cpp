@@ -221,6 +221,23 @@ TEST_F(Recorded, AnUnwritablePathIsNamed) {
   }
 }
 
+TEST_F(Recorded, AFailedWriteStopsTheRecordingAndCloseSaysWhy) {
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full to fail writes on";
+  auto device = sim_device("sim:4GiB");
+  auto recording = Recording::open("/dev/full", {.buffer_bytes = 0});  // the smallest buffer: flushes early
+  device->record_to(recording);
+  for (int i = 0; i < 20000; ++i) device->deallocate(device->allocate(4096));
+  device->record_to(nullptr);
+  try {
+    recording->close();
+    FAIL() << "a recording to /dev/full closed without an error";
+  } catch (const InvalidArgument& error) {
+    EXPECT_THAT(error.what(), HasSubstr("/dev/full"));
+    EXPECT_THAT(error.what(), HasSubstr("No space left on device"));
+  }
+  EXPECT_TRUE(recording->closed());
+}
+
 TEST_F(Recorded, SnapshotListsSegmentsAndBlocksWithTags) {
   auto device = sim_device("sim:4GiB");
   void* big = device->allocate(3 * MiB, "weights");

@@ -26,7 +26,8 @@ typedef struct plimsoll_device plimsoll_device; /* owned by the runtime; valid u
 typedef struct plimsoll_stats {
   uint64_t in_use_bytes, peak_in_use_bytes, reserved_bytes, peak_reserved_bytes, largest_free_block;
   uint64_t limit_bytes, allocations, frees, ooms, maps, unmaps, live_allocations;
-  uint64_t committed_bytes, resident_bytes;
+  uint64_t committed_bytes, resident_bytes; /* host devices only: see docs/engine.md, "Host memory" */
+  uint64_t address_space_bytes;             /* reserved address space (VIRT), not memory */
 } plimsoll_stats;
 
 /* The message of this thread's last failed call ("" if none). Valid until the thread's next call. */

@@ -27,7 +27,11 @@ struct Stats {
   std::uint64_t maps = 0;                // map calls on the backing
   std::uint64_t unmaps = 0;
   std::uint64_t live_allocations = 0;
-  // Host backings only (zero elsewhere): pages the kernel has committed and pages resident in RAM.
+  // Address space the device's heap reserved up front (what `top` counts as VIRT for a host device): a span
+  // larger than the limit, so the heap can grow in place. It costs no memory until mapped.
+  std::uint64_t address_space_bytes = 0;
+  // Host backings only (zero elsewhere): pages the kernel has committed (mapped read/write, counted against
+  // overcommit) and pages resident in RAM (touched). docs/engine.md, "Host memory", explains the three.
   std::uint64_t committed_bytes = 0;
   std::uint64_t resident_bytes = 0;
   std::vector<TagStats> tags;            // by current bytes, largest first

@@ -268,6 +268,7 @@ Stats Allocator::stats() const {
     s.requested_bytes = c.requested;
     s.peak_in_use_bytes = c.peak_in_use;
     s.reserved_bytes = impl_->heap->mapped_bytes();
+    s.address_space_bytes = impl_->heap->span_bytes();
     s.peak_reserved_bytes = c.peak_mapped;
     s.largest_free_block = impl_->heap->largest_free_mapped();
     s.limit_bytes = impl_->description.limit_bytes;

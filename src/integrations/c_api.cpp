@@ -172,6 +172,7 @@ plimsoll_status plimsoll_get_stats(plimsoll_device* device, plimsoll_stats* out)
     result.live_allocations = stats.live_allocations;
     result.committed_bytes = stats.committed_bytes;
     result.resident_bytes = stats.resident_bytes;
+    result.address_space_bytes = stats.address_space_bytes;
   });
 }
 

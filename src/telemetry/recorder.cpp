@@ -41,7 +41,10 @@ Recording::Impl::Impl(std::string file_path, RecordingOptions recording_options)
     throw InvalidArgument(fmt::format("cannot write the recording to {}: {}; pass a path in a writable folder", path,
                                       errno_text(errno)));
   }
-  buffer_.resize(std::max<std::size_t>(options.buffer_bytes, 4096));
+  // Room for the longest string record, so every record fits in one buffer.
+  constexpr std::size_t kMinBufferBytes = telemetry::binary::kMaxStringBytes + 4096;
+  writer_ = std::make_unique<telemetry::BackgroundWriter>(fd_, std::max(options.buffer_bytes, kMinBufferBytes));
+  buffer_ = writer_->take_empty();
   if (options.call_sites) call_sites_ = std::make_unique<telemetry::CallSites>();
   telemetry::binary::FileHeader header{};
   std::copy(std::begin(telemetry::binary::kMagic), std::end(telemetry::binary::kMagic), header.magic);
@@ -54,6 +57,7 @@ Recording::Impl::Impl(std::string file_path, RecordingOptions recording_options)
 }
 
 Recording::Impl::~Impl() {
+  if (writer_ != nullptr) writer_->finish();  // before the file it writes to is closed
   if (fd_ >= 0) ::close(fd_);
 }
 
@@ -92,7 +96,7 @@ void Recording::Impl::marker_locked(std::string_view text) {
                                    0, 0};
   append_locked(&record, sizeof record);
   ++records_;
-  events_written.fetch_add(1, std::memory_order_relaxed);
+  events_written.store(events_written.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
 void Recording::Impl::step_boundary(int next_step) {
@@ -108,6 +112,8 @@ void Recording::Impl::write_string_locked(telemetry::binary::StringTable table, 
   const telemetry::binary::StringRecordHeader header{telemetry::binary::RecordKind::string, table, 0, id,
                                           static_cast<std::uint32_t>(text.size()), 0};
   static constexpr char kPadding[8] = {};
+  // Flushed before, not in the middle: buffers hold whole records.
+  if (used_ + telemetry::binary::string_record_bytes(text.size()) > buffer_.size()) flush_locked();
   append_locked(&header, sizeof header);
   append_locked(text.data(), text.size());
   append_locked(kPadding, static_cast<std::size_t>(telemetry::binary::string_record_bytes(text.size()) - 16 - text.size()));
@@ -116,32 +122,21 @@ void Recording::Impl::write_string_locked(telemetry::binary::StringTable table, 
 
 void Recording::Impl::append_locked(const void* data, std::size_t bytes) {
   if (used_ + bytes > buffer_.size()) flush_locked();
-  if (bytes > buffer_.size()) {
-    write_out(static_cast<const char*>(data), bytes);
-    return;
-  }
   std::memcpy(buffer_.data() + used_, data, bytes);
   used_ += bytes;
 }
 
 void Recording::Impl::flush_locked() {
-  write_out(buffer_.data(), used_);
-  used_ = 0;
-}
-
-void Recording::Impl::write_out(const char* data, std::size_t bytes) {
-  while (bytes > 0 && write_error_ == 0) {
-    const ssize_t written = ::write(fd_, data, bytes);
-    if (written < 0) {
-      if (errno == EINTR) continue;
-      // Dropping events silently would make the trace lie: recording stops here and close() reports why.
-      write_error_ = errno;
-      is_closed.store(true, std::memory_order_relaxed);
-      return;
-    }
-    data += written;
-    bytes -= static_cast<std::size_t>(written);
+  if (writer_->error() != 0) {
+    // Dropping events silently would make the trace lie: recording stops here and close() reports why.
+    is_closed.store(true, std::memory_order_relaxed);
+    used_ = 0;
+    return;
   }
+  if (used_ == 0) return;
+  writer_->submit(std::move(buffer_), used_);
+  buffer_ = writer_->take_empty();
+  used_ = 0;
 }
 
 void Recording::Impl::close() {
@@ -168,6 +163,7 @@ void Recording::Impl::close() {
     append_locked(&end, sizeof end);
     flush_locked();
   }
+  if (const int error = writer_->finish(); error != 0 && write_error_ == 0) write_error_ = error;
   if (fd_ >= 0 && ::close(std::exchange(fd_, -1)) != 0 && write_error_ == 0) write_error_ = errno;
   if (const int error = std::exchange(write_error_, 0); error != 0) {
     throw InvalidArgument(fmt::format("writing the recording {} failed: {}; free disk space or record to another "

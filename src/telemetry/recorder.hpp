@@ -3,8 +3,9 @@
 // a lock of its own because one recording may serve several devices.
 //
 // Invariants:
-// - buffer_ holds whole records only, and is written out (in order) before it would pass its capacity, so the
-//   file is always a valid prefix of the trace: a crash loses at most the buffered records.
+// - buffer_ holds whole records only, and goes to writer_ (which writes buffers in order, on its own thread)
+//   before it would pass its capacity, so the file is always a valid prefix of the trace: a crash loses at
+//   most the buffered and queued records.
 // - A tag, marker or device string record is in the file (or earlier in buffer_) before any event that names it.
 //   Call-site strings are written at close(), after the events (the format allows that).
 // - After close() every event method is a no-op.
@@ -18,6 +19,7 @@
 
 #include "plimsoll/allocator.hpp"
 #include "plimsoll/recording.hpp"
+#include "telemetry/background_writer.hpp"
 #include "telemetry/call_sites.hpp"
 #include "telemetry/event_clock.hpp"
 #include "telemetry/trace_binary.hpp"
@@ -75,7 +77,9 @@ struct Recording::Impl {
     std::memcpy(buffer_.data() + used_, &record, sizeof record);
     used_ += sizeof record;
     ++records_;
-    events_written.fetch_add(1, std::memory_order_relaxed);
+    // Writers hold lock_, so a plain increment suffices: a locked read-modify-write would cost as much as the
+    // rest of the record. The atomic only lets events() read it without the lock.
+    events_written.store(events_written.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
 
   friend void plimsoll::step();
@@ -87,10 +91,10 @@ struct Recording::Impl {
   void write_string_locked(telemetry::binary::StringTable table, std::uint32_t id, std::string_view text);
   void append_locked(const void* data, std::size_t bytes);
   void flush_locked();
-  void write_out(const char* data, std::size_t bytes);
 
   util::SpinLock lock_;
   int fd_ = -1;
+  std::unique_ptr<telemetry::BackgroundWriter> writer_;  // writes full buffers; finished before fd_ is closed
   telemetry::EventClock clock_;
   std::unique_ptr<telemetry::CallSites> call_sites_;  // set when options.call_sites
   std::vector<char> buffer_;
