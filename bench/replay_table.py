@@ -7,7 +7,7 @@ import sys
 
 MIB = 1024 * 1024
 COLUMNS = ["trace", "allocator", "runs", "mean ns/op", "vs glibc", "p50 ns/op", "p99 ns/op", "vs glibc",
-           "cold ns/op", "peak RSS MiB", "vs glibc", "RSS / live", "peak reserved MiB"]
+           "cold ns/op", "peak RSS MiB", "vs glibc", "RSS / live", "peak reserved MiB", "reserved / live"]
 
 
 def load(path):
@@ -43,7 +43,9 @@ def main(path):
                  f"{med(key, 'cold_mean_ns'):.1f}",
                  f"{med(key, 'peak_rss_bytes') / MIB:.0f}", ratio(key, "peak_rss_bytes"),
                  f"{med(key, 'peak_rss_bytes') / med(key, 'trace_peak_requested_bytes'):.2f}",
-                 "-" if reserved is None else f"{reserved / MIB:.0f}"]
+                 "-" if reserved is None else f"{reserved / MIB:.0f}",
+                 # Peak reserved over peak live: what a device budget must hold per byte the program uses.
+                 "-" if reserved is None else f"{reserved / med(key, 'trace_peak_requested_bytes'):.2f}"]
         print("| " + " | ".join(cells) + " |")
 
     # Recording cost: each replayed operation writes one event (maps add a few), so the difference in mean
