@@ -1,7 +1,7 @@
 #pragma once
 // Allocation traces in memory, whatever file they came from: the text format of ../shared/traces
 // ("a <id> <bytes>", "f <id>", "# marker"), plimsoll's own binary format (docs/trace-format.md), RMM's logging
-// CSV, and PyTorch snapshots (through tools/torch_snapshot_to_plimsoll.py).
+// CSV, and PyTorch snapshots (through tools/torch_snapshot/to_plimsoll.py).
 #include <cstdint>
 #include <string>
 #include <string_view>
