@@ -28,6 +28,25 @@ std::unique_ptr<Allocator> make(std::uint64_t limit, Growth growth = Growth::on_
   return std::make_unique<Allocator>(d, std::move(sim));
 }
 
+TEST(EngineAllocator, UsageIsStatsInUseAndReservedAfterEveryOperation) {
+  auto a = make(1 * GiB);
+  std::vector<void*> live;
+  for (int i = 0; i < 200; ++i) {
+    if (i % 3 == 2) {
+      a->deallocate(live[static_cast<std::size_t>(i) / 2]);
+      live[static_cast<std::size_t>(i) / 2] = nullptr;
+    } else {
+      live.push_back(a->allocate(static_cast<std::size_t>(1000 + 50'000 * (i % 7))));
+    }
+    const Stats stats = a->stats();
+    const MemoryUsage usage = a->usage();
+    ASSERT_EQ(usage.in_use_bytes, stats.in_use_bytes) << "after operation " << i;
+    ASSERT_EQ(usage.reserved_bytes, stats.reserved_bytes) << "after operation " << i;
+  }
+  for (void* block : live) a->deallocate(block);
+  EXPECT_EQ(a->usage().in_use_bytes, 0u);
+}
+
 TEST(EngineAllocator, TagsCountCurrentAndPeakBytes) {
   auto a = make(1 * GiB);
   void* w = a->allocate(10 * MiB, "weights");

@@ -67,6 +67,9 @@ class Allocator {
   /// Returns cached free memory to the backing; returns the bytes released.
   std::uint64_t trim();
   Stats stats() const;
+  /// In-use and reserved bytes alone, for sampling after every operation (timelines): two counters read under
+  /// the lock, where stats() also searches the heap for its largest free block and scans host page tables.
+  MemoryUsage usage() const;
   const DeviceDescription& description() const noexcept;
   /// Replaces the policy. Throws InvalidState after the first allocation, as TensorFlow does.
   void set_policy(const Policy& policy);

@@ -13,6 +13,11 @@ struct TagStats {
   std::uint64_t allocations = 0;  // live allocations
 };
 
+struct MemoryUsage {
+  std::uint64_t in_use_bytes = 0;    // as Stats::in_use_bytes
+  std::uint64_t reserved_bytes = 0;  // as Stats::reserved_bytes
+};
+
 struct Stats {
   std::uint64_t in_use_bytes = 0;        // rounded sizes of live allocations
   std::uint64_t requested_bytes = 0;     // sizes as asked for, of live allocations

@@ -1,7 +1,5 @@
 // `plimsoll replay`: runs allocation traces through a device under one or more policies and reports what each
 // policy costs (peaks against live bytes, map/unmap traffic, OOMs, time per operation).
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -27,14 +25,21 @@
 #include "plimsoll/runtime.hpp"
 #include "plimsoll/size.hpp"
 #include "plimsoll/trace.hpp"
+#include "telemetry/chrome_trace.hpp"
+#include "telemetry/output_file.hpp"
+#include "telemetry/progress_bar.hpp"
 #include "telemetry/replay.hpp"
+#include "telemetry/timeline.hpp"
+#include "telemetry/timeline_html.hpp"
+#include "telemetry/timeline_svg.hpp"
 
 namespace {
 
 using plimsoll::telemetry::ReplayResult;
+using plimsoll::telemetry::Timeline;
 
-// Below this many events a replay finishes before a progress line would be read.
-constexpr std::size_t kProgressEvents = 1'000'000;
+// How often the replay reports its progress: often enough for a smooth bar, rarely enough to cost nothing.
+constexpr std::size_t kProgressEveryEvents = 4096;
 
 struct ReplayArgs {
   std::vector<std::string> traces;
@@ -46,6 +51,10 @@ struct ReplayArgs {
   double limit_over_live = 0;
   bool touch_memory = false;
   bool json = false;
+  // Memory timeline files; empty when not asked for.
+  std::string plot;
+  std::string html;
+  std::string chrome_trace;
   // Which of the optional options were given (CLI11 fills these after parsing).
   CLI::Option* memory_fraction_option = nullptr;
   CLI::Option* limit_over_live_option = nullptr;
@@ -102,37 +111,73 @@ std::uint64_t limit_over_live(double factor, const plimsoll::Trace& trace) {
   return static_cast<std::uint64_t>(limit);
 }
 
-// Progress goes to a terminal only: a log file or a pipe reading the JSON must not see carriage returns.
-class Progress {
- public:
-  Progress(const plimsoll::Trace& trace, plimsoll::Growth growth)
-      : shown_(trace.events.size() >= kProgressEvents && isatty(STDERR_FILENO) == 1) {
-    if (shown_) {
-      fmt::print(stderr, "plimsoll: replaying {} ({} events) with {}...", trace.origin, trace.events.size(),
-                 plimsoll::to_string(growth));
-      std::fflush(stderr);
-    }
-  }
-  Progress(const Progress&) = delete;
-  Progress& operator=(const Progress&) = delete;
-  ~Progress() {
-    if (shown_) fmt::print(stderr, "\r\033[K");
-  }
+bool wants_timelines(const ReplayArgs& args) {
+  return !args.plot.empty() || !args.html.empty() || !args.chrome_trace.empty();
+}
 
- private:
-  bool shown_;
+// Fails before any trace is read: a typo in an output path must not cost a long replay.
+void check_output_paths(const ReplayArgs& args) {
+  if (!args.plot.empty()) plimsoll::telemetry::check_writable(args.plot, "--plot");
+  if (!args.html.empty()) plimsoll::telemetry::check_writable(args.html, "--html");
+  if (!args.chrome_trace.empty()) plimsoll::telemetry::check_writable(args.chrome_trace, "--chrome-trace");
+}
+
+void write_timelines(const ReplayArgs& args, const std::vector<Timeline>& timelines) {
+  using namespace plimsoll::telemetry;
+  if (!args.plot.empty()) write_output_file(args.plot, timeline_svg(timelines), "--plot");
+  if (!args.html.empty()) write_output_file(args.html, timeline_html(timelines), "--html");
+  if (!args.chrome_trace.empty()) write_output_file(args.chrome_trace, chrome_trace_json(timelines), "--chrome-trace");
+}
+
+// The bar goes to a terminal only: a log file or a pipe reading the JSON must not see carriage returns.
+void start_progress_bar(std::optional<plimsoll::telemetry::ProgressBar>& bar, std::string label,
+                        std::size_t events) {
+  using plimsoll::telemetry::ProgressBar;
+  if (!plimsoll::telemetry::stderr_is_terminal()) return;
+  const auto to_stderr = [](std::string_view text) {
+    std::fwrite(text.data(), 1, text.size(), stderr);
+    std::fflush(stderr);
+  };
+  bar.emplace(std::move(label), events, to_stderr, plimsoll::telemetry::steady_seconds,
+              ProgressBar::Options{.width = plimsoll::telemetry::stderr_columns()});
+}
+
+// What one run needs besides the policy: its place in the sequence (for the bar) and, when timelines are
+// asked for, where its timeline goes.
+struct RunContext {
+  std::size_t run = 0;
+  std::size_t runs = 0;
+  bool log_device = false;
+  std::vector<Timeline>* timelines = nullptr;
 };
 
 ReplayResult run_one(const ReplayArgs& args, const plimsoll::Trace& trace, const plimsoll::Policy& policy,
-                     bool log_device) {
+                     const RunContext& context) {
   plimsoll::Config config;
   config.default_policy = policy;
-  config.log_device_creation = log_device;
+  config.log_device_creation = context.log_device;
   // A fresh runtime per run: every policy starts from an empty device, and peaks belong to this run alone.
   plimsoll::Runtime runtime(config);
   plimsoll::Allocator& allocator = runtime.device(args.device);
-  const Progress progress(trace, policy.growth);
-  return plimsoll::telemetry::replay(trace, allocator, {.touch_memory = args.touch_memory});
+
+  std::optional<plimsoll::telemetry::TimelineRecorder> recorder;
+  if (context.timelines != nullptr) recorder.emplace(trace);
+  std::optional<plimsoll::telemetry::ProgressBar> bar;
+  start_progress_bar(bar,
+                     fmt::format("[{}/{}] {} {}", context.run, context.runs,
+                                 std::filesystem::path(trace.origin).filename().string(),
+                                 plimsoll::to_string(policy.growth)),
+                     trace.events.size());
+  plimsoll::telemetry::ReplayOptions options{.touch_memory = args.touch_memory};
+  if (recorder) options.timeline = &*recorder;
+  if (bar) {
+    options.progress = [&bar](std::size_t done) { bar->update(done); };
+    options.progress_every = kProgressEveryEvents;
+  }
+  ReplayResult result = plimsoll::telemetry::replay(trace, allocator, options);
+  if (bar) bar->finish();
+  if (recorder) context.timelines->push_back(recorder->finish(result));
+  return result;
 }
 
 std::string json_line(const ReplayResult& result) {
@@ -227,6 +272,7 @@ void add_to_summary(std::vector<PolicySummary>& summaries, const ReplayResult& r
 
 void run_replay(const ReplayArgs& args) {
   // Checked before any trace is read, so a typo fails at once rather than after a long load.
+  check_output_paths(args);
   plimsoll::DeviceName::parse(args.device);
   const std::vector<plimsoll::Growth> growths = growths_to_run(args);
   const plimsoll::Policy policy = base_policy(args);
@@ -239,6 +285,9 @@ void run_replay(const ReplayArgs& args) {
   // One trace in memory at a time: a 10M-event trace takes a few hundred MB once parsed.
   // Every run creates its device afresh; its "created device" line is printed once per distinct device.
   std::vector<std::pair<plimsoll::Growth, std::optional<std::uint64_t>>> logged;
+  std::vector<Timeline> timelines;
+  const std::size_t runs = traces.size() * growths.size();
+  std::size_t run = 0;
   for (const std::string& path : traces) {
     const plimsoll::Trace trace = plimsoll::read_trace(path);
     for (const plimsoll::Growth growth : growths) {
@@ -251,7 +300,11 @@ void run_replay(const ReplayArgs& args) {
       const std::pair<plimsoll::Growth, std::optional<std::uint64_t>> device_kind{growth, run_policy.memory_limit};
       const bool log_device = !args.json && std::find(logged.begin(), logged.end(), device_kind) == logged.end();
       if (log_device) logged.push_back(device_kind);
-      ReplayResult result = run_one(args, trace, run_policy, log_device);
+      const RunContext context{.run = ++run,
+                               .runs = runs,
+                               .log_device = log_device,
+                               .timelines = wants_timelines(args) ? &timelines : nullptr};
+      ReplayResult result = run_one(args, trace, run_policy, context);
       if (args.json) {
         fmt::print("{}\n", json_line(result));
         std::fflush(stdout);  // a consumer sees each run as it finishes
@@ -262,6 +315,7 @@ void run_replay(const ReplayArgs& args) {
       if (result.oom) out_of_memory.push_back(std::move(result));
     }
   }
+  write_timelines(args, timelines);
   if (args.json) return;
 
   fmt::print("{}", table.render());
@@ -273,6 +327,10 @@ void run_replay(const ReplayArgs& args) {
     fmt::print("\n{} with {} ran out of memory at line {}:\n{}\n", result.trace, result.policy, result.oom_line,
                result.oom_message);
   }
+  for (const std::string* file : {&args.plot, &args.html, &args.chrome_trace}) {
+    if (!file->empty()) fmt::print("\nmemory timeline: {}", *file);
+  }
+  if (wants_timelines(args)) fmt::print("\n");
 }
 
 }  // namespace
@@ -313,5 +371,17 @@ void add_replay_command(CLI::App& app) {
                    "first-touch page faults");
   replay->add_flag("--json", args->json,
                    "One JSON object per line per (trace, policy), instead of the table; no device log lines");
+  replay->add_option("--plot", args->plot,
+                     "Write a memory timeline chart (SVG) of every run: in use and reserved over the trace, steps, "
+                     "markers, the OOM, per-tag areas when the trace has tags")
+      ->type_name("FILE.svg");
+  replay->add_option("--html", args->html,
+                     "Write the same charts as one self-contained HTML page: zoom with the wheel or by dragging, "
+                     "hover for values, double-click to reset")
+      ->type_name("FILE.html");
+  replay->add_option("--chrome-trace", args->chrome_trace,
+                     "Write the timelines as Trace Event JSON (counter tracks and instant events) for Perfetto "
+                     "(ui.perfetto.dev) or chrome://tracing")
+      ->type_name("FILE.json");
   replay->callback([args] { run_replay(*args); });
 }

@@ -259,6 +259,11 @@ std::string Allocator::snapshot() const {
   return snapshot.dump();
 }
 
+MemoryUsage Allocator::usage() const {
+  std::lock_guard guard(impl_->lock);
+  return {.in_use_bytes = impl_->heap->counters().in_use, .reserved_bytes = impl_->heap->mapped_bytes()};
+}
+
 Stats Allocator::stats() const {
   Stats s;
   {

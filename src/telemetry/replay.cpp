@@ -90,7 +90,7 @@ ReplayResult replay(const Trace& trace, Allocator& allocator, const ReplayOption
 
   std::uint64_t in_use = before.in_use_bytes;
   std::uint64_t reserved = before.reserved_bytes;
-  if (options.timeline != nullptr) options.timeline->begin(in_use);
+  if (options.timeline != nullptr) options.timeline->begin(in_use, reserved, before.limit_bytes);
   const std::size_t progress_every = std::max<std::size_t>(1, options.progress_every);
 
   const auto started = std::chrono::steady_clock::now();
@@ -127,7 +127,7 @@ ReplayResult replay(const Trace& trace, Allocator& allocator, const ReplayOption
     // map/unmap/oom events are what the recording device did; this replay makes its own.
     if (options.timeline != nullptr) {
       if (changes_live) {
-        const Stats now = allocator.stats();
+        const MemoryUsage now = allocator.usage();
         in_use = now.in_use_bytes;
         reserved = now.reserved_bytes;
       }

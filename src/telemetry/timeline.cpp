@@ -135,6 +135,7 @@ Timeline TimelineRecorder::finish(const ReplayResult& result) {
   timeline.device = result.device;
   timeline.policy = result.policy;
   timeline.has_times = trace_.has_times;
+  timeline.limit_bytes = limit_bytes_;
   if (tagged_) timeline.tags = trace_.tags;
 
   // The replay stops at its OOM: the failed allocation is the last event, with the device as it was before.

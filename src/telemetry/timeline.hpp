@@ -50,6 +50,7 @@ struct Timeline {
   bool has_times = false;  // x is nanoseconds, else event indices
   std::size_t events = 0;  // events replayed: all of them, or up to and including the one that ran out of memory
   std::uint64_t end_x = 0;  // x of the last event replayed
+  std::uint64_t limit_bytes = 0;  // the device's memory limit; 0 when not known
   std::vector<std::string> tags;  // Trace::tags ([0] = "" untagged) when some event is tagged, else empty
   std::vector<TimelineSample> samples;  // in event order
   std::vector<TimelineStep> steps;      // at most kMaxTimelineMarks
@@ -73,8 +74,14 @@ class TimelineRecorder {
  public:
   explicit TimelineRecorder(const Trace& trace, std::size_t buckets = kDefaultTimelineBuckets);
 
-  /// The device's in-use bytes before the first event (non-zero when the allocator was not fresh).
-  void begin(std::uint64_t in_use_bytes) { last_in_use_ = in_use_bytes; }
+  /// The device before the first event: what a timeline that ends at once (an OOM on event 0) shows, and the
+  /// base of the per-tag accounting (in use is non-zero when the allocator was not fresh).
+  /// `limit_bytes` is the device's memory limit, drawn as a line near the data.
+  void begin(std::uint64_t in_use_bytes, std::uint64_t reserved_bytes, std::uint64_t limit_bytes) {
+    last_in_use_ = in_use_bytes;
+    last_reserved_ = reserved_bytes;
+    limit_bytes_ = limit_bytes;
+  }
   /// The device's memory right after event `index` (every event, in order, markers included).
   void record(std::size_t index, std::uint64_t in_use_bytes, std::uint64_t reserved_bytes);
   /// The timeline, named after the replay's device and policy, ending at its OOM if it had one.
@@ -100,6 +107,7 @@ class TimelineRecorder {
   std::vector<std::uint64_t> tag_in_use_;
   std::vector<std::uint64_t> slot_bytes_;
   std::vector<std::uint16_t> slot_tag_;
+  std::uint64_t limit_bytes_ = 0;
 };
 
 }  // namespace plimsoll::telemetry
