@@ -9,3 +9,7 @@ class App;
 void add_replay_command(CLI::App& app);
 /// `plimsoll devices`: lists the devices and why GPUs are or are not visible (src/cli/devices_command.cpp).
 void add_devices_command(CLI::App& app);
+/// `plimsoll leaks TRACE`: the leak watch on a trace (src/cli/leaks_command.cpp).
+void add_leaks_command(CLI::App& app);
+/// `plimsoll estimate batch|table`: memory of input batches and prefetch queues (src/cli/estimate_command.cpp).
+void add_estimate_command(CLI::App& app);
