@@ -340,7 +340,8 @@ void add_replay_command(CLI::App& app) {
   CLI::App* replay = app.add_subcommand("replay", "Replay allocation traces against a device and report peaks, "
                                                   "map/unmap traffic and OOMs per policy");
   replay->add_option("traces", args->traces,
-                     "Trace files: one event a line, 'a <id> <bytes>', 'f <id>' or '# marker'. None: every .trace in "
+                     "Trace files, told apart by content: plimsoll recordings, the text format ('a <id> <bytes>', "
+                     "'f <id>', '# marker') or RMM's logging CSV (docs/trace-readers.md). None: every .trace in "
                      "$PLIMSOLL_TRACE_DIR or, unset, " PLIMSOLL_DEFAULT_TRACE_DIR ", under preallocate and on_demand");
   replay->add_option("--device", args->device, "Device to replay on: cpu, cuda:N or sim:SIZE")
       ->capture_default_str();

@@ -43,8 +43,7 @@ Recording::Impl::Impl(std::string file_path, RecordingOptions recording_options)
   }
   // Room for the longest string record, so every record fits in one buffer.
   constexpr std::size_t kMinBufferBytes = telemetry::binary::kMaxStringBytes + 4096;
-  writer_ = std::make_unique<telemetry::BackgroundWriter>(fd_, std::max(options.buffer_bytes, kMinBufferBytes));
-  buffer_ = writer_->take_empty();
+  buffer_.resize(std::max(options.buffer_bytes, kMinBufferBytes));
   if (options.call_sites) call_sites_ = std::make_unique<telemetry::CallSites>();
   telemetry::binary::FileHeader header{};
   std::copy(std::begin(telemetry::binary::kMagic), std::end(telemetry::binary::kMagic), header.magic);
@@ -57,7 +56,6 @@ Recording::Impl::Impl(std::string file_path, RecordingOptions recording_options)
 }
 
 Recording::Impl::~Impl() {
-  if (writer_ != nullptr) writer_->finish();  // before the file it writes to is closed
   if (fd_ >= 0) ::close(fd_);
 }
 
@@ -127,16 +125,22 @@ void Recording::Impl::append_locked(const void* data, std::size_t bytes) {
 }
 
 void Recording::Impl::flush_locked() {
-  if (writer_->error() != 0) {
-    // Dropping events silently would make the trace lie: recording stops here and close() reports why.
-    is_closed.store(true, std::memory_order_relaxed);
-    used_ = 0;
-    return;
+  const char* data = buffer_.data();
+  std::size_t bytes = std::exchange(used_, 0);
+  // Written by the thread that filled the buffer, while it is still in this core's cache. A writer thread was
+  // measured slower: every record then lands in cache lines the other core last read (docs/recording.md).
+  while (bytes > 0 && write_error_ == 0) {
+    const ssize_t written = ::write(fd_, data, bytes);
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      // Dropping events silently would make the trace lie: recording stops here and close() reports why.
+      write_error_ = errno;
+      is_closed.store(true, std::memory_order_relaxed);
+      return;
+    }
+    data += written;
+    bytes -= static_cast<std::size_t>(written);
   }
-  if (used_ == 0) return;
-  writer_->submit(std::move(buffer_), used_);
-  buffer_ = writer_->take_empty();
-  used_ = 0;
 }
 
 void Recording::Impl::close() {
@@ -163,7 +167,6 @@ void Recording::Impl::close() {
     append_locked(&end, sizeof end);
     flush_locked();
   }
-  if (const int error = writer_->finish(); error != 0 && write_error_ == 0) write_error_ = error;
   if (fd_ >= 0 && ::close(std::exchange(fd_, -1)) != 0 && write_error_ == 0) write_error_ = errno;
   if (const int error = std::exchange(write_error_, 0); error != 0) {
     throw InvalidArgument(fmt::format("writing the recording {} failed: {}; free disk space or record to another "

@@ -40,7 +40,7 @@ struct EventRecord {
   std::uint64_t bytes;
   std::uint64_t stream;
 };
-static_assert(sizeof(EventRecord) == 48);
+static_assert(sizeof(EventRecord) == 48 && alignof(EventRecord) == 8);
 
 enum class StringTable : std::uint8_t { tag = 1, site = 2, marker = 3, device = 4 };
 
