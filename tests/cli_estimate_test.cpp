@@ -22,12 +22,7 @@ using plimsoll::testing::CliRun;
 
 CliRun plimsoll(const std::string& args) { return plimsoll::testing::run_plimsoll(args); }
 
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream stream(text);
-  for (std::string line; std::getline(stream, line);) lines.push_back(line);
-  return lines;
-}
+using plimsoll::testing::lines_of;
 
 std::set<std::string> keys_of(const nlohmann::json& object) {
   std::set<std::string> keys;

@@ -32,12 +32,7 @@ std::string write_temp(const std::string& name, const std::string& text) {
   return path;
 }
 
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream stream(text);
-  for (std::string line; std::getline(stream, line);) lines.push_back(line);
-  return lines;
-}
+using plimsoll::testing::lines_of;
 
 std::set<std::string> keys_of(const nlohmann::json& object) {
   std::set<std::string> keys;

@@ -23,12 +23,7 @@ CliRun plimsoll(const std::string& args, const std::string& env = "") {
   return plimsoll::testing::run_plimsoll(args, env);
 }
 
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream stream(text);
-  for (std::string line; std::getline(stream, line);) lines.push_back(line);
-  return lines;
-}
+using plimsoll::testing::lines_of;
 
 std::string trace_path(const std::string& file) { return std::string(PLIMSOLL_TRACES_DIR) + "/" + file; }
 

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -45,6 +46,14 @@ inline CliRun run_plimsoll(const std::string& args, const std::string& env = "")
   run.status = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1;
   run.err = read_text_file(err_path);
   return run;
+}
+
+/// The lines of a command's output, without their newlines.
+inline std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream stream(text);
+  for (std::string line; std::getline(stream, line);) lines.push_back(line);
+  return lines;
 }
 
 }  // namespace plimsoll::testing
