@@ -35,8 +35,8 @@ struct Stats {
   // Address space the device's heap reserved up front (what `top` counts as VIRT for a host device): a span
   // larger than the limit, so the heap can grow in place. It costs no memory until mapped.
   std::uint64_t address_space_bytes = 0;
-  // Host backings only (zero elsewhere): pages the kernel has committed (mapped read/write, counted against
-  // overcommit) and pages resident in RAM (touched). docs/engine.md, "Host memory", explains the three.
+  // Host backings only (zero elsewhere): pages committed (mapped read/write, counted against the device's
+  // capacity) and pages resident in RAM (touched). docs/engine.md, "Host memory", explains the three.
   std::uint64_t committed_bytes = 0;
   std::uint64_t resident_bytes = 0;
   std::vector<TagStats> tags;            // by current bytes, largest first

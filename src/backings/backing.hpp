@@ -16,7 +16,7 @@ struct BackingMemory {
 
 /// Host backings only: what the kernel holds for us. Zero elsewhere.
 struct HostPages {
-  std::uint64_t committed_bytes = 0;  // mapped read/write (counted against overcommit)
+  std::uint64_t committed_bytes = 0;  // mapped read/write (counted against the capacity)
   std::uint64_t resident_bytes = 0;   // actually in RAM (touched)
 };
 
