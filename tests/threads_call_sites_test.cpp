@@ -11,7 +11,8 @@
 
 using plimsoll::telemetry::CallSites;
 
-volatile int threads_call_sites_sink = 0;
+// thread_local: every thread writes it, and a shared one would be a data race of the test's own.
+thread_local volatile int threads_call_sites_sink = 0;
 
 // One distinct stack per path: a frame of path_zero or path_one per bit.
 std::uint32_t threads_call_sites_capture_along_bits(CallSites& sites, unsigned path, int bits_left);
