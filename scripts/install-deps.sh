@@ -1,7 +1,18 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that the build, the tests, the fuzzers and the benchmarks need.
 # Idempotent: when everything is present it only asks dpkg, so CI pays nothing on a warm image.
+#   scripts/install-deps.sh               what the build, the tests and CI need
+#   scripts/install-deps.sh --with-torch  also libtorch 1.13 (C++) and PyTorch (Python 3), some 800 MB: only for
+#                                         bench/run_pipeline_compare.sh, never needed by the build or CI
 set -euo pipefail
+
+with_torch=0
+for arg in "$@"; do
+  case "$arg" in
+    --with-torch) with_torch=1 ;;
+    *) echo "error: unknown option '$arg'; use --with-torch or nothing" >&2; exit 1 ;;
+  esac
+done
 
 packages=(
   build-essential g++-12 cmake ninja-build pkg-config
@@ -10,8 +21,13 @@ packages=(
   libdw-dev                                   # call sites of recorded allocations, symbolized by elfutils
   chromium                                    # opens the HTML timeline in a test (headless)
   libgtest-dev libgmock-dev                   # tests
+  dataset-fashion-mnist                       # real IDX files for the dataset tests (skipped without them)
   libbenchmark-dev libjemalloc-dev libmimalloc-dev python3   # benchmarks (python3 prints their table)
 )
+if [[ $with_torch -eq 1 ]]; then
+  # The contenders of bench/run_pipeline_compare.sh: libtorch's C++ data loader and PyTorch's DataLoader.
+  packages+=(libtorch-dev python3-torch python3-numpy)
+fi
 
 missing=()
 for package in "${packages[@]}"; do

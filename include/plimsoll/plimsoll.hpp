@@ -1,10 +1,12 @@
 #pragma once
 // Everything a C++ user of plimsoll needs. The C ABI is plimsoll.h.
 #include "plimsoll/allocator.hpp"
+#include "plimsoll/datasets.hpp"
 #include "plimsoll/device.hpp"
 #include "plimsoll/error.hpp"
 #include "plimsoll/estimate.hpp"
 #include "plimsoll/oom.hpp"
+#include "plimsoll/pipeline.hpp"
 #include "plimsoll/policy.hpp"
 #include "plimsoll/recording.hpp"
 #include "plimsoll/runtime.hpp"

@@ -1,0 +1,48 @@
+#include "pipeline/batch_buffer_pool.hpp"
+
+#include <algorithm>
+#include <new>
+#include <utility>
+
+namespace plimsoll::pipeline_detail {
+namespace {
+
+// Cache-line aligned, so float and int64 fields and SIMD loads in the consumer are aligned.
+constexpr std::size_t kBufferAlignment = 64;
+
+}  // namespace
+
+Buffer* BatchBufferPool::try_acquire() {
+  if (!idle_.empty()) {
+    Buffer* buffer = idle_.back();
+    idle_.pop_back();
+    return buffer;
+  }
+  const auto done = std::find_if(parked_.begin(), parked_.end(), [](Buffer* b) { return b->copy_done(); });
+  if (done != parked_.end()) {
+    Buffer* buffer = *done;
+    parked_.erase(done);
+    buffer->copy_done = nullptr;
+    return buffer;
+  }
+  if (all_.size() >= limit_) return nullptr;
+  auto buffer = std::make_unique<Buffer>();
+  buffer->bytes.reset(static_cast<std::byte*>(std::aligned_alloc(kBufferAlignment, buffer_bytes_)));
+  if (!buffer->bytes) throw std::bad_alloc();
+  all_.push_back(std::move(buffer));
+  // Room for every buffer in either list, so give_back and park never allocate: they run in Batch's destructor.
+  idle_.reserve(all_.size());
+  parked_.reserve(all_.size());
+  return all_.back().get();
+}
+
+void BatchBufferPool::give_back(Buffer* buffer) { idle_.push_back(buffer); }
+
+void BatchBufferPool::park(Buffer* buffer, std::function<bool()> copy_done) {
+  buffer->copy_done = std::move(copy_done);
+  parked_.push_back(buffer);
+}
+
+void BatchBufferPool::raise_limit(std::size_t limit) noexcept { limit_ = std::max(limit_, limit); }
+
+}  // namespace plimsoll::pipeline_detail

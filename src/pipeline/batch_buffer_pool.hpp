@@ -1,0 +1,54 @@
+#pragma once
+// The pipeline's recycling pool of batch buffers. Not thread-safe: the pipeline calls it under its own mutex.
+//
+// Invariants (checked by tests through the pipeline's metrics):
+//  - owned() == idle + parked + handed out, and owned() <= limit() at every moment: the pool never allocates past
+//    its limit, and the limit only grows.
+//  - A parked buffer is reused only after its copy_done() returned true; until then it still counts as owned.
+//  - Buffers are allocated only when none is idle or reusable, so a steady pipeline stops allocating.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <vector>
+
+namespace plimsoll::pipeline_detail {
+
+struct FreeDeleter {
+  void operator()(std::byte* bytes) const noexcept { std::free(bytes); }
+};
+
+struct Buffer {
+  std::unique_ptr<std::byte, FreeDeleter> bytes;
+  std::function<bool()> copy_done;  ///< Set while parked.
+};
+
+class BatchBufferPool {
+ public:
+  BatchBufferPool(std::uint64_t buffer_bytes, std::size_t limit) : buffer_bytes_(buffer_bytes), limit_(limit) {}
+
+  /// An idle buffer, a parked one whose copy has completed, or a new one while under the limit; null when none.
+  /// Throws std::bad_alloc when the host is out of memory.
+  Buffer* try_acquire();
+  void give_back(Buffer* buffer);
+  void park(Buffer* buffer, std::function<bool()> copy_done);
+  void raise_limit(std::size_t limit) noexcept;
+
+  bool has_parked() const noexcept { return !parked_.empty(); }
+  std::size_t owned() const noexcept { return all_.size(); }
+  std::size_t idle() const noexcept { return idle_.size(); }
+  std::size_t parked() const noexcept { return parked_.size(); }
+  std::size_t limit() const noexcept { return limit_; }
+  std::uint64_t buffer_bytes() const noexcept { return buffer_bytes_; }
+  std::uint64_t allocations() const noexcept { return all_.size(); }
+
+ private:
+  std::uint64_t buffer_bytes_;
+  std::size_t limit_;
+  std::vector<std::unique_ptr<Buffer>> all_;  // owns every buffer; buffers are never freed before the pool
+  std::vector<Buffer*> idle_;
+  std::vector<Buffer*> parked_;
+};
+
+}  // namespace plimsoll::pipeline_detail
