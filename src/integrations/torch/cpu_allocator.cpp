@@ -1,0 +1,149 @@
+// plimsoll as libtorch's CPU allocator (include/plimsoll/torch.hpp, docs/torch.md). Compiled as C++17, libtorch's
+// standard: libtorch 1.13's headers fail as C++20 under Clang 14, and plimsoll's C++20 headers are reached through
+// bridge.hpp. Only names under c10:: are used, so the ::torch namespace never meets plimsoll::torch.
+#include <atomic>
+#include <cstdio>
+#include <exception>
+#include <mutex>
+#include <string>
+
+#include <c10/core/Allocator.h>
+#include <c10/core/alignment.h>
+#include <c10/util/Exception.h>
+
+#include "bridge.hpp"
+#include "owner_table.hpp"
+#include "plimsoll/error.hpp"
+#include "plimsoll/oom.hpp"
+#include "plimsoll/torch.hpp"
+
+namespace plimsoll::torch {
+namespace {
+
+static_assert(bridge::kAlignment >= c10::gAlignment && bridge::kAlignment % c10::gAlignment == 0,
+              "libtorch needs gAlignment (64 bytes) from its CPU allocator");
+
+std::atomic<Allocator*> g_default_device{nullptr};  // install(); read by every thread without a DeviceScope
+thread_local Allocator* t_device = nullptr;          // innermost DeviceScope of this thread
+thread_local std::uint16_t t_tag = 0;                // innermost TagScope of this thread (0: untagged)
+
+OwnerTable& owners() {
+  static OwnerTable* const table = new OwnerTable();  // never destroyed: tensors may be freed during exit
+  return *table;
+}
+
+// The deleter of every DataPtr the allocator returns, and its raw_deleter(). Never throws: libtorch calls it from
+// destructors. A pointer the table does not know is reported and left alone rather than freed into a wrong device.
+void free_cpu(void* ptr) {
+  if (ptr == nullptr) return;
+  Allocator* owner = owners().take(ptr);
+  if (owner == nullptr) {
+    std::fprintf(stderr, "plimsoll: libtorch freed %p, which plimsoll's CPU allocator did not allocate; ignored\n",
+                 ptr);
+    return;
+  }
+  try {
+    bridge::deallocate(*owner, ptr);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "plimsoll: freeing a libtorch tensor failed: %s\n", e.what());
+  }
+}
+
+class CpuAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(std::size_t bytes) const override {
+    plimsoll::Allocator* device = current_device();
+    TORCH_CHECK(device != nullptr, "plimsoll: no device for a CPU allocation; call plimsoll::torch::install first");
+    void* ptr = nullptr;
+    try {
+      ptr = bridge::allocate(*device, bytes, t_tag);
+    } catch (const plimsoll::OutOfMemory& oom) {
+      C10_THROW_ERROR(OutOfMemoryError, oom.what());  // plimsoll's whole report, as torch's OOM type
+    } catch (const plimsoll::Error& e) {
+      C10_THROW_ERROR(Error, e.what());
+    }
+    try {
+      owners().insert(ptr, device);
+    } catch (...) {
+      bridge::deallocate(*device, ptr);
+      throw;
+    }
+    return {ptr, ptr, &free_cpu, c10::Device(c10::DeviceType::CPU)};
+  }
+
+  // raw_allocate needs the context to be the data pointer (it is); raw_deallocate needs this deleter.
+  c10::DeleterFnPtr raw_deleter() const override { return &free_cpu; }
+};
+
+struct Installation {
+  std::mutex mutex;
+  bool installed = false;
+  c10::Allocator* previous = nullptr;
+  std::uint8_t priority = 0;
+};
+
+Installation& installation() {
+  static Installation* const state = new Installation();
+  return *state;
+}
+
+CpuAllocator& cpu_allocator() {
+  static CpuAllocator* const allocator = new CpuAllocator();  // c10 wants static lifetime; never destroyed
+  return *allocator;
+}
+
+}  // namespace
+
+void install(Allocator& default_device, std::uint8_t priority) {
+  Installation& state = installation();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  g_default_device.store(&bridge::require_host(default_device), std::memory_order_release);
+  if (state.installed) return;
+  c10::Allocator* previous = c10::GetAllocator(c10::DeviceType::CPU);
+  c10::SetAllocator(c10::DeviceType::CPU, &cpu_allocator(), priority);
+  if (c10::GetAllocator(c10::DeviceType::CPU) != &cpu_allocator()) {
+    throw InvalidState("plimsoll::torch::install: libtorch kept its CPU allocator, which was set with a priority "
+                       "above " + std::to_string(priority) + "; pass a higher priority");
+  }
+  state.previous = previous;
+  state.priority = priority;
+  state.installed = true;
+}
+
+void install(std::string_view default_device, std::uint8_t priority) {
+  install(bridge::global_device(default_device), priority);
+}
+
+void uninstall() {
+  Installation& state = installation();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  if (!state.installed) return;
+  c10::SetAllocator(c10::DeviceType::CPU, state.previous, state.priority);
+  state.installed = false;
+}
+
+bool installed() noexcept {
+  Installation& state = installation();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  return state.installed;
+}
+
+Allocator* current_device() noexcept {
+  return t_device != nullptr ? t_device : g_default_device.load(std::memory_order_acquire);
+}
+
+std::string_view current_tag() { return t_tag == 0 ? std::string_view() : bridge::tag_name(t_tag); }
+
+DeviceScope::DeviceScope(Allocator& device) : previous_(t_device) { t_device = &bridge::require_host(device); }
+
+DeviceScope::DeviceScope(std::string_view device) : previous_(t_device) {
+  t_device = &bridge::require_host(bridge::global_device(device));
+}
+
+DeviceScope::~DeviceScope() { t_device = previous_; }
+
+TagScope::TagScope(std::string_view tag) : previous_(t_tag) { t_tag = bridge::intern_tag(tag); }
+
+TagScope::~TagScope() { t_tag = previous_; }
+
+}  // namespace plimsoll::torch
