@@ -82,11 +82,7 @@ Outcome run_once(const Load& load, bool bounded, std::uint64_t seed) {
     else
       spin_for(work);
   };
-  if (bounded) {
-    // One batch's buffer: the fields rounded to 64 bytes, as the pipeline lays them out.
-    const std::uint64_t buffer = (kBatchSize * kSampleBytes + 63) / 64 * 64;
-    options.max_bytes = buffer * load.budget_batches;
-  }
+  if (bounded) options.max_bytes = plimsoll::batch_buffer_bytes(options) * load.budget_batches;
   plimsoll::Pipeline pipeline(options, {stage});
   std::mt19937_64 random(seed ^ 0xc0ffee);
   const double step_ms = load.step_ms;

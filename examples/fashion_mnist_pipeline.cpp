@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
     options.sample_fields = {pixels * sizeof(float), sizeof(std::int64_t)};
     options.workers = 4;
     options.scratch_bytes = pixels;  // the augmented uint8 image, before it is normalized
-    options.max_bytes = 6 * (kBatch * (pixels * sizeof(float) + sizeof(std::int64_t)) + 128) + 4 * pixels;
+    options.max_bytes = 6 * batch_buffer_bytes(options) + options.workers * options.scratch_bytes;  // 6 batches
     options.shuffle = true;
     options.epochs = 2;
     options.seed = 2026;

@@ -486,6 +486,15 @@ TEST(PipelineAutotune, SaysWhenTheWorkersAreTheBottleneck) {
   EXPECT_GT(m.consumer_wait, 0ns);
 }
 
+TEST(PipelineMetrics, BatchBufferBytesRoundsEachFieldToACacheLine) {
+  auto options = record_options(100, 32, 1);
+  options.sample_fields = {3136, 8, 1};
+  EXPECT_EQ(batch_buffer_bytes(options), 100352u + 256 + 64);  // 32 x 3136, 32 x 8, 32 x 1 -> 64
+  options.sample_fields = {std::size_t{1} << 40};
+  options.batch_size = std::size_t{1} << 30;
+  EXPECT_THROW(batch_buffer_bytes(options), InvalidArgument);
+}
+
 TEST(PipelineMetrics, CountWhatIsHeldAndDelivered) {
   auto options = record_options(100, 10, 2);
   options.max_batches = 4;
@@ -496,7 +505,8 @@ TEST(PipelineMetrics, CountWhatIsHeldAndDelivered) {
   EXPECT_EQ(m.held, 1u);
   EXPECT_EQ(m.batches_delivered, 1u);
   EXPECT_EQ(m.buffer_limit, 4u);
-  EXPECT_EQ(m.buffer_bytes, 10 * sizeof(Record) + 64 - (10 * sizeof(Record)) % 64);
+  EXPECT_EQ(m.buffer_bytes, 256u) << "10 records of 24 bytes, rounded up to a cache line";
+  EXPECT_EQ(m.buffer_bytes, batch_buffer_bytes(options));
   EXPECT_TRUE(m.autotune.empty());
   batch.reset();
   while (pipeline.next()) {

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "plimsoll/policy.hpp"
+#include "plimsoll/runtime.hpp"
 
 namespace plimsoll {
 
@@ -34,5 +35,16 @@ class PolicyOf {
  private:
   Policy policy_;
 };
+
+/// A runtime config whose default policy has `growth` and `limit` and no reserve, and that logs nothing: the
+/// replays of the telemetry tests.
+inline Config quiet_config(Growth growth, std::uint64_t limit) {
+  Config config;
+  config.log_device_creation = false;
+  config.default_policy.growth = growth;
+  config.default_policy.memory_limit = limit;
+  config.default_policy.reserve = 0;
+  return config;
+}
 
 }  // namespace plimsoll

@@ -10,6 +10,7 @@
 #include "plimsoll/error.hpp"
 #include "plimsoll/policy.hpp"
 #include "plimsoll/runtime.hpp"
+#include "policy_builder.hpp"
 #include "plimsoll/trace.hpp"
 #include "telemetry/replay.hpp"
 
@@ -17,15 +18,6 @@ namespace plimsoll::telemetry {
 namespace {
 
 constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
-
-Config config_with(Growth growth, std::uint64_t limit) {
-  Config config;
-  config.log_device_creation = false;
-  config.default_policy.growth = growth;
-  config.default_policy.memory_limit = limit;
-  config.default_policy.reserve = 0;
-  return config;
-}
 
 // Live: 3, 4, 1 MiB before the steps; a 3 MiB block comes and goes in step 0; step 1 needs 8 MiB more, which
 // only fresh mappings can give.
@@ -44,7 +36,7 @@ const char* const kGrowingTrace =
     "f 2\n";            // 11
 
 TEST(TelemetryReplay, ReportsPeaksAndCountsOnSim) {
-  Runtime runtime(config_with(Growth::on_demand, 64 * kMiB));
+  Runtime runtime(quiet_config(Growth::on_demand, 64 * kMiB));
   Allocator& allocator = runtime.device("sim:1GiB");
   const Trace trace = parse_trace(kGrowingTrace, "growing.trace");
   const Stats before = allocator.stats();
@@ -87,7 +79,7 @@ TEST(TelemetryReplay, WarmCacheMeansNoSteadyMaps) {
       "# step 1 begin\na 2 3145728\nf 2\n# step 1 end\n"
       "# step 2 begin\na 3 3145728\nf 3\n# step 2 end\n",
       "warm.trace");
-  Runtime runtime(config_with(Growth::on_demand, 64 * kMiB));
+  Runtime runtime(quiet_config(Growth::on_demand, 64 * kMiB));
   const ReplayResult result = replay(trace, runtime.device("sim:1GiB"), {});
   EXPECT_GE(result.maps, 1u);
   EXPECT_EQ(result.steady_maps, 0u);
@@ -95,7 +87,7 @@ TEST(TelemetryReplay, WarmCacheMeansNoSteadyMaps) {
 }
 
 TEST(TelemetryReplay, PreallocateReservesTheWholeLimitBeforeTheFirstEvent) {
-  Runtime runtime(config_with(Growth::preallocate, 64 * kMiB));
+  Runtime runtime(quiet_config(Growth::preallocate, 64 * kMiB));
   const Trace trace = parse_trace(kGrowingTrace, "growing.trace");
   const ReplayResult result = replay(trace, runtime.device("sim:1GiB"), {});
   EXPECT_EQ(result.policy, "preallocate");
@@ -115,7 +107,7 @@ TEST(TelemetryReplay, StopsAtTheFirstOutOfMemoryAndFreesWhatIsLive) {
       "a 4 1024\n"
       "f 1\nf 2\nf 3\nf 4\n",
       "oom.trace");
-  Runtime runtime(config_with(Growth::on_demand, 8 * kMiB));
+  Runtime runtime(quiet_config(Growth::on_demand, 8 * kMiB));
   Allocator& allocator = runtime.device("sim:1GiB");
 
   const ReplayResult result = replay(trace, allocator, {});
@@ -138,7 +130,7 @@ TEST(TelemetryReplay, StopsAtTheFirstOutOfMemoryAndFreesWhatIsLive) {
 
 TEST(TelemetryReplay, ATraceWithoutStepsHasNoSteadyState) {
   const Trace trace = parse_trace("a 1 3145728\nf 1\na 2 6291456\nf 2\n", "flat.trace");
-  Runtime runtime(config_with(Growth::on_demand, 64 * kMiB));
+  Runtime runtime(quiet_config(Growth::on_demand, 64 * kMiB));
   const ReplayResult result = replay(trace, runtime.device("sim:1GiB"), {});
   EXPECT_GE(result.maps, 1u);
   EXPECT_EQ(result.steady_maps, 0u);
@@ -148,14 +140,14 @@ TEST(TelemetryReplay, ATraceWithoutStepsHasNoSteadyState) {
 TEST(TelemetryReplay, TouchingIsSkippedOnSimulatedMemory) {
   // Simulated addresses are not memory: writing to them would crash, so the option must be ignored there.
   const Trace trace = parse_trace(kGrowingTrace, "growing.trace");
-  Runtime runtime(config_with(Growth::on_demand, 64 * kMiB));
+  Runtime runtime(quiet_config(Growth::on_demand, 64 * kMiB));
   const ReplayResult result = replay(trace, runtime.device("sim:1GiB"), {.touch_memory = true});
   EXPECT_EQ(result.ops, 8u);
 }
 
 TEST(TelemetryReplay, TouchesHostMemory) {
   const Trace trace = parse_trace(kGrowingTrace, "growing.trace");
-  Runtime runtime(config_with(Growth::on_demand, 64 * kMiB));
+  Runtime runtime(quiet_config(Growth::on_demand, 64 * kMiB));
   Allocator& allocator = runtime.device("cpu");
   const ReplayResult result = replay(trace, allocator, {.touch_memory = true});
   EXPECT_EQ(result.ops, 8u);
@@ -169,7 +161,7 @@ TEST(TelemetryReplay, HandBuiltTraceWithABadSlotIsRejected) {
   trace.slots = 1;
   trace.events.push_back(TraceEvent{.kind = TraceEvent::Kind::allocate, .slot = 0, .bytes = 64, .line = 1});
   trace.events.push_back(TraceEvent{.kind = TraceEvent::Kind::allocate, .slot = 5, .bytes = 64, .line = 2});
-  Runtime runtime(config_with(Growth::on_demand, 64 * kMiB));
+  Runtime runtime(quiet_config(Growth::on_demand, 64 * kMiB));
   Allocator& allocator = runtime.device("sim:1GiB");
   EXPECT_THROW(replay(trace, allocator, {}), InvalidArgument);
   // The block of the first event was given back on the way out.
@@ -178,7 +170,7 @@ TEST(TelemetryReplay, HandBuiltTraceWithABadSlotIsRejected) {
 
 TEST(TelemetryReplay, RealTraceReplaysToAnEmptyDevice) {
   const Trace trace = read_trace(std::string(PLIMSOLL_TRACES_DIR) + "/gpt-6-512-b8.trace");
-  Runtime runtime(config_with(Growth::on_demand, 16 * 1024 * kMiB));
+  Runtime runtime(quiet_config(Growth::on_demand, 16 * 1024 * kMiB));
   Allocator& allocator = runtime.device("sim:32GiB");
   const ReplayResult result = replay(trace, allocator, {});
   EXPECT_FALSE(result.oom);

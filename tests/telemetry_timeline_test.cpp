@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "plimsoll/runtime.hpp"
+#include "policy_builder.hpp"
 #include "plimsoll/trace.hpp"
 #include "telemetry/chrome_trace.hpp"
 #include "telemetry/replay.hpp"
@@ -31,17 +32,8 @@ using ::testing::Not;
 
 constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
 
-Config sim_config(Growth growth, std::uint64_t limit) {
-  Config config;
-  config.log_device_creation = false;
-  config.default_policy.growth = growth;
-  config.default_policy.memory_limit = limit;
-  config.default_policy.reserve = 0;
-  return config;
-}
-
 Timeline replay_timeline(const Trace& trace, std::uint64_t limit, std::size_t buckets = kDefaultTimelineBuckets) {
-  Runtime runtime(sim_config(Growth::on_demand, limit));
+  Runtime runtime(quiet_config(Growth::on_demand, limit));
   TimelineRecorder recorder(trace, buckets);
   const ReplayResult result = replay(trace, runtime.device("sim:1GiB"), {.timeline = &recorder});
   return recorder.finish(result);
@@ -170,7 +162,7 @@ TEST(TelemetryTimeline, AnOutOfMemoryEndsTheTimeline) {
 
 TEST(TelemetryTimeline, AnOutOfMemoryOnTheFirstEventShowsTheDeviceBeforeIt) {
   const Trace trace = parse_trace("a 1 16777216\nf 1\n", "too-big.trace");
-  Runtime runtime(sim_config(Growth::preallocate, 8 * kMiB));
+  Runtime runtime(quiet_config(Growth::preallocate, 8 * kMiB));
   TimelineRecorder recorder(trace);
   const ReplayResult result = replay(trace, runtime.device("sim:1GiB"), {.timeline = &recorder});
   const Timeline timeline = recorder.finish(result);

@@ -75,6 +75,11 @@ struct PipelineOptions {
   bool autotune = false;
 };
 
+/// Bytes of one batch buffer for these options: each field's batch_size x sample_fields[i] bytes, rounded up to a
+/// cache line. A budget of N batches is N x this plus workers x scratch_bytes (metrics().buffer_bytes reports the
+/// same number). Throws InvalidArgument when it does not fit in 64 bits.
+std::uint64_t batch_buffer_bytes(const PipelineOptions& options);
+
 /// What the pipeline holds and how long each side waited.
 struct PipelineMetrics {
   std::size_t queued = 0;            ///< Ready batches waiting for the consumer.

@@ -59,8 +59,7 @@ PipelineMetrics pipeline_detail::State::metrics() const {
   m.producer_wait = producer_wait;
   m.consumer_wait = consumer_wait;
   m.consumer_step = consumer_step;
-  m.autotune = autotune.report();
-  if (!options.autotune) m.autotune.clear();
+  m.autotune = autotune.report();  // empty unless autotune observed a delivery
   return m;
 }
 

@@ -43,6 +43,8 @@ void check_shape(const PipelineOptions& options, const std::vector<SampleStage>&
         options.dataset_size, options.batch_size));
 }
 
+}  // namespace
+
 std::vector<std::uint64_t> offsets_of(const PipelineOptions& options) {
   std::vector<std::uint64_t> offsets;
   std::uint64_t at = 0;
@@ -56,6 +58,8 @@ std::vector<std::uint64_t> offsets_of(const PipelineOptions& options) {
   offsets.push_back(at);  // the buffer's size
   return offsets;
 }
+
+namespace {
 
 // How many buffers the bounds allow; throws when not even one batch fits.
 std::size_t buffer_cap(const PipelineOptions& options, std::uint64_t buffer_bytes, std::uint64_t scratch_bytes) {
@@ -99,3 +103,11 @@ State::State(PipelineOptions options_in, std::vector<SampleStage> stages_in, Col
 }
 
 }  // namespace plimsoll::pipeline_detail
+
+namespace plimsoll {
+
+std::uint64_t batch_buffer_bytes(const PipelineOptions& options) {
+  return pipeline_detail::offsets_of(options).back();
+}
+
+}  // namespace plimsoll

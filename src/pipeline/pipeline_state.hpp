@@ -35,6 +35,9 @@ struct FinishedBatch {
   std::exception_ptr error;  ///< A PipelineError; the buffer is returned to the pool when it is delivered.
 };
 
+/// Where each output array starts in a batch buffer, then the buffer's size (batch_buffer_bytes).
+std::vector<std::uint64_t> offsets_of(const PipelineOptions& options);
+
 struct State {
   State(PipelineOptions options, std::vector<SampleStage> stages, CollateStage collate);
 
