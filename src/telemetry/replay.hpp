@@ -17,9 +17,9 @@ struct ReplayOptions {
   /// Write one byte per 4 KiB page of each new block when the device's memory is host memory, so the replay
   /// pays real first-touch (page fault) costs. Ignored on devices whose memory this process cannot touch.
   bool touch_memory = false;
-  /// When set, sees the device's in-use and reserved bytes after every event. That is a Stats read per
-  /// allocation and free, which walks the heap's free lists (tens of microseconds on a real trace), so ns/op
-  /// then measures mostly the timeline.
+  /// When set, sees the device's in-use and reserved bytes after every event: an Allocator::usage() read (two
+  /// counters under the lock) per allocation and free, plus the recorder's own work, so ns/op grows
+  /// (docs/timelines.md has the cost).
   TimelineRecorder* timeline = nullptr;
   /// When set, called with the number of events done every `progress_every` events and once at the end.
   std::function<void(std::size_t events_done)> progress{};
