@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that the build, the tests, the fuzzers and the benchmarks need.
 # Idempotent: when everything is present it only asks dpkg, so CI pays nothing on a warm image.
-#   scripts/install-deps.sh               what the build, the tests and CI need
-#   scripts/install-deps.sh --with-torch  also libtorch 1.13 (C++) and PyTorch (Python 3), some 800 MB: only for
-#                                         bench/run_pipeline_compare.sh, never needed by the build or CI
+#   scripts/install-deps.sh                 what the build, the tests, CI and `plimsoll train` need (libtorch 1.13
+#                                           included, some 800 MB the first time)
+#   scripts/install-deps.sh --with-pytorch  also PyTorch for Python 3: only for the DataLoader contender of
+#                                           bench/run_pipeline_compare.sh, never needed by the build or CI
 set -euo pipefail
 
-with_torch=0
+with_pytorch=0
 for arg in "$@"; do
   case "$arg" in
-    --with-torch) with_torch=1 ;;
-    *) echo "error: unknown option '$arg'; use --with-torch or nothing" >&2; exit 1 ;;
+    --with-pytorch) with_pytorch=1 ;;
+    *) echo "error: unknown option '$arg'; use --with-pytorch or nothing" >&2; exit 1 ;;
   esac
 done
 
@@ -21,12 +22,14 @@ packages=(
   libdw-dev                                   # call sites of recorded allocations, symbolized by elfutils
   chromium                                    # opens the HTML timeline in a test (headless)
   libgtest-dev libgmock-dev                   # tests
-  dataset-fashion-mnist                       # real IDX files for the dataset tests (skipped without them)
+  dataset-fashion-mnist                       # real IDX files: `plimsoll train` and the dataset tests
+  libtorch-dev                                # `plimsoll train` and plimsoll_torch (libtorch 1.13, CPU)
+  libopenblas0-openmp                         # libtorch's BLAS: the reference libblas3 makes a step several times slower
   libbenchmark-dev libjemalloc-dev libmimalloc-dev python3   # benchmarks (python3 prints their table)
 )
-if [[ $with_torch -eq 1 ]]; then
-  # The contenders of bench/run_pipeline_compare.sh: libtorch's C++ data loader and PyTorch's DataLoader.
-  packages+=(libtorch-dev python3-torch python3-numpy)
+if [[ $with_pytorch -eq 1 ]]; then
+  # PyTorch's DataLoader, a contender of bench/run_pipeline_compare.sh.
+  packages+=(python3-torch python3-numpy)
 fi
 
 missing=()

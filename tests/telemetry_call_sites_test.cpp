@@ -115,6 +115,26 @@ TEST(CallSites, DescribeNamesTheFirstFrameOutsidePlimsoll) {
             !CallSiteSymbolizer::uses_libdw());
 }
 
+TEST(CallSites, InternalFramesArePlimsollAndLibtorchButNotTheMainJob) {
+  const auto internal = [](std::string function, std::string file = "", std::string module = "app") {
+    SiteFrame frame;
+    frame.function = std::move(function);
+    frame.file = std::move(file);
+    frame.module = std::move(module);
+    return plimsoll::telemetry::is_internal_frame(frame, "/repo");
+  };
+  EXPECT_TRUE(internal("plimsoll::Allocator::allocate(unsigned long, unsigned short)"));
+  EXPECT_TRUE(internal("c10::alloc_cpu(unsigned long)"));
+  EXPECT_TRUE(internal("at::Tensor::clone(std::optional<c10::MemoryFormat>) const"));
+  EXPECT_TRUE(internal("torch::empty(c10::ArrayRef<long>)"));
+  EXPECT_TRUE(internal("anything", "", "/usr/lib/libtorch_cpu.so.1.13"));
+  EXPECT_TRUE(internal("helper()", "/repo/src/engine/heap.cpp"));
+  // The main job is a program on plimsoll: the leak demo's batch feed must be the named site.
+  EXPECT_FALSE(internal("plimsoll::train::BatchFeed::tensors(plimsoll::train::BatchView const&)"));
+  EXPECT_FALSE(internal("helper()", "/repo/src/train/batch_feed.cpp"));
+  EXPECT_FALSE(internal("my_training_loop()", "/home/me/train.cpp"));
+}
+
 TEST(CallSites, StackHasEveryFrameSymbolizedInnermostFirst) {
   if (!CallSiteSymbolizer::uses_libdw()) GTEST_SKIP() << "built without libdw: frames have no function names";
   CallSites sites;

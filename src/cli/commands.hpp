@@ -13,3 +13,5 @@ void add_devices_command(CLI::App& app);
 void add_leaks_command(CLI::App& app);
 /// `plimsoll estimate batch|table`: memory of input batches and prefetch queues (src/cli/estimate_command.cpp).
 void add_estimate_command(CLI::App& app);
+/// `plimsoll train`: the main job, a network trained on Fashion-MNIST under plimsoll (src/cli/train_command.cpp).
+void add_train_command(CLI::App& app);

@@ -1,6 +1,5 @@
 // `plimsoll leaks TRACE`: the leak watch on a recorded trace. Says whether memory that outlives its training step
 // keeps piling up (a leak) or stopped growing (warm-up), and which allocations hold it (docs/leaks.md).
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -14,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/leak_text.hpp"
 #include "cli/output.hpp"
 #include "plimsoll/size.hpp"
 #include "plimsoll/trace.hpp"
@@ -35,13 +35,6 @@ struct LeaksArgs {
 
 std::string name_in(const std::vector<std::string>& names, std::size_t index) {
   return index < names.size() ? names[index] : fmt::format("#{}", index);
-}
-
-// Where the group was made, without its tag (the table and the JSON give the tag on its own).
-std::string where_made(const LeakGroup& group, const plimsoll::Trace& trace) {
-  LeakGroup untagged = group;
-  untagged.tag = 0;
-  return plimsoll::telemetry::describe_origin(untagged, trace.tags, trace.sites);
 }
 
 nlohmann::ordered_json optional_step(const std::optional<int>& step) {
@@ -75,50 +68,13 @@ nlohmann::ordered_json json_report(const plimsoll::Trace& trace, const LeakRepor
     entry["site"] = group.site == 0 ? "" : name_in(trace.sites, group.site);
     entry["position"] = group.site == 0 ? nlohmann::ordered_json(group.position) : nlohmann::ordered_json();
     entry["between_steps"] = group.between_steps;
-    entry["where"] = where_made(group, trace);
+    entry["where"] = plimsoll::cli::where_made(group, trace);
     entry["first_step"] = group.first_step;
     entry["last_step"] = group.last_step;
     groups.push_back(std::move(entry));
   }
   out["groups"] = std::move(groups);
   return out;
-}
-
-std::string rhythm(double every_steps) {
-  // Growth at every step end gives exactly 1; a leak every 2nd or 3rd step gives 2 or 3.
-  if (every_steps < 1.05) return "every step";
-  return fmt::format("every {:.1f} steps", every_steps);
-}
-
-std::string bytes_rate(double bytes_per_step) {
-  return plimsoll::format_size(static_cast<std::uint64_t>(std::llround(bytes_per_step)));
-}
-
-// The verdict in one line: what a reader needs before any table.
-std::string verdict_line(const LeakReport& report) {
-  switch (report.verdict) {
-    case LeakVerdict::leak:
-      return fmt::format("LEAK: memory kept past its step grows by {} per step ({:.1f} allocations per step, {}), "
-                         "made in steps {} to {} ({} steps seen)",
-                         bytes_rate(report.bytes_per_step), report.allocations_per_step,
-                         rhythm(report.growth_every_steps), report.first_growth_step.value_or(0),
-                         report.last_growth_step.value_or(0), report.steps);
-    case LeakVerdict::warmup_growth:
-      return fmt::format("no leak: memory kept past its step grew, then stopped {} steps ago (warm-up, such as a "
-                         "cache that filled); {} steps",
-                         report.steps_since_growth, report.steps);
-    case LeakVerdict::no_growth:
-      return fmt::format("no leak: nothing made after the first step outlived the step after it; {} steps",
-                         report.steps);
-    case LeakVerdict::too_few_steps:
-      if (report.steps == 0) {
-        return "no verdict: the trace has no 'step N begin' / 'step N end' markers; record with plimsoll::step() "
-               "(or add the markers) so the leak watch can see steps";
-      }
-      return fmt::format("no verdict: {} steps; more than {} are needed to tell a leak from warm-up", report.steps,
-                         plimsoll::telemetry::LeakWatch::kMinSteps);
-  }
-  return "";
 }
 
 std::string step_range(const LeakGroup& group) {
@@ -133,7 +89,7 @@ std::string size_range(const LeakGroup& group) {
 }
 
 void print_human(const plimsoll::Trace& trace, const LeakReport& report) {
-  fmt::print("{}\n", verdict_line(report));
+  fmt::print("{}\n", plimsoll::cli::leak_verdict_line(report));
   if (report.steps == 0) return;
   fmt::print("first step (warm-up) keeps {} live; made later and kept past the next step: {} in {} allocations\n",
              plimsoll::format_size(report.warmup_bytes), plimsoll::format_size(report.retained_bytes),
@@ -150,7 +106,7 @@ void print_human(const plimsoll::Trace& trace, const LeakReport& report) {
   for (std::size_t i = 0; i < report.groups.size() && i < kShownGroups; ++i) {
     const LeakGroup& group = report.groups[i];
     table.add_row({plimsoll::format_size(group.bytes), fmt::format("{}", group.allocations), size_range(group),
-                   group.tag == 0 ? "-" : name_in(trace.tags, group.tag), where_made(group, trace),
+                   group.tag == 0 ? "-" : name_in(trace.tags, group.tag), plimsoll::cli::where_made(group, trace),
                    step_range(group)});
   }
   fmt::print("\nkept past the next step, by where it was made:\n{}", table.render());

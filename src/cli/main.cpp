@@ -14,6 +14,7 @@
 int main(int argc, char** argv) {
   CLI::App app{"plimsoll: memory budgets and allocation telemetry for deep-learning devices", "plimsoll"};
   app.require_subcommand(1);
+  add_train_command(app);
   add_replay_command(app);
   add_devices_command(app);
   add_leaks_command(app);

@@ -184,12 +184,21 @@ bool is_internal_frame(const SiteFrame& frame, std::string_view plimsoll_source_
   if (module.starts_with("libtorch") || module.starts_with("libc10")) return true;
 
   const std::string_view name = qualified_name(frame.function);
+  // The main job (plimsoll::train, src/train) is a program running on plimsoll, not plimsoll's machinery: its
+  // frames are the call sites the user of `plimsoll train` wants named.
+  if (name.starts_with("plimsoll::train::")) return false;
   if (name.starts_with("plimsoll::") || name.starts_with("c10::") || name.starts_with("plimsoll_")) return true;
+  // libtorch's C++ API is inlined into the caller's binary (at::Tensor::clone, torch::empty): the call site is the
+  // caller's code, not the header's.
+  if (name.starts_with("at::") || name.starts_with("torch::")) return true;
   // std::function, std::invoke and the like calling back into plimsoll are plimsoll's machinery too.
   if (name.starts_with("std::") && name.find("plimsoll::") != std::string_view::npos) return true;
 
   if (plimsoll_source_root.empty() || frame.file.empty()) return false;
   const std::string_view file = frame.file;
+  if (file.starts_with(plimsoll_source_root) && file.substr(plimsoll_source_root.size()).starts_with("/src/train/")) {
+    return false;
+  }
   for (const std::string_view library_folder : {"/src/", "/include/plimsoll/"}) {
     if (file.size() > plimsoll_source_root.size() + library_folder.size() && file.starts_with(plimsoll_source_root) &&
         file.substr(plimsoll_source_root.size()).starts_with(library_folder)) {

@@ -27,9 +27,10 @@ struct SiteFrame {
 std::string format_site_frame(const SiteFrame& frame);
 
 /// Whether a frame belongs to the runtime between the user's code and the allocator: a module named libtorch*
-/// or libc10*; a function in namespace plimsoll:: or c10::, a plimsoll_* C entry point, or a std:: template
-/// running plimsoll code (std::function around a plimsoll lambda); a source file of plimsoll's library (under
-/// `plimsoll_source_root`/src/ or /include/plimsoll/).
+/// or libc10*; a function in namespace plimsoll::, c10::, at:: or torch:: (libtorch's API, inlined into the
+/// caller), a plimsoll_* C entry point, or a std:: template running plimsoll code (std::function around a plimsoll
+/// lambda); a source file of plimsoll's library (under `plimsoll_source_root`/src/ or /include/plimsoll/). The main
+/// job (plimsoll::train::, `plimsoll_source_root`/src/train/) is user code: its frames are not internal.
 bool is_internal_frame(const SiteFrame& frame, std::string_view plimsoll_source_root);
 
 /// Symbolizes addresses of this process, each once (results are cached). Not thread-safe.

@@ -1,0 +1,264 @@
+// `plimsoll train`: the main job (src/train/train_job.hpp, docs/train.md). Parses the options, runs the job, and
+// prints what memory it used: per device and tag, the input pipeline, and the leak watch's verdict. Without
+// libtorch at build time the command exists and says how to get it.
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "plimsoll/datasets.hpp"
+#include "plimsoll/error.hpp"
+#include "plimsoll/policy.hpp"
+#include "plimsoll/size.hpp"
+
+#ifdef PLIMSOLL_HAVE_TRAIN
+#include "cli/leak_text.hpp"
+#include "cli/output.hpp"
+#include "train/replica.hpp"
+#include "train/train_job.hpp"
+#endif
+
+namespace {
+
+// Exit status of a run that ran out of memory (2 is bad input, 1 an internal error).
+constexpr int kExitOutOfMemory = 3;
+// 88% test accuracy in under a minute on one core (docs/train.md).
+constexpr std::uint64_t kDefaultEpochs = 2;
+// --leak-demo without --epochs and --limit-batches: one epoch of 40 steps, enough for the leak watch and short
+// enough to watch.
+constexpr std::uint64_t kLeakDemoBatches = 40;
+constexpr std::size_t kShownLeakGroups = 3;
+
+struct TrainArgs {
+  std::string data;
+  std::optional<std::uint64_t> epochs;
+  std::optional<std::uint64_t> limit_batches;
+  std::size_t batch_size = 128;
+  double learning_rate = 1e-3;
+  std::uint64_t seed = 2026;
+  std::string device = "cpu";
+  std::size_t devices = 1;
+  std::string policy;
+  std::string memory_limit;
+  std::size_t threads = 0;
+  std::size_t workers = 1;
+  std::string record;
+  std::string html;
+  bool json = false;
+  bool leak_demo = false;
+  bool quiet = false;
+};
+
+#ifdef PLIMSOLL_HAVE_TRAIN
+
+using plimsoll::format_size;
+using plimsoll::train::TrainReport;
+
+plimsoll::train::TrainOptions job_options(const TrainArgs& args) {
+  plimsoll::train::TrainOptions o;
+  o.data_dir = args.data;
+  o.epochs = args.epochs.value_or(args.leak_demo ? 1 : kDefaultEpochs);
+  o.limit_batches = args.limit_batches.value_or(args.leak_demo ? kLeakDemoBatches : 0);
+  o.batch_size = args.batch_size;
+  o.learning_rate = args.learning_rate;
+  o.seed = args.seed;
+  o.device = args.device;
+  o.devices = args.devices;
+  if (!args.policy.empty()) o.growth = plimsoll::parse_growth(args.policy);
+  if (!args.memory_limit.empty()) o.memory_limit = plimsoll::parse_size(args.memory_limit);
+  o.threads = args.threads;
+  o.loader_workers = args.workers;
+  o.record_path = args.record;
+  o.html_path = args.html;
+  o.leak_demo = args.leak_demo;
+  o.progress = !args.quiet;
+  return o;
+}
+
+nlohmann::ordered_json json_report(const TrainReport& report) {
+  nlohmann::ordered_json out;
+  out["test_accuracy"] = report.test_accuracy;
+  out["peak_in_use_bytes"] = report.peak_in_use_bytes();
+  out["peak_reserved_bytes"] = report.peak_reserved_bytes();
+  out["leak"] = report.leaks.leak();
+  out["leak_verdict"] = plimsoll::telemetry::to_string(report.leaks.verdict);
+  out["leak_bytes_per_step"] = report.leaks.bytes_per_step;
+  out["oom"] = false;
+  out["epochs"] = report.epochs.size();
+  out["steps"] = report.steps;
+  out["seconds"] = report.seconds;
+  out["parameters"] = report.parameters;
+  nlohmann::ordered_json epochs = nlohmann::ordered_json::array();
+  for (const auto& epoch : report.epochs) {
+    epochs.push_back({{"epoch", epoch.epoch},
+                      {"steps", epoch.steps},
+                      {"train_loss", epoch.train_loss},
+                      {"train_accuracy", epoch.train_accuracy},
+                      {"test_loss", epoch.test_loss},
+                      {"test_accuracy", epoch.test_accuracy},
+                      {"seconds", epoch.seconds}});
+  }
+  out["epoch_results"] = std::move(epochs);
+  nlohmann::ordered_json devices = nlohmann::ordered_json::array();
+  for (const auto& device : report.devices) {
+    nlohmann::ordered_json tags = nlohmann::ordered_json::array();
+    for (const auto& tag : device.stats.tags) {
+      tags.push_back({{"tag", tag.tag},
+                      {"in_use_bytes", tag.in_use_bytes},
+                      {"peak_in_use_bytes", tag.peak_in_use_bytes},
+                      {"allocations", tag.allocations}});
+    }
+    devices.push_back({{"device", device.name},
+                       {"limit_bytes", device.limit_bytes},
+                       {"in_use_bytes", device.stats.in_use_bytes},
+                       {"peak_in_use_bytes", device.stats.peak_in_use_bytes},
+                       {"reserved_bytes", device.stats.reserved_bytes},
+                       {"peak_reserved_bytes", device.stats.peak_reserved_bytes},
+                       {"maps", device.stats.maps},
+                       {"unmaps", device.stats.unmaps},
+                       {"tags", std::move(tags)}});
+  }
+  out["devices"] = std::move(devices);
+  out["loader"] = {{"peak_bytes_held", report.loader.peak_bytes_held},
+                   {"byte_budget", report.loader.byte_budget},
+                   {"buffers_allocated", report.loader.buffers_allocated}};
+  nlohmann::ordered_json groups = nlohmann::ordered_json::array();
+  for (const auto& group : report.leaks.groups) {
+    groups.push_back({{"bytes", group.bytes},
+                      {"allocations", group.allocations},
+                      {"tag", group.tag < report.trace.tags.size() ? report.trace.tags[group.tag] : ""},
+                      {"where", plimsoll::cli::where_made(group, report.trace)}});
+  }
+  out["leak_groups"] = std::move(groups);
+  out["trace"] = report.trace_path.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(report.trace_path);
+  out["html"] = report.html_path.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(report.html_path);
+  return out;
+}
+
+void print_memory(const TrainReport& report) {
+  using Align = plimsoll::cli::Table::Align;
+  plimsoll::cli::Table table({{"device", Align::left},
+                              {"tag", Align::left},
+                              {"in use", Align::right},
+                              {"peak in use", Align::right},
+                              {"reserved", Align::right},
+                              {"peak reserved", Align::right},
+                              {"limit", Align::right}});
+  for (const auto& device : report.devices) {
+    for (const auto& tag : device.stats.tags) {
+      table.add_row({device.name, tag.tag.empty() ? "untagged" : tag.tag, format_size(tag.in_use_bytes),
+                     format_size(tag.peak_in_use_bytes), "", "", ""});
+    }
+    // Reserved memory belongs to the device, not to a tag: mapped granules hold blocks of every tag.
+    table.add_row({device.name, "all", format_size(device.stats.in_use_bytes),
+                   format_size(device.stats.peak_in_use_bytes), format_size(device.stats.reserved_bytes),
+                   format_size(device.stats.peak_reserved_bytes), format_size(device.limit_bytes)});
+  }
+  fmt::print("\nmemory after the last step (peaks over the run):\n{}", table.render());
+  fmt::print("input pipeline: peak {} held of a {} budget, {} batch buffers allocated (then recycled)\n",
+             format_size(report.loader.peak_bytes_held), format_size(report.loader.byte_budget),
+             report.loader.buffers_allocated);
+}
+
+void print_leaks(const TrainReport& report) {
+  fmt::print("\nleak watch: {}\n", plimsoll::cli::leak_verdict_line(report.leaks));
+  if (!report.leaks.leak()) return;
+  for (std::size_t i = 0; i < report.leaks.groups.size() && i < kShownLeakGroups; ++i) {
+    const auto& group = report.leaks.groups[i];
+    fmt::print("  {} in {} allocations (tag {}), made at {}\n", format_size(group.bytes), group.allocations,
+               group.tag < report.trace.tags.size() && group.tag != 0 ? report.trace.tags[group.tag] : "-",
+               plimsoll::cli::where_made(group, report.trace));
+  }
+}
+
+void print_human(const TrainReport& report) {
+  const auto& last = report.epochs.back();
+  fmt::print("test accuracy {:.2f}% after {} epochs ({} steps, {:.1f} s; {} parameters; last epoch's train loss "
+             "{:.3f})\n",
+             100 * report.test_accuracy, report.epochs.size(), report.steps, report.seconds, report.parameters,
+             last.train_loss);
+  print_memory(report);
+  print_leaks(report);
+  if (!report.trace_path.empty()) fmt::print("trace: {} (plimsoll replay / leaks read it)\n", report.trace_path);
+  if (!report.html_path.empty()) fmt::print("timeline: {}\n", report.html_path);
+}
+
+void run_train(const TrainArgs& args) {
+  const plimsoll::train::TrainOptions options = job_options(args);
+  try {
+    const TrainReport report = plimsoll::train::run_training(options);
+    if (args.json) {
+      fmt::print("{}\n", json_report(report).dump());
+    } else {
+      print_human(report);
+    }
+  } catch (const plimsoll::train::TrainingOutOfMemory& oom) {
+    std::fflush(stdout);
+    fmt::print(stderr, "plimsoll train: out of memory; the device's report:\n{}\n", oom.what());
+    if (args.json) {
+      nlohmann::ordered_json out;
+      out["oom"] = true;
+      out["error"] = oom.what();
+      fmt::print("{}\n", out.dump());
+    }
+    throw CLI::RuntimeError(kExitOutOfMemory);
+  }
+}
+
+#else
+
+void run_train(const TrainArgs&) {
+  throw plimsoll::InvalidArgument(
+      "this plimsoll was built without libtorch, which `plimsoll train` needs: run scripts/install-deps.sh (it "
+      "installs Debian's libtorch-dev), then configure and build again (cmake -S . -B build && cmake --build build)");
+}
+
+#endif
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  auto args = std::make_shared<TrainArgs>();
+  CLI::App* train = app.add_subcommand(
+      "train", "Train a convolutional network on Fashion-MNIST with libtorch on the CPU, every tensor in a plimsoll "
+               "device; report memory per device and tag, and the leak watch's verdict");
+  train->add_option("--data", args->data, "Folder with Fashion-MNIST's IDX files")
+      ->default_str(plimsoll::default_fashion_mnist_dir().string());
+  train->add_option("--epochs", args->epochs, "Passes over the training set (default 2; the leak demo's 1)")
+      ->check(CLI::PositiveNumber);
+  train->add_option("--limit-batches", args->limit_batches,
+                    "Train on at most N batches per epoch (short runs; the leak demo's default is 40)")
+      ->check(CLI::PositiveNumber);
+  train->add_option("--batch-size", args->batch_size, "Samples per step, split between --devices")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  train->add_option("--lr", args->learning_rate, "Adam's learning rate")->capture_default_str();
+  train->add_option("--seed", args->seed, "Initial weights, shuffling and augmentation")->capture_default_str();
+  train->add_option("--device", args->device, "Host device to train on: cpu, or cpu/K of a configured split")
+      ->capture_default_str();
+  train->add_option("--devices", args->devices,
+                    "Split --device into N logical devices and train data-parallel, one replica on each (each "
+                    "within its own limit)")
+      ->capture_default_str();
+  train->add_option("--policy", args->policy, "Growth policy: preallocate or on_demand (default: the config's)")
+      ->check(CLI::IsMember({"preallocate", "on_demand"}));
+  train->add_option("--memory-limit", args->memory_limit,
+                    "Limit of each training device, e.g. 64MiB; too low ends with plimsoll's out-of-memory report "
+                    "and exit status 3");
+  train->add_option("--threads", args->threads, "libtorch's compute threads in all (default: one per replica)");
+  train->add_option("--workers", args->workers, "Input pipeline workers")->capture_default_str();
+  train->add_option("--record", args->record, "Keep the run's allocation trace in FILE (with call sites)")
+      ->type_name("FILE");
+  train->add_option("--html", args->html, "Write the run's memory timeline as one HTML file")
+      ->type_name("FILE.html");
+  train->add_flag("--json", args->json, "End with one JSON object instead of the report (keys in docs/train.md)");
+  train->add_flag("--leak-demo", args->leak_demo,
+                  "Plant the Keras bug of a data generator that keeps every batch, and let the leak watch find it");
+  train->add_flag("--quiet", args->quiet, "No progress on stderr");
+  train->callback([args] { run_train(*args); });
+}

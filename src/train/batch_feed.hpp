@@ -1,0 +1,29 @@
+#pragma once
+// The replica's input: turns a batch in the caller's memory into tensors on the current device (tag "batches").
+// It is also where `plimsoll train --leak-demo` plants its bug. libtorch header: C++17 files only.
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "train/replica.hpp"
+
+namespace plimsoll::train {
+
+class BatchFeed {
+ public:
+  /// The batch's images (N x 1 x 28 x 28 float) and labels (N int64), copied onto the current device.
+  std::pair<at::Tensor, at::Tensor> tensors(const BatchView& batch);
+
+  /// The bug of the Keras report (a data generator that kept a reference to every batch it yielded): while on,
+  /// every batch handed out stays referenced here, so memory grows by one batch of images per step and the leak
+  /// watch names tensors() as the call site.
+  void keep_every_batch(bool keep) { keep_every_batch_ = keep; }
+
+ private:
+  bool keep_every_batch_ = false;
+  std::vector<at::Tensor> handed_out_;  // only with keep_every_batch_: the leak
+};
+
+}  // namespace plimsoll::train

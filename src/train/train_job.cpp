@@ -1,0 +1,341 @@
+// run_training (train_job.hpp): devices, replicas, the pipeline, the step loop, evaluation, and the recording read
+// back by the leak watch.
+#include "train/train_job.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <system_error>
+#include <thread>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "plimsoll/allocator.hpp"
+#include "plimsoll/datasets.hpp"
+#include "plimsoll/error.hpp"
+#include "plimsoll/recording.hpp"
+#include "plimsoll/runtime.hpp"
+#include "plimsoll/size.hpp"
+#include "plimsoll/torch.hpp"
+#include "telemetry/output_file.hpp"
+#include "telemetry/progress_bar.hpp"
+#include "telemetry/replay.hpp"
+#include "telemetry/timeline.hpp"
+#include "telemetry/timeline_html.hpp"
+#include "train/replica.hpp"
+#include "train/train_progress.hpp"
+
+namespace plimsoll::train {
+namespace {
+
+// Fashion-MNIST's pixel mean and standard deviation (over the training set, pixels scaled to [0, 1]).
+constexpr float kMean = 0.2860f, kStdDev = 0.3530f;
+constexpr std::size_t kTestBatch = 200;
+constexpr std::size_t kMaxDevices = 16;
+// Light augmentation (flips, shifts of at most a pixel): two epochs are too few for the pipeline's default 4-pixel
+// shifts to pay off.
+constexpr AugmentOptions kAugment{.flip = true, .max_shift = 1};
+constexpr std::size_t kQueuedBatches = 4;  // the loader's byte budget, in batches
+
+void validate(const TrainOptions& o) {
+  if (o.epochs == 0) throw InvalidArgument("--epochs must be at least 1");
+  if (o.batch_size == 0) throw InvalidArgument("--batch-size must be at least 1");
+  if (o.devices == 0 || o.devices > kMaxDevices) {
+    throw InvalidArgument(fmt::format("--devices {}: give 1 to {} logical devices", o.devices, kMaxDevices));
+  }
+  if (o.devices > o.batch_size) {
+    throw InvalidArgument(fmt::format("--devices {} with --batch-size {}: every replica needs at least one sample "
+                                      "of each batch; raise --batch-size or lower --devices",
+                                      o.devices, o.batch_size));
+  }
+  if (!(o.learning_rate > 0)) throw InvalidArgument("--lr must be a positive number");
+  const DeviceName name = DeviceName::parse(o.device);
+  if (name.kind != DeviceKind::cpu) {
+    throw InvalidArgument(fmt::format("--device {}: plimsoll train runs libtorch on the CPU (Debian's libtorch is "
+                                      "built without CUDA), so it needs a host device: cpu (or cpu/K when the "
+                                      "config splits the host)",
+                                      o.device));
+  }
+  if (o.devices > 1 && name.logical >= 0) {
+    throw InvalidArgument(fmt::format("--device {} with --devices {}: --devices splits a physical device; give "
+                                      "--device cpu",
+                                      o.device, o.devices));
+  }
+  if (!o.record_path.empty()) telemetry::check_writable(o.record_path, "--record");
+  if (!o.html_path.empty()) telemetry::check_writable(o.html_path, "--html");
+}
+
+// The environment's config (PLIMSOLL_* variables, PLIMSOLL_CONFIG), with the command line on top.
+Config job_config(const TrainOptions& o, std::uint64_t host_limit) {
+  Config config = apply_environment(Config{});
+  Policy policy = config.policy_for(DeviceName::parse(o.device));
+  if (o.growth) policy.growth = *o.growth;
+  if (o.memory_limit) {
+    policy.memory_limit = *o.memory_limit;
+    policy.memory_fraction.reset();
+  }
+  policy.validate();
+  config.device_policies[o.device] = policy;
+  if (o.devices > 1) {
+    // Each logical device gets the limit asked for, or an equal share of the host's.
+    const std::uint64_t each = o.memory_limit.value_or(host_limit / o.devices);
+    config.logical_devices[o.device] = std::vector<LogicalDeviceConfig>(o.devices, LogicalDeviceConfig{each});
+  }
+  return config;
+}
+
+std::uint64_t host_limit_of(const Runtime& runtime, const std::string& device) {
+  for (const DeviceListing& listing : runtime.list_devices()) {
+    if (listing.name == device) return listing.limit_bytes;
+  }
+  return 0;
+}
+
+std::vector<std::string> replica_devices(const TrainOptions& o) {
+  if (o.devices == 1) return {o.device};
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < o.devices; ++i) names.push_back(fmt::format("{}/{}", o.device, i));
+  return names;
+}
+
+std::string temporary_trace_path() {
+  return (std::filesystem::temp_directory_path() / fmt::format("plimsoll-train-{}.plimsoll", ::getpid())).string();
+}
+
+PipelineOptions loader_options(const TrainOptions& o, std::uint64_t dataset_size, std::size_t batch, bool train,
+                               std::uint64_t epoch) {
+  constexpr std::size_t kPixels = 28 * 28;
+  PipelineOptions options;
+  options.dataset_size = dataset_size;
+  options.batch_size = batch;
+  options.sample_fields = {kPixels * sizeof(float), sizeof(std::int64_t)};
+  options.workers = std::max<std::size_t>(1, o.loader_workers);
+  options.scratch_bytes = kPixels;  // the augmented image, before it is normalized
+  options.max_bytes = kQueuedBatches * batch_buffer_bytes(options) + options.workers * options.scratch_bytes;
+  options.shuffle = train;
+  // One pipeline per epoch, so --limit-batches can stop one early; the seed varies the epoch's order.
+  options.seed = sample_seed(o.seed, epoch, 0);
+  return options;
+}
+
+std::vector<SampleStage> loader_stages(const ImageDataset& data, bool augment) {
+  const std::size_t pixels = data.shape().bytes();
+  return {[&data, pixels, augment](Sample& sample) {
+    const auto scratch = std::span(reinterpret_cast<std::uint8_t*>(sample.scratch.data()), pixels);
+    if (augment) {
+      augment_sample(data.image(sample.index), scratch, data.shape(), sample.seed, kAugment);
+    } else {
+      std::ranges::copy(data.image(sample.index), scratch.begin());
+    }
+    normalize(scratch, {reinterpret_cast<float*>(sample.fields[0].data()), pixels}, kMean, kStdDev);
+    const std::int64_t label = data.label(sample.index);
+    std::memcpy(sample.fields[1].data(), &label, sizeof label);
+  }};
+}
+
+BatchView view_of(const Batch& batch, std::size_t begin, std::size_t end) {
+  return {batch.field_as<const float>(0).data() + begin * 28 * 28, batch.field_as<const std::int64_t>(1).data() + begin,
+          end - begin};
+}
+
+// Data parallelism: replica r takes the r-th contiguous share of the batch, each on its own thread (replica 0 on
+// this one). An exception on any thread (an out-of-memory on one device) is rethrown here after all joined.
+StepResult forward_backward_all(const std::vector<std::unique_ptr<Replica>>& replicas, const Batch& batch) {
+  const std::size_t count = replicas.size();
+  std::vector<StepResult> results(count);
+  std::vector<std::exception_ptr> errors(count);
+  auto run = [&](std::size_t r) {
+    try {
+      results[r] = replicas[r]->forward_backward(view_of(batch, batch.size() * r / count, batch.size() * (r + 1) / count));
+    } catch (...) {
+      errors[r] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (std::size_t r = 1; r < count; ++r) threads.emplace_back(run, r);
+  run(0);
+  for (std::thread& thread : threads) thread.join();
+  StepResult total;
+  for (std::size_t r = 0; r < count; ++r) {
+    if (errors[r]) std::rethrow_exception(errors[r]);
+    total += results[r];
+  }
+  return total;
+}
+
+StepResult evaluate(Replica& replica, const TrainOptions& o, const ImageDataset& test) {
+  Pipeline pipeline(loader_options(o, test.size(), kTestBatch, false, 0), loader_stages(test, false));
+  StepResult total;
+  while (auto batch = pipeline.next()) total += replica.evaluate(view_of(*batch, 0, batch->size()));
+  return total;
+}
+
+double mean(double sum, std::size_t count) { return count == 0 ? 0 : sum / static_cast<double>(count); }
+double share(std::size_t part, std::size_t count) { return mean(static_cast<double>(part), count); }
+
+// The timeline of the recorded run: its trace replayed on a simulated device as large as the devices' limits
+// together (the replay's in-use bytes are the run's; reserved is what plimsoll's engine maps for them).
+void write_timeline(const Trace& trace, const std::vector<DeviceReport>& devices, const std::string& path) {
+  std::uint64_t limit = 0;
+  for (const DeviceReport& device : devices) limit += device.limit_bytes;
+  Config config;
+  config.log_device_creation = false;
+  Runtime runtime(config);
+  Allocator& simulated = runtime.device(fmt::format("sim:{}", std::max<std::uint64_t>(limit, 1)));
+  telemetry::TimelineRecorder recorder(trace);
+  telemetry::ReplayOptions options;
+  options.timeline = &recorder;
+  const telemetry::ReplayResult result = telemetry::replay(trace, simulated, options);
+  telemetry::write_output_file(path, telemetry::timeline_html({recorder.finish(result)}), "--html");
+}
+
+}  // namespace
+
+std::uint64_t TrainReport::peak_in_use_bytes() const {
+  std::uint64_t sum = 0;
+  for (const DeviceReport& device : devices) sum += device.stats.peak_in_use_bytes;
+  return sum;
+}
+
+std::uint64_t TrainReport::peak_reserved_bytes() const {
+  std::uint64_t sum = 0;
+  for (const DeviceReport& device : devices) sum += device.stats.peak_reserved_bytes;
+  return sum;
+}
+
+TrainReport run_training(const TrainOptions& o) {
+  validate(o);
+  const double started = telemetry::steady_seconds();
+  const std::filesystem::path dir = o.data_dir.empty() ? default_fashion_mnist_dir() : o.data_dir;
+  const ImageDataset train_set = load_fashion_mnist(dir, Split::train);
+  const ImageDataset test_set = load_fashion_mnist(dir, Split::test);
+
+  Runtime& runtime = Runtime::global();
+  runtime.replace_config(job_config(o, host_limit_of(runtime, o.device)));
+
+  TrainReport report;
+  report.trace_path = o.record_path;
+  report.html_path = o.html_path;
+  const std::string trace_path = o.record_path.empty() ? temporary_trace_path() : o.record_path;
+  std::vector<Allocator*> devices;
+  for (const std::string& name : replica_devices(o)) devices.push_back(&runtime.device(name));
+
+  // Call sites cost a stack walk per allocation: a few hundred per step, against tens of milliseconds of compute.
+  auto recording = Recording::open(trace_path, {.call_sites = true});
+  for (Allocator* device : devices) device->record_to(recording);
+  plimsoll::torch::install(*devices.front());
+  // One compute thread per replica by default. libtorch's OpenMP threads spin while they wait, so on a small
+  // machine a second one fights the loader's worker for a core and a step gets slower, not faster (docs/train.md).
+  const std::size_t threads = o.threads != 0 ? o.threads : devices.size();
+  set_compute_threads(static_cast<int>(std::max<std::size_t>(1, threads / devices.size())));
+
+  // Reads the recording back: the leak watch, the timeline, and the temporary trace removed. Runs on success and
+  // on an out-of-memory alike, so --record and --html keep what led up to it.
+  auto finish_recording = [&] {
+    for (Allocator* device : devices) device->record_to(nullptr);
+    recording->close();
+    recording.reset();
+    report.trace = read_trace(trace_path);
+    report.leaks = telemetry::find_leaks(report.trace);
+    if (!o.html_path.empty()) write_timeline(report.trace, report.devices, o.html_path);
+    if (o.record_path.empty()) {
+      std::error_code ignored;
+      std::filesystem::remove(trace_path, ignored);
+    }
+  };
+  auto device_reports = [&] {
+    report.devices.clear();
+    for (Allocator* device : devices) {
+      report.devices.push_back({device->description().name, device->description().limit_bytes, device->stats()});
+    }
+  };
+
+  // Declared outside the try: the recording is read back while the replicas still hold their weights, so the
+  // trace ends with what a job holds between steps rather than with the teardown's frees.
+  std::vector<std::unique_ptr<Replica>> replicas;
+  try {
+    std::vector<Replica*> replica_pointers;
+    for (Allocator* device : devices) {
+      replicas.push_back(std::make_unique<Replica>(*device, ReplicaOptions{.seed = o.seed,
+                                                                           .learning_rate = o.learning_rate}));
+      replicas.back()->keep_every_batch(o.leak_demo);
+      replica_pointers.push_back(replicas.back().get());
+    }
+    report.parameters = replicas.front()->parameters();
+    if (o.progress) {
+      const std::uint64_t per_epoch = (train_set.size() + o.batch_size - 1) / o.batch_size;
+      fmt::print(stderr, "training a CNN ({} parameters) on Fashion-MNIST from {}: {} epochs of {} steps, {} samples "
+                         "per step, on {} ({} compute threads)\n",
+                 report.parameters, dir.string(), o.epochs,
+                 o.limit_batches == 0 ? per_epoch : std::min(o.limit_batches, per_epoch), o.batch_size,
+                 fmt::join(replica_devices(o), " + "), threads);
+    }
+
+    for (std::uint64_t epoch = 1; epoch <= o.epochs; ++epoch) {
+      const double epoch_started = telemetry::steady_seconds();
+      Pipeline loader(loader_options(o, train_set.size(), o.batch_size, true, epoch), loader_stages(train_set, true));
+      const std::uint64_t batches =
+          o.limit_batches == 0 ? loader.batches_per_epoch() : std::min(o.limit_batches, loader.batches_per_epoch());
+      EpochReport summary{.epoch = epoch};
+      StepResult seen;
+      {
+        TrainProgress progress(o.progress, epoch, o.epochs, batches);
+        while (summary.steps < batches) {
+          std::optional<Batch> batch = loader.next();
+          if (!batch) break;
+          plimsoll::step();
+          seen += forward_backward_all(replicas, *batch);
+          batch->release();
+          average_gradients(replica_pointers);
+          for (const auto& replica : replicas) replica->optimizer_step();
+          ++summary.steps;
+          progress.update(summary.steps, mean(seen.loss_sum, seen.samples), share(seen.correct, seen.samples));
+        }
+        loader.cancel();
+        report.loader = loader.metrics();
+      }
+      recording->marker(fmt::format("epoch {} evaluation", epoch));
+      // The replicas hold the same weights (same start, averaged gradients); batch norm's running statistics
+      // differ a little, having seen different shares of each batch, and replica 0's are used.
+      const StepResult tested = evaluate(*replicas.front(), o, test_set);
+      summary.train_loss = mean(seen.loss_sum, seen.samples);
+      summary.train_accuracy = share(seen.correct, seen.samples);
+      summary.test_loss = mean(tested.loss_sum, tested.samples);
+      summary.test_accuracy = share(tested.correct, tested.samples);
+      summary.seconds = telemetry::steady_seconds() - epoch_started;
+      report.steps += summary.steps;
+      report.epochs.push_back(summary);
+      if (o.progress) {
+        fmt::print(stderr, "epoch {}/{}: {} steps in {:.1f} s, train loss {:.3f}, train accuracy {:.1f}%, test "
+                           "accuracy {:.2f}%\n",
+                   epoch, o.epochs, summary.steps, summary.seconds, summary.train_loss, 100 * summary.train_accuracy,
+                   100 * summary.test_accuracy);
+      }
+    }
+    report.test_accuracy = report.epochs.back().test_accuracy;
+    device_reports();  // while the weights and optimizer state are live: what a job holds between steps
+  } catch (const TrainingOutOfMemory&) {
+    device_reports();
+    finish_recording();
+    throw;
+  } catch (...) {
+    // Any other failure (a pipeline stage, a write error): no verdict to give, but no temporary file left behind.
+    for (Allocator* device : devices) device->record_to(nullptr);
+    if (o.record_path.empty()) {
+      recording.reset();
+      std::error_code ignored;
+      std::filesystem::remove(trace_path, ignored);
+    }
+    throw;
+  }
+  report.seconds = telemetry::steady_seconds() - started;
+  finish_recording();
+  replicas.clear();
+  return report;
+}
+
+}  // namespace plimsoll::train
