@@ -34,16 +34,19 @@ void install(std::string_view default_device = "cpu", std::uint8_t priority = 1)
 void uninstall();
 bool installed() noexcept;
 
-/// The device that serves this thread's next CPU allocation: the innermost DeviceScope of this thread, else the
-/// default device of install(); nullptr when neither exists.
+/// The device that serves this thread's next CPU allocation: the innermost DeviceScope of this thread; else, when
+/// every thread that has a DeviceScope names the same device, that device (so at::parallel_for's workers follow
+/// their caller); else the default device of install(); nullptr when none exists.
 Allocator* current_device() noexcept;
-/// The tag of this thread's next CPU allocation: the innermost TagScope's, "" (untagged) outside any.
+/// The tag of this thread's next CPU allocation, chosen the same way from TagScopes; "" (untagged) when none
+/// applies.
 std::string_view current_tag();
 
 /// Routes this thread's CPU allocations to `device` while it lives (scopes nest; restore on destruction). A tensor
 /// is always freed into the device that allocated it, whichever thread or scope frees it.
-/// Thread-local: threads started inside the scope (at::parallel_for's workers, data loader workers) do not inherit
-/// it and allocate from the default device unless they open their own scope (docs/torch.md, "Threads").
+/// Threads with no scope of their own (at::parallel_for's OpenMP workers, which libtorch starts without plimsoll's
+/// thread-locals) follow it while it is the process's only scoped device; when threads are scoped to different
+/// devices, they take the default (docs/torch.md, "Threads").
 class DeviceScope {
  public:
   explicit DeviceScope(Allocator& device);
@@ -57,7 +60,7 @@ class DeviceScope {
 };
 
 /// Tags this thread's CPU allocations with `tag` while it lives (the per-tag bytes in Stats::tags and in OOM
-/// reports). Thread-local and nesting, like DeviceScope.
+/// reports). Nesting, and followed by threads without a scope, like DeviceScope.
 class TagScope {
  public:
   explicit TagScope(std::string_view tag);

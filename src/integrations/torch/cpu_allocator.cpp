@@ -13,6 +13,7 @@
 
 #include "bridge.hpp"
 #include "owner_table.hpp"
+#include "scope_census.hpp"
 #include "plimsoll/error.hpp"
 #include "plimsoll/oom.hpp"
 #include "plimsoll/torch.hpp"
@@ -26,6 +27,19 @@ static_assert(bridge::kAlignment >= c10::gAlignment && bridge::kAlignment % c10:
 std::atomic<Allocator*> g_default_device{nullptr};  // install(); read by every thread without a DeviceScope
 thread_local Allocator* t_device = nullptr;          // innermost DeviceScope of this thread
 thread_local std::uint16_t t_tag = 0;                // innermost TagScope of this thread (0: untagged)
+
+// Never destroyed, like the allocator: scopes may close during exit.
+ScopeCensus<Allocator*>& scoped_devices() {
+  static auto* const census = new ScopeCensus<Allocator*>();
+  return *census;
+}
+ScopeCensus<std::uint16_t>& scoped_tags() {
+  static auto* const census = new ScopeCensus<std::uint16_t>();
+  return *census;
+}
+
+// This thread's tag, else the one every scoped thread agrees on (an at::parallel_for worker of a tagged caller).
+std::uint16_t effective_tag() noexcept { return t_tag != 0 ? t_tag : scoped_tags().sole(); }
 
 OwnerTable& owners() {
   static OwnerTable* const table = new OwnerTable();  // never destroyed: tensors may be freed during exit
@@ -56,7 +70,7 @@ class CpuAllocator final : public c10::Allocator {
     TORCH_CHECK(device != nullptr, "plimsoll: no device for a CPU allocation; call plimsoll::torch::install first");
     void* ptr = nullptr;
     try {
-      ptr = bridge::allocate(*device, bytes, t_tag);
+      ptr = bridge::allocate(*device, bytes, effective_tag());
     } catch (const plimsoll::OutOfMemory& oom) {
       C10_THROW_ERROR(OutOfMemoryError, oom.what());  // plimsoll's whole report, as torch's OOM type
     } catch (const plimsoll::Error& e) {
@@ -129,21 +143,39 @@ bool installed() noexcept {
 }
 
 Allocator* current_device() noexcept {
-  return t_device != nullptr ? t_device : g_default_device.load(std::memory_order_acquire);
+  if (t_device != nullptr) return t_device;
+  Allocator* followed = scoped_devices().sole();  // a thread with no scope follows the process's only one
+  return followed != nullptr ? followed : g_default_device.load(std::memory_order_acquire);
 }
 
-std::string_view current_tag() { return t_tag == 0 ? std::string_view() : bridge::tag_name(t_tag); }
+std::string_view current_tag() {
+  const std::uint16_t tag = effective_tag();
+  return tag == 0 ? std::string_view() : bridge::tag_name(tag);
+}
 
-DeviceScope::DeviceScope(Allocator& device) : previous_(t_device) { t_device = &bridge::require_host(device); }
+DeviceScope::DeviceScope(Allocator& device) : previous_(t_device) {
+  t_device = &bridge::require_host(device);
+  scoped_devices().replace(previous_, t_device);
+}
 
 DeviceScope::DeviceScope(std::string_view device) : previous_(t_device) {
   t_device = &bridge::require_host(bridge::global_device(device));
+  scoped_devices().replace(previous_, t_device);
 }
 
-DeviceScope::~DeviceScope() { t_device = previous_; }
+DeviceScope::~DeviceScope() {
+  scoped_devices().replace(t_device, previous_);
+  t_device = previous_;
+}
 
-TagScope::TagScope(std::string_view tag) : previous_(t_tag) { t_tag = bridge::intern_tag(tag); }
+TagScope::TagScope(std::string_view tag) : previous_(t_tag) {
+  t_tag = bridge::intern_tag(tag);
+  scoped_tags().replace(previous_, t_tag);
+}
 
-TagScope::~TagScope() { t_tag = previous_; }
+TagScope::~TagScope() {
+  scoped_tags().replace(t_tag, previous_);
+  t_tag = previous_;
+}
 
 }  // namespace plimsoll::torch
