@@ -3,10 +3,24 @@
 #include <dlfcn.h>
 
 #include <bit>
+#include <cstddef>
 
 #include <fmt/format.h>
 
 namespace plimsoll::cuda_driver {
+
+// The layouts cuda.h gives these structs on every 64-bit platform CUDA supports. A mismatch would hand the
+// driver garbage flags, so the build stops instead.
+static_assert(sizeof(MemLocation) == 8);
+static_assert(sizeof(MemAccessDesc) == 12 && offsetof(MemAccessDesc, flags) == 8);
+static_assert(sizeof(MemAllocationProp) == 32);
+static_assert(offsetof(MemAllocationProp, location) == 8);
+static_assert(offsetof(MemAllocationProp, win32_handle_meta_data) == 16);
+static_assert(offsetof(MemAllocationProp, compression_type) == 24);
+static_assert(offsetof(MemAllocationProp, usage) == 26);
+static_assert(offsetof(MemAllocationProp, reserved) == 28);
+static_assert(sizeof(DevicePtr) == 8 && sizeof(MemHandle) == 8);
+
 namespace {
 
 template <typename Function>
@@ -19,12 +33,35 @@ bool bind(void* library, const char* symbol, Function& slot) {
 
 }  // namespace
 
+MemAllocationProp device_allocation_prop(Device device) {
+  MemAllocationProp prop;
+  prop.type = kMemAllocationTypePinned;
+  prop.requested_handle_types = kMemHandleTypeNone;
+  prop.location = MemLocation{.type = kMemLocationTypeDevice, .id = device};
+  return prop;
+}
+
 std::string Api::error_name(Result error) const {
   const char* name = nullptr;
   if (get_error_name != nullptr && get_error_name(error, &name) == kSuccess && name != nullptr) {
     return fmt::format("{} ({})", name, error);
   }
   return fmt::format("CUresult {}", error);
+}
+
+bool Api::has_vmm() const noexcept {
+  return mem_address_reserve != nullptr && mem_address_free != nullptr && mem_create != nullptr &&
+         mem_release != nullptr && mem_map != nullptr && mem_unmap != nullptr && mem_set_access != nullptr &&
+         mem_get_allocation_granularity != nullptr && ctx_synchronize != nullptr;
+}
+
+bool Api::has_plain_memory() const noexcept {
+  return mem_alloc != nullptr && mem_free != nullptr && ctx_synchronize != nullptr;
+}
+
+bool Api::has_events() const noexcept {
+  return event_create != nullptr && event_record != nullptr && event_query != nullptr && event_destroy != nullptr &&
+         stream_wait_event != nullptr;
 }
 
 std::optional<Api> load(std::string& why) {
@@ -38,6 +75,11 @@ std::optional<Api> load(std::string& why) {
     return std::nullopt;
   }
 
+  // Symbols are looked up by their versioned names (cuMemAlloc_v2, not cuMemAlloc): libcuda exports every
+  // ABI version of a call under its own name and never changes one, so the name pins the signature declared
+  // above, which is what cuGetProcAddress(name, version) or the runtime's cudaGetDriverEntryPointByVersion
+  // would return. The plain names of cuEventRecord and cuStreamWaitEvent are the legacy-default-stream
+  // variants (not _ptsz), which is right for explicit streams.
   Api api;
   const char* missing = nullptr;
   auto require = [&](const char* symbol, auto& slot) {
@@ -63,7 +105,42 @@ std::optional<Api> load(std::string& why) {
                       missing);
     return std::nullopt;
   }
+
+  // Optional: a driver without them can still list GPUs; the backings probe with has_vmm() and friends.
+  bind(library, "cuMemAlloc_v2", api.mem_alloc);
+  bind(library, "cuMemFree_v2", api.mem_free);
+  bind(library, "cuMemHostAlloc", api.mem_host_alloc);
+  bind(library, "cuMemFreeHost", api.mem_free_host);
+  bind(library, "cuCtxSynchronize", api.ctx_synchronize);
+  bind(library, "cuMemAddressReserve", api.mem_address_reserve);
+  bind(library, "cuMemAddressFree", api.mem_address_free);
+  bind(library, "cuMemCreate", api.mem_create);
+  bind(library, "cuMemRelease", api.mem_release);
+  bind(library, "cuMemMap", api.mem_map);
+  bind(library, "cuMemUnmap", api.mem_unmap);
+  bind(library, "cuMemSetAccess", api.mem_set_access);
+  bind(library, "cuMemGetAllocationGranularity", api.mem_get_allocation_granularity);
+  bind(library, "cuEventCreate", api.event_create);
+  bind(library, "cuEventRecord", api.event_record);
+  bind(library, "cuEventQuery", api.event_query);
+  bind(library, "cuEventDestroy_v2", api.event_destroy);
+  bind(library, "cuStreamWaitEvent", api.stream_wait_event);
   return api;
+}
+
+std::string vmm_unsupported_reason(const Api& api, Device device) {
+  if (!api.has_vmm())
+    return "the CUDA driver has no virtual memory management (cuMemCreate, cuMemMap: CUDA 10.2 or later)";
+  int supported = 0;
+  if (const Result result =
+          api.device_get_attribute(&supported, kAttributeVirtualMemoryManagementSupported, device);
+      result != kSuccess)
+    return fmt::format("the CUDA driver cannot say whether the GPU supports virtual memory management "
+                       "(cuDeviceGetAttribute: {})", api.error_name(result));
+  if (supported == 0)
+    return "the GPU does not support virtual memory management "
+           "(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is 0)";
+  return {};
 }
 
 }  // namespace plimsoll::cuda_driver

@@ -1,0 +1,56 @@
+#pragma once
+// A GPU's memory as one plain cuMemAlloc per reservation: the fallback for devices or drivers without
+// virtual memory management. reserve() allocates the whole range at once, so memory is taken up front and
+// map()/unmap() only keep the books: the preallocate policy is the only one that fits (an on_demand heap
+// reserves 4x its limit and would be refused). Nothing is given back before the heap goes.
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "backings/backing.hpp"
+#include "backings/cuda_context.hpp"
+#include "backings/granules.hpp"
+#include "backings/mapping_ledger.hpp"
+#include "devices/cuda_driver.hpp"
+
+namespace plimsoll::backings {
+
+class CudaRegionBacking final : public Backing {
+ public:
+  /// `api` must outlive this. `granularity` only sets the heap's bookkeeping unit (a power of two).
+  /// Throws DeviceUnavailable when the driver lacks cuMemAlloc or refuses the context.
+  CudaRegionBacking(const cuda_driver::Api& api, cuda_driver::Device device,
+                    std::uint64_t granularity = kDefaultGranularity);
+  /// Frees what the engine left reserved (a heap normally leaves nothing).
+  ~CudaRegionBacking() override;
+  CudaRegionBacking(const CudaRegionBacking&) = delete;
+  CudaRegionBacking& operator=(const CudaRegionBacking&) = delete;
+
+  /// cuMemAlloc of the whole range, aligned to the granularity; 0 when the device cannot hold it.
+  std::uintptr_t reserve(std::uint64_t bytes) override;
+  /// cuMemFree after the device's streams finish. Aborts on a range that is not a reservation.
+  void unreserve(std::uintptr_t base, std::uint64_t bytes) noexcept override;
+  /// Always true inside a reservation (the memory is already there); misuse throws std::logic_error.
+  bool map(std::uintptr_t addr, std::uint64_t bytes) override;
+  /// Bookkeeping only: cudaMalloc'd memory cannot be given back in parts.
+  void unmap(std::uintptr_t addr, std::uint64_t bytes) noexcept override;
+
+  std::uint64_t granularity() const noexcept override { return granularity_; }
+  BackingMemory memory() const override;  // cuMemGetInfo
+  bool touchable() const noexcept override { return false; }
+  std::string describe() const override;
+
+ private:
+  const cuda_driver::Api& api_;
+  const CudaPrimaryContext context_;
+  const std::uint64_t granularity_;
+  mutable std::mutex mutex_;
+  MappingLedger ledger_;
+  // Invariant: one entry per ledger reservation, keyed by its (aligned) base; the value is the pointer
+  // cuMemAlloc returned, which cuMemFree needs (below the base when the allocation had to be padded).
+  std::map<std::uintptr_t, cuda_driver::DevicePtr> allocations_;
+};
+
+}  // namespace plimsoll::backings

@@ -1,0 +1,197 @@
+#include "backings/cuda_vmm_backing.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <new>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "backings/granules.hpp"
+#include "plimsoll/error.hpp"
+#include "plimsoll/size.hpp"
+
+namespace plimsoll::backings {
+namespace {
+
+namespace cu = cuda_driver;
+
+const cu::Api& checked_api(const cu::Api& api, cu::Device device) {
+  if (const std::string why = cu::vmm_unsupported_reason(api, device); !why.empty())
+    throw DeviceUnavailable(fmt::format("CUDA device {} cannot grow its memory in place: {}", device, why));
+  return api;
+}
+
+/// The recommended granularity (bigger granules map faster on some GPUs), never below the minimum the
+/// driver requires of cuMemCreate sizes and cuMemMap addresses.
+std::uint64_t query_granularity(const cu::Api& api, const CudaPrimaryContext& context,
+                                const cu::MemAllocationProp& prop) {
+  const CudaPrimaryContext::Scope scope(context, "query its allocation granularity");
+  std::size_t minimum = 0;
+  std::size_t recommended = 0;
+  cu::Result result = api.mem_get_allocation_granularity(&minimum, &prop, cu::kMemAllocGranularityMinimum);
+  if (result == cu::kSuccess)
+    result = api.mem_get_allocation_granularity(&recommended, &prop, cu::kMemAllocGranularityRecommended);
+  if (result != cu::kSuccess)
+    throw DeviceUnavailable(fmt::format("CUDA device {}: cuMemGetAllocationGranularity failed ({})",
+                                        context.device(), api.error_name(result)));
+  const std::uint64_t granularity = std::max<std::uint64_t>(minimum, recommended);
+  // The heap's granule arithmetic is masks; every GPU so far reports 2 MiB.
+  if (!is_power_of_two(granularity))
+    throw DeviceUnavailable(fmt::format("CUDA device {}: the driver's allocation granularity ({} bytes) is not a "
+                                        "power of two, which plimsoll's heap needs",
+                                        context.device(), granularity));
+  return granularity;
+}
+
+[[noreturn]] void throw_misuse(const std::string& problem) {
+  throw std::logic_error("plimsoll: CUDA backing misused (a bug in plimsoll's engine): " + problem);
+}
+
+}  // namespace
+
+CudaVmmBacking::CudaVmmBacking(const cu::Api& api, cu::Device device)
+    : api_(checked_api(api, device)),
+      context_(api_, device),
+      prop_(cu::device_allocation_prop(device)),
+      granularity_(query_granularity(api_, context_, prop_)),
+      ledger_(granularity_) {}
+
+CudaVmmBacking::~CudaVmmBacking() {
+  const std::lock_guard lock(mutex_);
+  std::vector<std::pair<std::uintptr_t, std::uint64_t>> reservations;
+  ledger_.for_each_reservation(
+      [&](std::uintptr_t base, std::uint64_t bytes) { reservations.emplace_back(base, bytes); });
+  if (handles_.empty() && reservations.empty()) return;  // the usual case: the heap gave everything back
+  const CudaPrimaryContext::Scope scope(context_, "release its memory", std::nothrow);
+  api_.ctx_synchronize();
+  for (const auto& [addr, handle] : handles_) {
+    api_.mem_unmap(addr, granularity_);
+    api_.mem_release(handle);
+  }
+  for (const auto& [base, bytes] : reservations) api_.mem_address_free(base, bytes);
+}
+
+std::uintptr_t CudaVmmBacking::reserve(std::uint64_t bytes) {
+  const std::lock_guard lock(mutex_);
+  if (auto problem = ledger_.reserve_problem(bytes); !problem.empty()) throw_misuse(problem);
+  const CudaPrimaryContext::Scope scope(context_, "reserve address space");
+  cu::DevicePtr base = 0;
+  if (api_.mem_address_reserve(&base, bytes, granularity_, 0, 0) != cu::kSuccess || base == 0) return 0;
+  ledger_.record_reserve(base, bytes);
+  return base;
+}
+
+void CudaVmmBacking::unreserve(std::uintptr_t base, std::uint64_t bytes) noexcept {
+  const std::lock_guard lock(mutex_);
+  if (auto problem = ledger_.unreserve_problem(base, bytes); !problem.empty())
+    abort_on_contract_violation("CUDA", problem);
+  if (const std::uint64_t still_mapped = ledger_.record_unreserve(base, bytes); still_mapped != 0)
+    abort_on_contract_violation(
+        "CUDA", fmt::format("unreserve of {:#x}: {} bytes inside are still mapped; unmap() them first", base,
+                            still_mapped));
+  const CudaPrimaryContext::Scope scope(context_, "free address space", std::nothrow);
+  if (const cu::Result result = api_.mem_address_free(base, bytes); result != cu::kSuccess)
+    abort_on_driver_failure(
+        fmt::format("cuMemAddressFree of {:#x} ({} bytes) failed: {}", base, bytes, api_.error_name(result)));
+}
+
+cu::Result CudaVmmBacking::map_granule(std::uintptr_t addr, const char*& failed_call) {
+  cu::MemHandle handle = 0;
+  failed_call = "cuMemCreate";
+  cu::Result result = api_.mem_create(&handle, granularity_, &prop_, 0);
+  if (result != cu::kSuccess) return result;
+  failed_call = "cuMemMap";
+  result = api_.mem_map(addr, granularity_, 0, handle, 0);
+  if (result != cu::kSuccess) {
+    api_.mem_release(handle);
+    return result;
+  }
+  // A new mapping starts inaccessible to every device (cuda.h, cuMemUnmap); this device reads and writes it.
+  const cu::MemAccessDesc access{.location = prop_.location, .flags = cu::kMemAccessProtReadWrite};
+  failed_call = "cuMemSetAccess";
+  result = api_.mem_set_access(addr, granularity_, &access, 1);
+  if (result != cu::kSuccess) {
+    api_.mem_unmap(addr, granularity_);
+    api_.mem_release(handle);
+    return result;
+  }
+  handles_.emplace(addr, handle);
+  return cu::kSuccess;
+}
+
+void CudaVmmBacking::unmap_granule(std::uintptr_t addr) noexcept {
+  const auto found = handles_.find(addr);
+  if (found == handles_.end())
+    abort_on_contract_violation("CUDA", fmt::format("granule {:#x} has no allocation handle", addr));
+  cu::Result result = api_.mem_unmap(addr, granularity_);
+  // The memory goes back to the device once it is both unmapped and released; releasing first would work
+  // too, but unmapping first keeps a failed unmap from leaving a mapping to a released handle.
+  if (result == cu::kSuccess) result = api_.mem_release(found->second);
+  if (result != cu::kSuccess)
+    abort_on_driver_failure(fmt::format("cuMemUnmap/cuMemRelease of the granule at {:#x} failed: {}", addr,
+                                        api_.error_name(result)));
+  handles_.erase(found);
+}
+
+bool CudaVmmBacking::map(std::uintptr_t addr, std::uint64_t bytes) {
+  const std::lock_guard lock(mutex_);
+  if (auto problem = ledger_.map_problem(addr, bytes); !problem.empty()) throw_misuse(problem);
+  const CudaPrimaryContext::Scope scope(context_, "map memory");
+  for (std::uint64_t offset = 0; offset < bytes; offset += granularity_) {
+    const char* failed_call = "";
+    const cu::Result result = map_granule(addr + offset, failed_call);
+    if (result == cu::kSuccess) continue;
+    // All or nothing: the heap records the whole range unmapped after a failure, so nothing may stay mapped.
+    // No stream can be using granules mapped a moment ago, so no synchronization is needed first.
+    for (std::uint64_t done = 0; done < offset; done += granularity_) unmap_granule(addr + done);
+    if (result != cu::kErrorOutOfMemory) {
+      const bool first = last_driver_error_.empty();
+      last_driver_error_ = fmt::format("CUDA device {}: {} of a {} granule at {:#x} failed: {}", context_.device(),
+                                       failed_call, format_size(granularity_), addr + offset,
+                                       api_.error_name(result));
+      if (first) std::fprintf(stderr, "plimsoll: %s (reported as out of memory)\n", last_driver_error_.c_str());
+    }
+    return false;
+  }
+  ledger_.record_map(addr, bytes);
+  mapped_bytes_.fetch_add(bytes);
+  return true;
+}
+
+void CudaVmmBacking::unmap(std::uintptr_t addr, std::uint64_t bytes) noexcept {
+  const std::lock_guard lock(mutex_);
+  if (auto problem = ledger_.unmap_problem(addr, bytes); !problem.empty()) abort_on_contract_violation("CUDA", problem);
+  const CudaPrimaryContext::Scope scope(context_, "unmap memory", std::nothrow);
+  // Conservative until blocks carry the events of the streams that used them (docs/cuda.md): the heap only
+  // trims free memory, but a kernel queued before the free may still be reading it, and unmapping under a
+  // running kernel is a fault on the GPU, not an error code.
+  if (const cu::Result result = api_.ctx_synchronize(); result != cu::kSuccess)
+    abort_on_driver_failure(
+        fmt::format("cuCtxSynchronize before unmapping {:#x} failed: {}", addr, api_.error_name(result)));
+  for (std::uint64_t offset = 0; offset < bytes; offset += granularity_) unmap_granule(addr + offset);
+  ledger_.record_unmap(addr, bytes);
+  mapped_bytes_.fetch_sub(bytes);
+}
+
+std::string CudaVmmBacking::last_driver_error() const {
+  const std::lock_guard lock(mutex_);
+  return last_driver_error_;
+}
+
+BackingMemory CudaVmmBacking::memory() const {
+  const CudaPrimaryContext::Scope scope(context_, "read its free memory");
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  if (const cu::Result result = api_.mem_get_info(&free_bytes, &total_bytes); result != cu::kSuccess)
+    throw Error(fmt::format("CUDA device {}: cuMemGetInfo failed ({})", context_.device(), api_.error_name(result)));
+  return {.total_bytes = total_bytes, .free_bytes = free_bytes};
+}
+
+std::string CudaVmmBacking::describe() const {
+  return fmt::format("CUDA device {} virtual memory (granularity {})", context_.device(), format_size(granularity_));
+}
+
+}  // namespace plimsoll::backings
