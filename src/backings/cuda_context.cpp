@@ -47,4 +47,15 @@ CudaPrimaryContext::Scope::~Scope() {
   api_.ctx_pop_current(&popped);  // restores the caller's context
 }
 
+BackingMemory CudaPrimaryContext::memory() const {
+  const Scope scope(*this, "read its free memory");
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  if (const cuda_driver::Result result = api_.mem_get_info(&free_bytes, &total_bytes);
+      result != cuda_driver::kSuccess) {
+    throw Error(fmt::format("CUDA device {}: cuMemGetInfo failed ({})", device_, api_.error_name(result)));
+  }
+  return {.total_bytes = total_bytes, .free_bytes = free_bytes};
+}
+
 }  // namespace plimsoll::backings

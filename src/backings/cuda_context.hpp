@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "backings/backing.hpp"
 #include "devices/cuda_driver.hpp"
 
 namespace plimsoll::backings {
@@ -26,6 +27,8 @@ class CudaPrimaryContext {
   CudaPrimaryContext& operator=(const CudaPrimaryContext&) = delete;
 
   cuda_driver::Device device() const noexcept { return device_; }
+  /// cuMemGetInfo in this context: the whole device, other processes' use included. Throws Error on failure.
+  BackingMemory memory() const;
 
   /// The context is current on this thread while a Scope lives.
   class Scope {

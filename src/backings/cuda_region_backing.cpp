@@ -95,14 +95,7 @@ void CudaRegionBacking::unmap(std::uintptr_t addr, std::uint64_t bytes) noexcept
   ledger_.record_unmap(addr, bytes);
 }
 
-BackingMemory CudaRegionBacking::memory() const {
-  const CudaPrimaryContext::Scope scope(context_, "read its free memory");
-  std::size_t free_bytes = 0;
-  std::size_t total_bytes = 0;
-  if (const cu::Result result = api_.mem_get_info(&free_bytes, &total_bytes); result != cu::kSuccess)
-    throw Error(fmt::format("CUDA device {}: cuMemGetInfo failed ({})", context_.device(), api_.error_name(result)));
-  return {.total_bytes = total_bytes, .free_bytes = free_bytes};
-}
+BackingMemory CudaRegionBacking::memory() const { return context_.memory(); }
 
 std::string CudaRegionBacking::describe() const {
   return fmt::format("CUDA device {} plain memory (cuMemAlloc, no virtual memory management)", context_.device());

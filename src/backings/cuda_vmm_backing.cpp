@@ -181,14 +181,7 @@ std::string CudaVmmBacking::last_driver_error() const {
   return last_driver_error_;
 }
 
-BackingMemory CudaVmmBacking::memory() const {
-  const CudaPrimaryContext::Scope scope(context_, "read its free memory");
-  std::size_t free_bytes = 0;
-  std::size_t total_bytes = 0;
-  if (const cu::Result result = api_.mem_get_info(&free_bytes, &total_bytes); result != cu::kSuccess)
-    throw Error(fmt::format("CUDA device {}: cuMemGetInfo failed ({})", context_.device(), api_.error_name(result)));
-  return {.total_bytes = total_bytes, .free_bytes = free_bytes};
-}
+BackingMemory CudaVmmBacking::memory() const { return context_.memory(); }
 
 std::string CudaVmmBacking::describe() const {
   return fmt::format("CUDA device {} virtual memory (granularity {})", context_.device(), format_size(granularity_));
