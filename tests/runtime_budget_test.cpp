@@ -24,7 +24,11 @@ constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
 constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
 
 PhysicalMemory gpu(std::uint64_t total, std::uint64_t free_bytes) {
-  return {DeviceKind::cuda, total, free_bytes, total};
+  return {DeviceKind::cuda, total, free_bytes, total, 0};
+}
+
+PhysicalMemory gpu_of_compute(std::uint64_t total, int compute_major) {
+  return {DeviceKind::cuda, total, total, total, compute_major};
 }
 
 Policy with_reserve(std::uint64_t reserve) {
@@ -93,13 +97,13 @@ TEST(RuntimeBudget, GpuDefaultWithLessFreeThanTheReserveIsZeroNotAWrapAround) {
 }
 
 TEST(RuntimeBudget, SimDefaultIsTotalMinusReserve) {
-  const PhysicalMemory sim{DeviceKind::sim, 8 * kGiB, 8 * kGiB, 8 * kGiB};
+  const PhysicalMemory sim{DeviceKind::sim, 8 * kGiB, 8 * kGiB, 8 * kGiB, 0};
   EXPECT_EQ(compute_budget("sim:8GiB", sim, with_reserve(kGiB)).limit_bytes, 7 * kGiB);
 }
 
 TEST(RuntimeBudget, HostDefaultIsTheCeilingMinusReserveNotAvailableMemory) {
   // 64 GiB of RAM, 3 GiB available right now, an 8 GiB cgroup limit: the cgroup is the ceiling.
-  const PhysicalMemory host{DeviceKind::cpu, 64 * kGiB, 3 * kGiB, 8 * kGiB};
+  const PhysicalMemory host{DeviceKind::cpu, 64 * kGiB, 3 * kGiB, 8 * kGiB, 0};
   const Budget budget = compute_budget("cpu", host, with_reserve(kGiB));
   EXPECT_EQ(budget.limit_bytes, 7 * kGiB);
   Policy too_much = with_reserve(kGiB);
@@ -108,7 +112,7 @@ TEST(RuntimeBudget, HostDefaultIsTheCeilingMinusReserveNotAvailableMemory) {
 }
 
 TEST(RuntimeBudget, DefaultReserveComesFromThePolicyLayer) {
-  const PhysicalMemory sim{DeviceKind::sim, 8 * kGiB, 8 * kGiB, 8 * kGiB};
+  const PhysicalMemory sim{DeviceKind::sim, 8 * kGiB, 8 * kGiB, 8 * kGiB, 0};
   const Budget budget = compute_budget("sim:8GiB", sim, Policy{});
   const std::uint64_t expected_reserve = plimsoll::default_reserve(DeviceKind::sim, 8 * kGiB);
   EXPECT_EQ(budget.reserve_bytes, expected_reserve);
@@ -117,7 +121,7 @@ TEST(RuntimeBudget, DefaultReserveComesFromThePolicyLayer) {
 }
 
 TEST(RuntimeBudget, ReserveAsLargeAsTheDeviceIsRefused) {
-  const PhysicalMemory sim{DeviceKind::sim, kGiB, kGiB, kGiB};
+  const PhysicalMemory sim{DeviceKind::sim, kGiB, kGiB, kGiB, 0};
   EXPECT_THAT(message_of(sim, with_reserve(2 * kGiB), "sim:1GiB"),
               AllOf(HasSubstr("reserve 2.00 GiB for sim:1GiB leaves nothing"), HasSubstr("lower reserve")));
 }
@@ -130,7 +134,7 @@ TEST(RuntimeBudget, InvalidPolicyIsRefusedBeforeAnyArithmetic) {
 }
 
 TEST(RuntimeBudget, LogicalSplitMustFitInTotalMinusReserve) {
-  const PhysicalMemory sim{DeviceKind::sim, 8 * kGiB, 8 * kGiB, 8 * kGiB};
+  const PhysicalMemory sim{DeviceKind::sim, 8 * kGiB, 8 * kGiB, 8 * kGiB, 0};
   const Budget physical = compute_budget("sim:8GiB", sim, with_reserve(0));
   EXPECT_NO_THROW(plimsoll::runtime::check_logical_split("sim:8GiB", sim, physical, {{3 * kGiB}, {3 * kGiB}}));
   EXPECT_NO_THROW(plimsoll::runtime::check_logical_split("sim:8GiB", sim, physical, {{4 * kGiB}, {4 * kGiB}}));
@@ -145,10 +149,35 @@ TEST(RuntimeBudget, LogicalSplitMustFitInTotalMinusReserve) {
 }
 
 TEST(RuntimeBudget, LogicalSplitRefusesEmptyListsAndZeroSizes) {
-  const PhysicalMemory sim{DeviceKind::sim, 8 * kGiB, 8 * kGiB, 8 * kGiB};
+  const PhysicalMemory sim{DeviceKind::sim, 8 * kGiB, 8 * kGiB, 8 * kGiB, 0};
   const Budget physical = compute_budget("sim:8GiB", sim, with_reserve(0));
   EXPECT_THROW(plimsoll::runtime::check_logical_split("sim:8GiB", sim, physical, {}), InvalidArgument);
   EXPECT_THROW(plimsoll::runtime::check_logical_split("sim:8GiB", sim, physical, {{kGiB}, {0}}), InvalidArgument);
+}
+
+// TensorFlow's floors by compute capability, at least 5% of the total, at most a quarter of it.
+TEST(RuntimeBudget, GpuDefaultReserveFollowsComputeCapability) {
+  using plimsoll::runtime::default_reserve_for;
+  EXPECT_EQ(default_reserve_for(gpu_of_compute(8 * kGiB, 6)), 500 * kMiB);
+  EXPECT_EQ(default_reserve_for(gpu_of_compute(8 * kGiB, 7)), 1050 * kMiB);
+  EXPECT_EQ(default_reserve_for(gpu_of_compute(8 * kGiB, 8)), 1536 * kMiB);
+  EXPECT_EQ(default_reserve_for(gpu_of_compute(80 * kGiB, 9)), 4 * kGiB);  // 5% passes the floor
+  EXPECT_EQ(default_reserve_for(gpu_of_compute(4 * kGiB, 9)), kGiB);       // a quarter caps it
+  EXPECT_EQ(default_reserve_for(gpu_of_compute(1536 * kMiB, 9)), 225 * kMiB);  // below 2 GiB
+  // Capability unknown (0): the kind's default.
+  EXPECT_EQ(default_reserve_for(gpu(8 * kGiB, 8 * kGiB)), plimsoll::default_reserve(DeviceKind::cuda, 8 * kGiB));
+}
+
+TEST(RuntimeBudget, GpuWithoutLimitTakesFreeMinusTheCapabilityReserve) {
+  PhysicalMemory memory = gpu_of_compute(16 * kGiB, 8);
+  memory.free_bytes = 10 * kGiB;
+  const Budget budget = compute_budget("cuda:0", memory, Policy{});
+  EXPECT_EQ(budget.reserve_bytes, 1536 * kMiB);
+  EXPECT_EQ(budget.limit_bytes, 10 * kGiB - 1536 * kMiB);
+  // A fraction applies to the total, whatever is free.
+  Policy fraction;
+  fraction.memory_fraction = 0.5;
+  EXPECT_EQ(compute_budget("cuda:0", memory, fraction).limit_bytes, 8 * kGiB);
 }
 
 }  // namespace

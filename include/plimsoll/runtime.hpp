@@ -11,6 +11,10 @@
 
 namespace plimsoll {
 
+namespace runtime {
+struct RuntimeAccess;  // the test seam for a CUDA driver (src/runtime/runtime_access.hpp)
+}
+
 /// A line for `plimsoll devices`: one physical or logical device.
 struct DeviceListing {
   std::string name;
@@ -53,10 +57,12 @@ class Runtime {
   /// Replaces the whole config (plimsoll_load_config). Throws InvalidState once any device was created.
   void replace_config(Config config);
 
-  /// For tests: replace what the hardware reports.
+  /// For tests: replace what the hardware reports. GPUs listed this way have no driver behind them: they are
+  /// listed, and creating one throws DeviceUnavailable (tests with a fake driver use RuntimeAccess).
   void inject_hardware(GpuScan gpus, HostInfo host);
 
  private:
+  friend struct runtime::RuntimeAccess;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

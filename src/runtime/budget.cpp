@@ -30,12 +30,26 @@ std::uint64_t fraction_of(double fraction, std::uint64_t bytes) {
 
 }  // namespace
 
+std::uint64_t default_reserve_for(const PhysicalMemory& memory) {
+  const std::uint64_t total = memory.ceiling_bytes;
+  if (memory.kind != DeviceKind::cuda || memory.compute_major <= 0) return default_reserve(memory.kind, total);
+  // TensorFlow's floors track the context and library workspaces, which grow with each architecture; it
+  // compares the free memory with 2 GiB, the total is used here so that the reserve does not move with what
+  // other processes hold at the moment.
+  constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
+  std::uint64_t floor = 1536 * kMiB;
+  if (total < 2048 * kMiB) floor = 225 * kMiB;
+  else if (memory.compute_major <= 6) floor = 500 * kMiB;
+  else if (memory.compute_major == 7) floor = 1050 * kMiB;
+  return std::min(std::max(floor, total / 20), total / 4);
+}
+
 Budget compute_budget(const std::string& device, const PhysicalMemory& memory, const Policy& policy) {
   policy.validate();
   Budget budget;
   budget.policy = policy;
   const bool reserve_given = policy.reserve.has_value();
-  budget.reserve_bytes = reserve_given ? *policy.reserve : default_reserve(memory.kind, memory.ceiling_bytes);
+  budget.reserve_bytes = reserve_given ? *policy.reserve : default_reserve_for(memory);
   if (budget.reserve_bytes >= memory.ceiling_bytes && memory.ceiling_bytes > 0) {
     throw InvalidArgument(fmt::format(
         "{}reserve {} for {} leaves nothing of the device's {} {}; {}", reserve_given ? "" : "the default ",

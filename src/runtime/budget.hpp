@@ -17,7 +17,14 @@ struct PhysicalMemory {
   // The most this process can ever get: the total for GPUs and simulated devices; for the host the smaller
   // of RAM and the cgroup limit, since the cgroup kills the process before RAM runs out.
   std::uint64_t ceiling_bytes = 0;
+  int compute_major = 0;  // cuda: the compute capability's major version, for the default reserve; 0: unknown
 };
+
+/// The reserve when the policy sets none. cuda: TensorFlow's per-compute-capability floor (gpu_device.cc,
+/// MinSystemMemory: 225 MiB below 2 GiB; 500 MiB up to 6.x, 1050 MiB for 7.x, 1536 MiB from 8.0), at least 5%
+/// of the total, at most a quarter of it; with the capability unknown, default_reserve (a 512 MiB floor).
+/// Other kinds: default_reserve.
+std::uint64_t default_reserve_for(const PhysicalMemory& memory);
 
 struct Budget {
   Policy policy;                // with reserve filled in
@@ -26,7 +33,7 @@ struct Budget {
   std::uint64_t capacity_bytes = 0;  // ceiling - reserve: the most any limit may be
 };
 
-/// The rules, in order:
+/// The reserve: the policy's, else default_reserve_for(memory). The limit's rules, in order:
 ///   memory_limit when set; else memory_fraction * ceiling; else
 ///   cuda: free - reserve (what is free now, so another process's memory is left alone, as TensorFlow does);
 ///   sim and cpu: ceiling - reserve. The host's MemAvailable is not used: it moves with the page cache,

@@ -23,8 +23,9 @@ void add_note(DeviceListing& row, const std::string& note) {
   row.details += row.details.empty() ? note : "; " + note;
 }
 
-void add_device(std::vector<DeviceListing>& rows, const Config& config, const PhysicalDevice& physical) {
-  const std::string unbuildable = missing_backing_reason(physical.name.kind);
+void add_device(std::vector<DeviceListing>& rows, const Config& config, const PhysicalDevice& physical,
+                bool driver_loaded) {
+  const std::string unbuildable = missing_backing_reason(physical.name.kind, driver_loaded);
   const std::vector<LogicalDeviceConfig>* split = nullptr;
   try {
     split = find_logical_split(config, physical.name);
@@ -94,16 +95,16 @@ void add_sim_size(std::vector<std::uint64_t>& sizes, const std::string& key) {
 }  // namespace
 
 std::vector<DeviceListing> list_devices(const Config& config, const VisibleGpus& gpus, const HostInfo& host,
-                                        const std::vector<DeviceName>& created) {
+                                        const std::vector<DeviceName>& created, bool driver_loaded) {
   std::vector<DeviceListing> rows;
-  add_device(rows, config, describe_host(host));
-  for (const GpuInfo& gpu : gpus.gpus) add_device(rows, config, describe_gpu(gpu));
+  add_device(rows, config, describe_host(host), driver_loaded);
+  for (const GpuInfo& gpu : gpus.gpus) add_device(rows, config, describe_gpu(gpu), driver_loaded);
 
   std::vector<std::uint64_t> sim_sizes;
   for (const auto& [key, split] : config.logical_devices) add_sim_size(sim_sizes, key);
   for (const auto& [key, policy] : config.device_policies) add_sim_size(sim_sizes, key);
   for (const DeviceName& name : created) add_sim_size(sim_sizes, name.physical().str());
-  for (const std::uint64_t size : sim_sizes) add_device(rows, config, describe_sim(size));
+  for (const std::uint64_t size : sim_sizes) add_device(rows, config, describe_sim(size), driver_loaded);
   return rows;
 }
 

@@ -27,7 +27,10 @@ std::optional<PhysicalDevice> find_physical(const VisibleGpus& gpus, const HostI
       return describe_sim(physical.sim_bytes);
     case DeviceKind::cuda:
       if (physical.index >= 0 && static_cast<std::size_t>(physical.index) < gpus.gpus.size()) {
-        return describe_gpu(gpus.gpus[static_cast<std::size_t>(physical.index)]);
+        const auto index = static_cast<std::size_t>(physical.index);
+        PhysicalDevice gpu = describe_gpu(gpus.gpus[index]);
+        gpu.driver_ordinal = index < gpus.cuda_ordinals.size() ? gpus.cuda_ordinals[index] : physical.index;
+        return gpu;
       }
       return std::nullopt;
   }

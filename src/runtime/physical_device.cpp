@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "backings/cuda_backing.hpp"
 #include "backings/granules.hpp"
 #include "backings/host_backing.hpp"
 #include "backings/sim_backing.hpp"
@@ -33,6 +34,7 @@ PhysicalDevice describe_gpu(const GpuInfo& gpu) {
   device.memory.total_bytes = gpu.total_bytes;
   device.memory.free_bytes = gpu.free_bytes;
   device.memory.ceiling_bytes = gpu.total_bytes;
+  device.memory.compute_major = gpu.compute_major;
   device.details = fmt::format("{}, PCI {}, compute {}.{}", gpu.uuid, gpu.pci_bus_id, gpu.compute_major,
                                gpu.compute_minor);
   return device;
@@ -51,25 +53,44 @@ PhysicalDevice describe_sim(std::uint64_t bytes) {
   return device;
 }
 
-std::string missing_backing_reason(DeviceKind kind) {
-  if (kind == DeviceKind::cuda) {
-    return "CUDA backings are not built in this version of plimsoll (GPUs can be listed, not allocated from yet)";
+std::string missing_backing_reason(DeviceKind kind, bool driver_loaded) {
+  if (kind == DeviceKind::cuda && !driver_loaded) {
+    return "no CUDA driver is loaded to allocate from it (the GPU list was given without one)";
   }
   return {};
 }
 
-std::unique_ptr<backings::Backing> make_backing(const PhysicalDevice& device) {
+namespace {
+
+DeviceBacking make_gpu_backing(const PhysicalDevice& device, const cuda_driver::Api& driver) {
+  cuda_driver::Device handle = 0;
+  if (const cuda_driver::Result result = driver.device_get(&handle, device.driver_ordinal);
+      result != cuda_driver::kSuccess) {
+    throw DeviceUnavailable(fmt::format("{} is not available: the CUDA driver refused its ordinal {} ({}: {})",
+                                        device.name.str(), device.driver_ordinal, "cuDeviceGet",
+                                        driver.error_name(result)));
+  }
+  backings::CudaBackingChoice choice = backings::make_cuda_backing(driver, handle);
+  return DeviceBacking{std::move(choice.backing), choice.growable, std::move(choice.fallback_reason)};
+}
+
+}  // namespace
+
+DeviceBacking make_backing(const PhysicalDevice& device, const cuda_driver::Api* driver) {
   switch (device.memory.kind) {
     case DeviceKind::cpu:
       // The runtime's view of the host (possibly injected by tests) bounds the backing, not a second scan.
-      return std::make_unique<backings::HostBacking>(backings::kDefaultGranularity, device.memory.ceiling_bytes);
+      return DeviceBacking{
+          std::make_unique<backings::HostBacking>(backings::kDefaultGranularity, device.memory.ceiling_bytes), true,
+          {}};
     case DeviceKind::sim:
-      return std::make_unique<backings::SimBacking>(device.memory.total_bytes);
+      return DeviceBacking{std::make_unique<backings::SimBacking>(device.memory.total_bytes), true, {}};
     case DeviceKind::cuda:
+      if (driver != nullptr) return make_gpu_backing(device, *driver);
       break;
   }
   throw DeviceUnavailable(fmt::format("{} is not available: {}", device.name.str(),
-                                      missing_backing_reason(device.memory.kind)));
+                                      missing_backing_reason(device.memory.kind, driver != nullptr)));
 }
 
 }  // namespace plimsoll::runtime

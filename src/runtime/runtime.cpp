@@ -10,11 +10,14 @@
 
 #include <fmt/format.h>
 
+#include "devices/gpu_scan.hpp"
 #include "plimsoll/error.hpp"
 #include "runtime/device_plan.hpp"
 #include "runtime/device_listing.hpp"
+#include "runtime/fixed_size_growth.hpp"
 #include "runtime/gpu_visibility.hpp"
 #include "runtime/physical_device.hpp"
+#include "runtime/runtime_access.hpp"
 #include "runtime/shared_backing.hpp"
 
 namespace plimsoll {
@@ -34,14 +37,45 @@ struct Runtime::Impl {
   mutable std::mutex mutex;
   Config config;
   std::optional<runtime::Hardware> hardware;
+  // The driver the GPU scan used, kept to allocate from the GPUs it listed; absent when none loaded (or the
+  // hardware was injected without one). Set together with `hardware`, so a listed GPU always has its driver.
+  std::optional<cuda_driver::Api> driver;
+  // One physical device's backing shared by its logical devices, with what the backing can do.
+  struct Shared {
+    std::unique_ptr<runtime::SharedBacking> backing;
+    bool growable = true;
+    std::string fallback_reason;
+  };
   // Declared before `devices` so that logical devices' allocators are destroyed before the backing they share.
-  std::map<std::string, std::unique_ptr<runtime::SharedBacking>> shared_backings;
+  std::map<std::string, Shared> shared_backings;
   std::map<std::string, std::unique_ptr<Allocator>> devices;
+  // Created devices whose backing cannot grow, with the reason: configure() keeps them preallocated.
+  std::map<std::string, std::string> fixed_size_devices;
   std::set<std::string> fallback_noticed;
 
   const runtime::Hardware& scanned_hardware() {
-    if (!hardware) hardware = runtime::Hardware{scan_gpus(), scan_host()};
+    if (!hardware) {
+      std::string why;
+      driver = cuda_driver::load(why);
+      GpuScan gpus = driver ? scan_gpus_with(*driver) : GpuScan{.gpus = {}, .unavailable_reason = why};
+      hardware = runtime::Hardware{std::move(gpus), scan_host()};
+    }
     return *hardware;
+  }
+
+  const cuda_driver::Api* driver_or_null() const { return driver ? &*driver : nullptr; }
+
+  /// The backing for `physical`, shared by its logical devices when `logical`.
+  runtime::DeviceBacking backing_for(const runtime::PhysicalDevice& physical, bool logical) {
+    if (!logical) return runtime::make_backing(physical, driver_or_null());
+    Shared& shared = shared_backings[physical.name.str()];
+    if (!shared.backing) {
+      runtime::DeviceBacking made = runtime::make_backing(physical, driver_or_null());
+      shared.backing = std::make_unique<runtime::SharedBacking>(std::move(made.backing));
+      shared.growable = made.growable;
+      shared.fallback_reason = std::move(made.fallback_reason);
+    }
+    return runtime::DeviceBacking{shared.backing->view(), shared.growable, shared.fallback_reason};
   }
 
   runtime::VisibleGpus visible_gpus() {
@@ -59,23 +93,23 @@ struct Runtime::Impl {
     if (!physical) {
       missing = runtime::why_gpu_missing(gpus, name.index, environment_value("CUDA_VISIBLE_DEVICES"));
     } else {
-      missing = runtime::missing_backing_reason(name.kind);
+      missing = runtime::missing_backing_reason(name.kind, driver.has_value());
     }
     if (!missing.empty()) return fall_back_or_throw(key, missing, gpus);
 
-    const runtime::DevicePlan plan = runtime::plan_device(config, *physical, name);
-    std::unique_ptr<backings::Backing> backing;
-    if (plan.logical) {
-      auto& shared = shared_backings[physical->name.str()];
-      if (!shared) shared = std::make_unique<runtime::SharedBacking>(runtime::make_backing(*physical));
-      backing = shared->view();
-    } else {
-      backing = runtime::make_backing(*physical);
+    runtime::DevicePlan plan = runtime::plan_device(config, *physical, name);
+    runtime::DeviceBacking backing = backing_for(*physical, plan.logical);
+    std::string note;
+    if (!backing.growable) {
+      plan.description.policy =
+          runtime::fit_fixed_size(key, plan.description.policy, config, backing.fallback_reason);
+      note = runtime::fixed_size_note(backing.fallback_reason);
     }
-    auto allocator = std::make_unique<Allocator>(plan.description, std::move(backing));
-    if (config.log_device_creation) fmt::print(stderr, "{}\n", allocator->description().summary());
+    auto allocator = std::make_unique<Allocator>(plan.description, std::move(backing.backing));
+    if (config.log_device_creation) fmt::print(stderr, "{}{}\n", allocator->description().summary(), note);
     Allocator& created = *allocator;
     devices.emplace(key, std::move(allocator));
+    if (!backing.growable) fixed_size_devices.emplace(key, backing.fallback_reason);
     return created;
   }
 
@@ -83,7 +117,7 @@ struct Runtime::Impl {
                                 const runtime::VisibleGpus& gpus) {
     if (!config.cpu_fallback) {
       std::string choices = "cpu";
-      if (runtime::missing_backing_reason(DeviceKind::cuda).empty()) {
+      if (runtime::missing_backing_reason(DeviceKind::cuda, driver.has_value()).empty()) {
         for (const GpuInfo& gpu : gpus.gpus) choices += fmt::format(", cuda:{}", gpu.ordinal);
       }
       throw DeviceUnavailable(fmt::format(
@@ -120,7 +154,8 @@ std::vector<DeviceListing> Runtime::list_devices() const {
   std::lock_guard lock(impl_->mutex);
   std::vector<DeviceName> created;
   for (const auto& [key, allocator] : impl_->devices) created.push_back(DeviceName::parse(key));
-  return runtime::list_devices(impl_->config, impl_->visible_gpus(), impl_->scanned_hardware().host, created);
+  return runtime::list_devices(impl_->config, impl_->visible_gpus(), impl_->scanned_hardware().host, created,
+                               impl_->driver.has_value());
 }
 
 std::vector<std::string> Runtime::visibility_report() const {
@@ -150,6 +185,9 @@ void Runtime::configure(std::string_view device, const Policy& policy) {
     // Allocator::set_policy derives a limit only from memory_limit or memory_fraction (of the total); the runtime's
     // rules (free - reserve, the host's cgroup ceiling) are handed over as the limit they come to.
     Policy effective = planned.policy;
+    if (const auto fixed = impl_->fixed_size_devices.find(key); fixed != impl_->fixed_size_devices.end()) {
+      effective = runtime::fit_fixed_size(key, effective, changed, fixed->second);
+    }
     effective.memory_limit = planned.limit_bytes;
     effective.memory_fraction.reset();
     found->second->set_policy(effective);
@@ -181,6 +219,17 @@ void Runtime::replace_config(Config config) {
 void Runtime::inject_hardware(GpuScan gpus, HostInfo host) {
   std::lock_guard lock(impl_->mutex);
   impl_->hardware = runtime::Hardware{std::move(gpus), std::move(host)};
+  impl_->driver.reset();
 }
+
+namespace runtime {
+
+void RuntimeAccess::inject_driver(Runtime& runtime, const cuda_driver::Api& driver, HostInfo host) {
+  std::lock_guard lock(runtime.impl_->mutex);
+  runtime.impl_->driver = driver;
+  runtime.impl_->hardware = Hardware{scan_gpus_with(driver), std::move(host)};
+}
+
+}  // namespace runtime
 
 }  // namespace plimsoll

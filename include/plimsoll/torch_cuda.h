@@ -1,0 +1,29 @@
+/* libplimsoll_torch_cuda.so: plimsoll as PyTorch's CUDA allocator, through
+ * torch.cuda.memory.CUDAPluggableAllocator(path, "plimsoll_torch_malloc", "plimsoll_torch_free").
+ * See docs/pytorch.md. C-compatible; needs no CUDA header: a cudaStream_t is passed as a plain pointer.
+ * Neither function lets an exception out: failures print plimsoll's message on stderr. */
+#ifndef PLIMSOLL_TORCH_CUDA_H
+#define PLIMSOLL_TORCH_CUDA_H
+
+#include <sys/types.h> /* ssize_t */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef void* plimsoll_cuda_stream; /* a cudaStream_t (CUstream); NULL is the legacy default stream */
+
+/* `size` bytes on cuda:`device` (plimsoll's numbering, configured by PLIMSOLL_* environment variables) for use
+ * on `stream`. NULL when out of memory or the device is unavailable: PyTorch then raises its OutOfMemoryError,
+ * and plimsoll's report is on stderr. */
+void* plimsoll_torch_malloc(ssize_t size, int device, plimsoll_cuda_stream stream);
+/* Frees `ptr` once the work queued on `stream` before this call has completed (conservative mode). */
+void plimsoll_torch_free(void* ptr, ssize_t size, int device, plimsoll_cuda_stream stream);
+/* The device's counters as a JSON object ({"device":"cuda:0","in_use_bytes":...}), or NULL when the device was
+ * never used. Valid until the calling thread's next call of this function. */
+const char* plimsoll_torch_cuda_stats_json(int device);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PLIMSOLL_TORCH_CUDA_H */

@@ -1,0 +1,93 @@
+// libplimsoll_torch_cuda.so as PyTorch loads it: dlopen, dlsym of the CUDAPluggableAllocator entry points.
+// Without a usable CUDA device (CI, this machine) plimsoll_torch_malloc must return NULL, say why once on
+// stderr, and not crash; and the library must export its three C functions and nothing else.
+#include <dlfcn.h>
+#include <sys/types.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdlib>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "plimsoll/torch_cuda.h"
+
+namespace {
+
+using ::testing::HasSubstr;
+
+using Malloc = void* (*)(ssize_t, int, plimsoll_cuda_stream);
+using Free = void (*)(void*, ssize_t, int, plimsoll_cuda_stream);
+using StatsJson = const char* (*)(int);
+
+std::string run(const std::string& command) {
+  std::string output;
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen(command.c_str(), "r"), ::pclose);
+  if (!pipe) return output;
+  std::array<char, 4096> buffer{};
+  while (std::fgets(buffer.data(), static_cast<int>(buffer.size()), pipe.get()) != nullptr) output += buffer.data();
+  return output;
+}
+
+bool cuda_device_configured() {
+  // A machine with a GPU (and, once the runtime wiring lands, cuda:0) would hand out memory: skip the
+  // "no device" expectations there rather than fail.
+  void* driver = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (driver == nullptr) return false;
+  ::dlclose(driver);
+  return true;
+}
+
+TEST(TorchCudaSo, ExportsOnlyTheAllocatorEntryPoints) {
+  const std::string symbols = run(std::string("nm -D --defined-only ") + PLIMSOLL_TORCH_CUDA_SO + " 2>&1");
+  ASSERT_THAT(symbols, HasSubstr("plimsoll_torch_malloc"));
+  std::vector<std::string> exported;
+  std::size_t at = 0;
+  while (at < symbols.size()) {
+    const std::size_t end = symbols.find('\n', at);
+    const std::string line = symbols.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    at = end == std::string::npos ? symbols.size() : end + 1;
+    // "0000000000001234 T name": keep text/data/bss symbols; the version node (A) is not a symbol we define.
+    if (line.size() > 19 && line[17] != 'A' && line[17] != 'w' && line[17] != 'U') exported.push_back(line.substr(19));
+  }
+  EXPECT_THAT(exported, ::testing::UnorderedElementsAre("plimsoll_torch_malloc", "plimsoll_torch_free",
+                                                        "plimsoll_torch_cuda_stats_json"))
+      << symbols;
+}
+
+TEST(TorchCudaSo, MallocWithoutACudaDeviceReturnsNullAndSaysWhyOnce) {
+  if (cuda_device_configured()) GTEST_SKIP() << "a CUDA driver is installed: run the GPU checks of docs/pytorch.md";
+  // The library's runtime reads the environment on its first call: keep the runner's settings out of it.
+  ::unsetenv("PLIMSOLL_CONFIG");
+  ::unsetenv("PLIMSOLL_VISIBLE_DEVICES");
+  ::unsetenv("PLIMSOLL_TORCH_RECORD");
+  ::setenv("PLIMSOLL_CPU_FALLBACK", "0", 1);
+  void* library = ::dlopen(PLIMSOLL_TORCH_CUDA_SO, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(library, nullptr) << ::dlerror();
+  auto torch_malloc = reinterpret_cast<Malloc>(::dlsym(library, "plimsoll_torch_malloc"));
+  auto torch_free = reinterpret_cast<Free>(::dlsym(library, "plimsoll_torch_free"));
+  auto stats_json = reinterpret_cast<StatsJson>(::dlsym(library, "plimsoll_torch_cuda_stats_json"));
+  ASSERT_NE(torch_malloc, nullptr);
+  ASSERT_NE(torch_free, nullptr);
+  ASSERT_NE(stats_json, nullptr);
+
+  ::testing::internal::CaptureStderr();
+  void* first = torch_malloc(1 << 20, 0, nullptr);
+  void* second = torch_malloc(4096, 0, nullptr);
+  torch_free(nullptr, 0, 0, nullptr);
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(first, nullptr);
+  EXPECT_EQ(second, nullptr);
+  EXPECT_THAT(said, HasSubstr("plimsoll: "));
+  EXPECT_THAT(said, HasSubstr("returning NULL to PyTorch for cuda:0"));
+  EXPECT_EQ(said.find("returning NULL"), said.rfind("returning NULL")) << "said once, not per call:\n" << said;
+  EXPECT_EQ(stats_json(0), nullptr) << "no device was created";
+  EXPECT_EQ(torch_malloc(-1, 0, nullptr), nullptr);
+  // Not dlclosed: the runtime it created lives until the process exits, as under PyTorch.
+}
+
+}  // namespace
