@@ -11,7 +11,7 @@
 #   consumer's spin per batch, default 0), LOADERS (default "plimsoll libtorch pytorch"), PYTHON (an interpreter
 #   with torch and numpy, default /usr/bin/python3, Debian's), DATA_DIR (default /usr/share/datasets/fashion-mnist),
 #   RESULTS (JSON lines file, default $BUILD_DIR/pipeline-compare-results.jsonl).
-# libtorch and PyTorch: scripts/install-deps.sh --with-torch (Debian libtorch-dev, python3-torch).
+# libtorch: scripts/install-deps.sh (Debian libtorch-dev); PyTorch: scripts/install-deps.sh --with-pytorch (python3-torch).
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -40,14 +40,14 @@ for loader in "${loaders[@]}"; do
       cmake "$build_dir" >/dev/null
       if ! ninja -C "$build_dir" -t targets all | grep -q '^plimsoll_libtorch_loader_bench:'; then
         echo "error: $build_dir has no plimsoll_libtorch_loader_bench: CMake did not find libtorch. Install it" \
-             "(scripts/install-deps.sh --with-torch), reconfigure, or leave libtorch out of LOADERS" >&2
+             "(scripts/install-deps.sh), reconfigure, or leave libtorch out of LOADERS" >&2
         exit 1
       fi
       targets+=(plimsoll_libtorch_loader_bench) ;;
     pytorch)
       "$python" -c 'import torch, numpy' 2>/dev/null || {
         echo "error: $python cannot import torch and numpy; install python3-torch (scripts/install-deps.sh" \
-             "--with-torch), set PYTHON, or leave pytorch out of LOADERS" >&2
+             "--with-pytorch), set PYTHON, or leave pytorch out of LOADERS" >&2
         exit 1
       } ;;
     *) echo "error: unknown loader '$loader' in LOADERS; use plimsoll libtorch pytorch" >&2; exit 1 ;;
