@@ -18,6 +18,7 @@
 
 #include "plimsoll/error.hpp"
 #include "plimsoll/pipeline.hpp"
+#include "sanitized.hpp"
 
 namespace plimsoll {
 namespace {
@@ -321,14 +322,6 @@ TEST(PipelineErrors, CollateSeesTheWholeBatch) {
     for (std::size_t i = 0; i < values.size(); ++i) EXPECT_EQ(values[i], batch->sequence() * 100 + i);
   }
 }
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define PLIMSOLL_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define PLIMSOLL_SANITIZED 1
-#endif
-#endif
 
 TEST(PipelineErrors, ABufferTheHostCannotGiveIsReportedNotACrash) {
 #ifdef PLIMSOLL_SANITIZED
