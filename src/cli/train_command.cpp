@@ -81,6 +81,11 @@ plimsoll::train::TrainOptions job_options(const TrainArgs& args) {
   return o;
 }
 
+// The name of a retained group's tag: "" when untagged.
+std::string tag_of(const plimsoll::telemetry::LeakGroup& group, const TrainReport& report) {
+  return group.tag < report.trace.tags.size() ? report.trace.tags[group.tag] : "";
+}
+
 nlohmann::ordered_json json_report(const TrainReport& report) {
   nlohmann::ordered_json out;
   out["test_accuracy"] = report.test_accuracy;
@@ -132,7 +137,7 @@ nlohmann::ordered_json json_report(const TrainReport& report) {
   for (const auto& group : report.leaks.groups) {
     groups.push_back({{"bytes", group.bytes},
                       {"allocations", group.allocations},
-                      {"tag", group.tag < report.trace.tags.size() ? report.trace.tags[group.tag] : ""},
+                      {"tag", tag_of(group, report)},
                       {"where", plimsoll::cli::where_made(group, report.trace)}});
   }
   out["leak_groups"] = std::move(groups);
@@ -172,7 +177,7 @@ void print_leaks(const TrainReport& report) {
   for (std::size_t i = 0; i < report.leaks.groups.size() && i < kShownLeakGroups; ++i) {
     const auto& group = report.leaks.groups[i];
     fmt::print("  {} in {} allocations (tag {}), made at {}\n", format_size(group.bytes), group.allocations,
-               group.tag < report.trace.tags.size() && group.tag != 0 ? report.trace.tags[group.tag] : "-",
+               group.tag == 0 ? "-" : tag_of(group, report),
                plimsoll::cli::where_made(group, report.trace));
   }
 }

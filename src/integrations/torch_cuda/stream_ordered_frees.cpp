@@ -9,7 +9,6 @@
 #include <fmt/format.h>
 
 #include "plimsoll/allocator.hpp"
-#include "plimsoll/oom.hpp"
 
 namespace plimsoll::torch_cuda {
 
@@ -115,13 +114,7 @@ void* StreamOrderedFrees::allocate(std::size_t bytes, cu::Stream /*stream*/, std
   // The last attempt throws so that plimsoll's full report (what is held, by whom, the fix) is kept.
   try {
     return allocator_.allocate(bytes);
-  } catch (const OutOfMemory& error) {
-    const std::lock_guard lock(mutex_);
-    try {
-      set_error_locked(error.what(), why);
-    } catch (...) {
-    }
-  } catch (const std::exception& error) {
+  } catch (const std::exception& error) {  // OutOfMemory, or anything else the allocator threw
     const std::lock_guard lock(mutex_);
     try {
       set_error_locked(error.what(), why);
