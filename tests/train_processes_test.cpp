@@ -1,6 +1,10 @@
 // `plimsoll train --nproc N` and ranks started by hand: data parallelism over processes with c10d's Gloo process
 // group on the loopback address. Runs the built binary as a user would. Skipped without libtorch or Fashion-MNIST.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <filesystem>
@@ -92,6 +96,33 @@ TEST_F(TrainProcesses, DefaultEpochsInTwoProcessesReachEightyFivePercent) {
   const CliRun run = run_plimsoll("train --nproc 2 --json --quiet");
   ASSERT_EQ(run.status, 0) << run.err;
   EXPECT_GE(last_json(run)["test_accuracy"].get<double>(), 0.85);
+}
+
+// A port nobody listens on right now, on the loopback address.
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+TEST_F(TrainProcesses, RanksStartedByHandWithTorchrunsVariablesOrFlagsFormOneJob) {
+  // As on two machines: rank 1 from RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT in the background, rank 0 from flags.
+  const int port = free_port();
+  const std::string rank1 = "RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " " +
+                            PLIMSOLL_CLI_PATH + " train --quiet --epochs 1 --limit-batches 5 >/dev/null 2>&1 & ";
+  const CliRun run = run_plimsoll("train --quiet --epochs 1 --limit-batches 5 --json --rank 0 --world-size 2 --master "
+                                  "127.0.0.1:" + std::to_string(port),
+                                  rank1);
+  ASSERT_EQ(run.status, 0) << run.err;
+  const nlohmann::json report = last_json(run);
+  ASSERT_EQ(report["ranks"].size(), 2u);
+  EXPECT_EQ(report["ranks"][1]["rank"], 1);
 }
 
 TEST_F(TrainProcesses, HumanReportHasOneRowPerRank) {

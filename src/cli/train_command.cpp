@@ -162,6 +162,7 @@ nlohmann::ordered_json json_report(const TrainReport& report) {
   out["epochs"] = report.epochs.size();
   out["steps"] = report.steps;
   out["seconds"] = report.seconds;
+  out["step_seconds"] = report.step_seconds;
   out["parameters"] = report.parameters;
   nlohmann::ordered_json epochs = nlohmann::ordered_json::array();
   for (const auto& epoch : report.epochs) {
@@ -220,7 +221,9 @@ nlohmann::ordered_json json_report(const TrainReport& report) {
                        {"leak", rank.leak},
                        {"leak_verdict", rank.leak_verdict},
                        {"leak_bytes_per_step", rank.leak_bytes_per_step},
-                       {"replica_checks", rank.replica_checks}});
+                       {"replica_checks", rank.replica_checks},
+                       {"step_seconds", rank.step_seconds},
+                       {"all_reduce_seconds", rank.all_reduce_seconds}});
     }
     out["ranks"] = std::move(ranks);
   }

@@ -158,7 +158,9 @@ std::string rank_report_json(const RankReport& r) {
                         {"leak", r.leak},
                         {"leak_verdict", r.leak_verdict},
                         {"leak_bytes_per_step", r.leak_bytes_per_step},
-                        {"replica_checks", r.replica_checks}}
+                        {"replica_checks", r.replica_checks},
+                        {"step_seconds", r.step_seconds},
+                        {"all_reduce_seconds", r.all_reduce_seconds}}
       .dump();
 }
 
@@ -178,6 +180,8 @@ RankReport rank_report_of(const std::string& text) {
   r.leak_verdict = j.at("leak_verdict").get<std::string>();
   r.leak_bytes_per_step = j.at("leak_bytes_per_step").get<double>();
   r.replica_checks = j.at("replica_checks").get<std::uint64_t>();
+  r.step_seconds = j.at("step_seconds").get<double>();
+  r.all_reduce_seconds = j.at("all_reduce_seconds").get<double>();
   return r;
 }
 
@@ -388,16 +392,20 @@ TrainReport run_training(const TrainOptions& o) {
           plimsoll::step();
           ++step;
           kill_if_asked(rank, step);
+          const double step_started = telemetry::steady_seconds();
           if (group) {
             seen += replicas.front()->forward_backward(rank_share(*batch, rank, ranks));
             batch->release();
+            const double reduce_started = telemetry::steady_seconds();
             group->average(*replicas.front());
+            report.all_reduce_seconds += telemetry::steady_seconds() - reduce_started;
           } else {
             seen += forward_backward_all(replicas, *batch);
             batch->release();
             average_gradients(replica_pointers);
           }
           for (const auto& replica : replicas) replica->optimizer_step();
+          report.step_seconds += telemetry::steady_seconds() - step_started;
           if (group && o.verify_replicas) {
             if (!group->replicas_identical(*replicas.front())) {
               throw InvalidState(fmt::format("rank {}: the replicas' weights differ after step {}: the ranks did "
@@ -474,6 +482,8 @@ TrainReport run_training(const TrainOptions& o) {
     mine.leak_verdict = telemetry::to_string(report.leaks.verdict);
     mine.leak_bytes_per_step = report.leaks.bytes_per_step;
     mine.replica_checks = report.replica_checks;
+    mine.step_seconds = report.step_seconds;
+    mine.all_reduce_seconds = report.all_reduce_seconds;
     for (const std::string& text : group->gather_on_root(rank_report_json(mine))) {
       report.ranks.push_back(rank_report_of(text));
     }

@@ -56,6 +56,8 @@ struct RankReport {
   std::string leak_verdict;
   double leak_bytes_per_step = 0;
   std::uint64_t replica_checks = 0;  // steps whose replicas were checked equal (--verify-replicas)
+  double step_seconds = 0;           // in training steps (forward, backward, all-reduce, optimizer)
+  double all_reduce_seconds = 0;     // of which in the gradient all-reduce
 };
 
 /// A device as it stood after the last step (the replicas' weights and optimizer state still live).
@@ -91,6 +93,8 @@ struct TrainReport {
   int world_size = 1;
   std::vector<RankReport> ranks;        // on rank 0 of a multi-process job: every rank, in rank order
   std::uint64_t replica_checks = 0;     // --verify-replicas: steps checked
+  double step_seconds = 0;              // in training steps, over the run
+  double all_reduce_seconds = 0;        // of which in the gradient all-reduce (multi-process jobs)
   std::uint64_t peak_in_use_bytes() const;    // summed over devices
   std::uint64_t peak_reserved_bytes() const;  // summed over devices
 };
