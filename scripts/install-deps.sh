@@ -24,6 +24,7 @@ packages=(
   libgtest-dev libgmock-dev                   # tests
   dataset-fashion-mnist                       # real IDX files: `plimsoll train` and the dataset tests
   libtorch-dev                                # `plimsoll train` and plimsoll_torch (libtorch 1.13, CPU)
+  libgloo-dev                                 # Gloo's headers, for c10d's process group: `plimsoll train --nproc`
   libopenblas0-openmp                         # libtorch's BLAS: the reference libblas3 makes a step several times slower
   libbenchmark-dev libjemalloc-dev libmimalloc-dev python3   # benchmarks (python3 prints their table)
 )

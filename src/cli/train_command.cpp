@@ -1,8 +1,10 @@
 // `plimsoll train`: the main job (src/train/train_job.hpp, docs/train.md). Parses the options, runs the job, and
 // prints what memory it used: per device and tag, the input pipeline, and the leak watch's verdict. Without
 // libtorch at build time the command exists and says how to get it.
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,13 +22,15 @@
 #ifdef PLIMSOLL_HAVE_TRAIN
 #include "cli/leak_text.hpp"
 #include "cli/output.hpp"
+#include "train/launcher.hpp"
 #include "train/replica.hpp"
 #include "train/train_job.hpp"
 #endif
 
 namespace {
 
-// Exit status of a run that ran out of memory (2 is bad input, 1 an internal error).
+// Exit status of a run that ran out of memory (2 is bad input, 1 an internal error); of a rank that stopped because
+// another rank failed or vanished (train/launcher.hpp).
 constexpr int kExitOutOfMemory = 3;
 // 88% test accuracy in under a minute on one core (docs/train.md).
 constexpr std::uint64_t kDefaultEpochs = 2;
@@ -53,6 +57,13 @@ struct TrainArgs {
   bool json = false;
   bool leak_demo = false;
   bool quiet = false;
+  // Data parallelism over processes.
+  std::size_t nproc = 0;
+  std::optional<int> rank;
+  std::optional<int> world_size;
+  std::string master;  // HOST:PORT
+  double timeout_seconds = 60;
+  bool verify_replicas = false;
 };
 
 #ifdef PLIMSOLL_HAVE_TRAIN
@@ -78,7 +89,60 @@ plimsoll::train::TrainOptions job_options(const TrainArgs& args) {
   o.html_path = args.html;
   o.leak_demo = args.leak_demo;
   o.progress = !args.quiet;
+  o.verify_replicas = args.verify_replicas;
   return o;
+}
+
+std::optional<std::string> environment(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  return std::string(value);
+}
+
+int environment_int(const char* name, const std::string& value) {
+  try {
+    std::size_t used = 0;
+    const int parsed = std::stoi(value, &used);
+    if (used == value.size()) return parsed;
+  } catch (const std::exception&) {
+  }
+  throw plimsoll::InvalidArgument(fmt::format("{}={}: give a whole number", name, value));
+}
+
+// This process's place in a multi-process job, from the flags or else from the variables torchrun sets (RANK,
+// WORLD_SIZE, MASTER_ADDR, MASTER_PORT); nothing when it trains alone.
+std::optional<plimsoll::train::ProcessGroupOptions> distributed_of(const TrainArgs& args) {
+  const auto env_rank = environment("RANK");
+  const auto env_world = environment("WORLD_SIZE");
+  const int world = args.world_size ? *args.world_size : env_world ? environment_int("WORLD_SIZE", *env_world) : 1;
+  if (world <= 1 && !args.rank) return std::nullopt;
+  plimsoll::train::ProcessGroupOptions d;
+  d.world_size = world;
+  d.rank = args.rank ? *args.rank : env_rank ? environment_int("RANK", *env_rank) : -1;
+  if (d.rank < 0) {
+    throw plimsoll::InvalidArgument(fmt::format("a job of {} processes needs this process's rank: give --rank R "
+                                                "(or set RANK), 0 <= R < {}", world, world));
+  }
+  std::string master = args.master;
+  if (master.empty()) {
+    const auto addr = environment("MASTER_ADDR");
+    const auto port = environment("MASTER_PORT");
+    if (!addr || !port) {
+      throw plimsoll::InvalidArgument("a job of several processes needs rank 0's address: give --master HOST:PORT "
+                                      "(or set MASTER_ADDR and MASTER_PORT), the same on every rank");
+    }
+    master = *addr + ":" + *port;
+  }
+  const auto colon = master.rfind(':');
+  const int port = colon == std::string::npos ? -1 : environment_int("--master's port", master.substr(colon + 1));
+  if (colon == 0 || port <= 0 || port > 65535) {
+    throw plimsoll::InvalidArgument(fmt::format("--master {}: give HOST:PORT, e.g. 10.0.0.1:29500", master));
+  }
+  d.master_addr = master.substr(0, colon);
+  d.master_port = static_cast<std::uint16_t>(port);
+  if (!(args.timeout_seconds > 0)) throw plimsoll::InvalidArgument("--timeout must be a positive number of seconds");
+  d.timeout = std::chrono::milliseconds(static_cast<long long>(args.timeout_seconds * 1000));
+  return d;
 }
 
 // The name of a retained group's tag: "" when untagged.
@@ -98,6 +162,7 @@ nlohmann::ordered_json json_report(const TrainReport& report) {
   out["epochs"] = report.epochs.size();
   out["steps"] = report.steps;
   out["seconds"] = report.seconds;
+  out["step_seconds"] = report.step_seconds;
   out["parameters"] = report.parameters;
   nlohmann::ordered_json epochs = nlohmann::ordered_json::array();
   for (const auto& epoch : report.epochs) {
@@ -141,6 +206,27 @@ nlohmann::ordered_json json_report(const TrainReport& report) {
                       {"where", plimsoll::cli::where_made(group, report.trace)}});
   }
   out["leak_groups"] = std::move(groups);
+  if (!report.ranks.empty()) {
+    nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+    for (const auto& rank : report.ranks) {
+      ranks.push_back({{"rank", rank.rank},
+                       {"pid", rank.pid},
+                       {"host", rank.host},
+                       {"device", rank.device},
+                       {"limit_bytes", rank.limit_bytes},
+                       {"in_use_bytes", rank.in_use_bytes},
+                       {"peak_in_use_bytes", rank.peak_in_use_bytes},
+                       {"reserved_bytes", rank.reserved_bytes},
+                       {"peak_reserved_bytes", rank.peak_reserved_bytes},
+                       {"leak", rank.leak},
+                       {"leak_verdict", rank.leak_verdict},
+                       {"leak_bytes_per_step", rank.leak_bytes_per_step},
+                       {"replica_checks", rank.replica_checks},
+                       {"step_seconds", rank.step_seconds},
+                       {"all_reduce_seconds", rank.all_reduce_seconds}});
+    }
+    out["ranks"] = std::move(ranks);
+  }
   out["trace"] = report.trace_path.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(report.trace_path);
   out["html"] = report.html_path.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(report.html_path);
   return out;
@@ -171,6 +257,28 @@ void print_memory(const TrainReport& report) {
              report.loader.buffers_allocated);
 }
 
+void print_ranks(const TrainReport& report) {
+  if (report.ranks.empty()) return;
+  using Align = plimsoll::cli::Table::Align;
+  plimsoll::cli::Table table({{"rank", Align::right},
+                              {"host", Align::left},
+                              {"pid", Align::right},
+                              {"device", Align::left},
+                              {"peak in use", Align::right},
+                              {"peak reserved", Align::right},
+                              {"limit", Align::right},
+                              {"leak watch", Align::left}});
+  for (const auto& rank : report.ranks) {
+    table.add_row({std::to_string(rank.rank), rank.host, std::to_string(rank.pid), rank.device,
+                   format_size(rank.peak_in_use_bytes), format_size(rank.peak_reserved_bytes),
+                   format_size(rank.limit_bytes),
+                   rank.leak ? fmt::format("leak, {}/step", format_size(static_cast<std::uint64_t>(
+                                                                rank.leak_bytes_per_step)))
+                             : rank.leak_verdict});
+  }
+  fmt::print("\nevery rank ({} processes; the table above is rank 0's):\n{}", report.ranks.size(), table.render());
+}
+
 void print_leaks(const TrainReport& report) {
   fmt::print("\nleak watch: {}\n", plimsoll::cli::leak_verdict_line(report.leaks));
   if (!report.leaks.leak()) return;
@@ -189,23 +297,58 @@ void print_human(const TrainReport& report) {
              100 * report.test_accuracy, report.epochs.size(), report.steps, report.seconds, report.parameters,
              last.train_loss);
   print_memory(report);
+  print_ranks(report);
   print_leaks(report);
   if (!report.trace_path.empty()) fmt::print("trace: {} (plimsoll replay / leaks read it)\n", report.trace_path);
   if (!report.html_path.empty()) fmt::print("timeline: {}\n", report.html_path);
 }
 
+// `--nproc N` in the command the user typed: start N ranks of this same command and wait for them.
+void launch(const TrainArgs& args) {
+  if (args.rank || args.world_size || environment("RANK") || environment("WORLD_SIZE")) {
+    throw plimsoll::InvalidArgument("--nproc starts its own ranks on this machine; to start each rank yourself (as "
+                                    "on several machines) drop --nproc and give --rank, --world-size and --master "
+                                    "(or RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)");
+  }
+  // Bad options fail here, once, rather than in every rank.
+  plimsoll::train::TrainOptions checked = job_options(args);
+  checked.distributed = plimsoll::train::ProcessGroupOptions{.rank = 0, .world_size = static_cast<int>(args.nproc)};
+  plimsoll::train::validate(checked);
+  plimsoll::train::LaunchOptions launch;
+  launch.processes = static_cast<int>(args.nproc);
+  launch.command = plimsoll::train::own_command_line();
+  launch.grace = std::chrono::milliseconds(static_cast<long long>(args.timeout_seconds * 1000) + 5000);
+  launch.quiet = args.quiet;
+  const int status = plimsoll::train::launch_ranks(launch);
+  if (status != 0) throw CLI::RuntimeError(status);
+}
+
 void run_train(const TrainArgs& args) {
-  const plimsoll::train::TrainOptions options = job_options(args);
+  if (args.nproc > 64) throw plimsoll::InvalidArgument(fmt::format("--nproc {}: give 1 to 64 processes", args.nproc));
+  if (args.nproc > 1 && std::getenv(plimsoll::train::kLaunchedRankVariable) == nullptr) return launch(args);
+  plimsoll::train::TrainOptions options = job_options(args);
+  options.distributed = distributed_of(args);
+  const int rank = options.distributed ? options.distributed->rank : 0;
+  if (rank != 0) options.progress = false;  // rank 0 speaks for the job
   try {
     const TrainReport report = plimsoll::train::run_training(options);
+    if (rank != 0) {
+      if (!args.json) fmt::print("rank {} of {}: done; rank 0 prints the job's report\n", rank, report.world_size);
+      return;
+    }
     if (args.json) {
       fmt::print("{}\n", json_report(report).dump());
     } else {
       print_human(report);
     }
+  } catch (const plimsoll::train::RankLost& lost) {
+    std::fflush(stdout);
+    fmt::print(stderr, "plimsoll train: rank {}: {}\n", rank, lost.what());
+    throw CLI::RuntimeError(plimsoll::train::kExitStoppedByOtherRank);
   } catch (const plimsoll::train::TrainingOutOfMemory& oom) {
     std::fflush(stdout);
-    fmt::print(stderr, "plimsoll train: out of memory; the device's report:\n{}\n", oom.what());
+    fmt::print(stderr, "plimsoll train: {}out of memory; the device's report:\n{}\n",
+               options.distributed ? fmt::format("rank {}: ", rank) : "", oom.what());
     if (args.json) {
       nlohmann::ordered_json out;
       out["oom"] = true;
@@ -265,5 +408,18 @@ void add_train_command(CLI::App& app) {
   train->add_flag("--leak-demo", args->leak_demo,
                   "Plant the Keras bug of a data generator that keeps every batch, and let the leak watch find it");
   train->add_flag("--quiet", args->quiet, "No progress on stderr");
+  train->add_option("--nproc", args->nproc,
+                    "Train data-parallel in N processes on this machine (c10d over Gloo on the loopback address), each "
+                    "with its own device and --memory-limit; rank 0 prints every rank's memory")
+      ->check(CLI::PositiveNumber);
+  train->add_option("--rank", args->rank, "This process's rank in a job started by hand (default: $RANK)");
+  train->add_option("--world-size", args->world_size, "Processes in the job (default: $WORLD_SIZE)")
+      ->check(CLI::PositiveNumber);
+  train->add_option("--master", args->master, "Rank 0's address, HOST:PORT (default: $MASTER_ADDR:$MASTER_PORT)");
+  train->add_option("--timeout", args->timeout_seconds,
+                    "Seconds a rank waits for the others (joining, each collective) before it gives up")
+      ->capture_default_str();
+  train->add_flag("--verify-replicas", args->verify_replicas,
+                  "After every step, check that every rank holds bitwise-equal weights (an all-gather of a hash)");
   train->callback([args] { run_train(*args); });
 }

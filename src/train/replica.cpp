@@ -13,6 +13,7 @@
 #include "plimsoll/torch.hpp"
 #include "train/batch_feed.hpp"
 #include "train/model.hpp"
+#include "train/replica_tensors.hpp"
 
 namespace plimsoll::train {
 namespace {
@@ -127,21 +128,40 @@ std::uint64_t Replica::parameters() const {
   return count;
 }
 
+std::vector<at::Tensor> ReplicaTensors::averaged(Replica& replica) {
+  std::vector<at::Tensor> tensors;
+  for (::torch::Tensor& parameter : replica.impl_->model->parameters()) tensors.push_back(parameter.mutable_grad());
+  for (const ::torch::Tensor& buffer : replica.impl_->model->buffers()) {
+    if (buffer.is_floating_point()) tensors.push_back(buffer);
+  }
+  return tensors;
+}
+
+std::vector<at::Tensor> ReplicaTensors::state(const Replica& replica) {
+  std::vector<at::Tensor> tensors = replica.impl_->model->parameters();
+  for (const ::torch::Tensor& buffer : replica.impl_->model->buffers()) {
+    if (buffer.is_floating_point()) tensors.push_back(buffer);
+  }
+  return tensors;
+}
+
 void average_gradients(const std::vector<Replica*>& replicas) {
   if (replicas.size() < 2) return;
-  std::vector<std::vector<::torch::Tensor>> parameters;
-  for (Replica* replica : replicas) parameters.push_back(replica->impl_->model->parameters());
+  std::vector<std::vector<at::Tensor>> tensors;
+  for (Replica* replica : replicas) tensors.push_back(ReplicaTensors::averaged(*replica));
   // Nothing should be allocated here; what libtorch does allocate (a wrapped scalar) counts as replica 0's gradients.
   DeviceScope scope(replicas[0]->impl_->device);
   TagScope tagged(tags::gradients);
   ::torch::NoGradGuard no_grad;
   const double share = 1.0 / static_cast<double>(replicas.size());
-  for (std::size_t p = 0; p < parameters[0].size(); ++p) {
-    ::torch::Tensor sum = parameters[0][p].mutable_grad();
+  // Gradients, then batch norm's running statistics: each replica saw its own share of the batch, and averaging
+  // them every step keeps the copies identical, so any replica can be evaluated.
+  for (std::size_t t = 0; t < tensors[0].size(); ++t) {
+    at::Tensor sum = tensors[0][t];
     // In place, on replica 0's tensor, then copied into the others: no new tensor on any device.
-    for (std::size_t r = 1; r < replicas.size(); ++r) sum.add_(parameters[r][p].grad());
+    for (std::size_t r = 1; r < replicas.size(); ++r) sum.add_(tensors[r][t]);
     sum.mul_(share);
-    for (std::size_t r = 1; r < replicas.size(); ++r) parameters[r][p].mutable_grad().copy_(sum);
+    for (std::size_t r = 1; r < replicas.size(); ++r) tensors[r][t].copy_(sum);
   }
 }
 

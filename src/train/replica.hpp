@@ -19,6 +19,8 @@ class Allocator;
 
 namespace plimsoll::train {
 
+struct ReplicaTensors;
+
 /// A batch of normalized 1x28x28 float images and their int64 labels, in memory the caller owns (a pipeline batch,
 /// or part of one). The replica copies it onto its device: the pipeline's buffer goes back to the pipeline at once.
 struct BatchView {
@@ -75,11 +77,12 @@ class Replica {
 
  private:
   friend void average_gradients(const std::vector<Replica*>& replicas);
+  friend struct ReplicaTensors;
   std::unique_ptr<Impl> impl_;
 };
 
-/// Data parallelism: sets every replica's gradients to their mean over the replicas, parameter by parameter, in
-/// place (each copy stays on its own device and nothing is allocated).
+/// Data parallelism: sets every replica's gradients and batch-norm running statistics to their mean over the
+/// replicas, tensor by tensor, in place (each copy stays on its own device and nothing is allocated).
 void average_gradients(const std::vector<Replica*>& replicas);
 
 /// libtorch's intra-op threads for the calling thread (at::set_num_threads). Each replica thread of a data-parallel

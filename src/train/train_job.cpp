@@ -3,6 +3,8 @@
 #include "train/train_job.hpp"
 
 #include <algorithm>
+#include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -13,6 +15,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
 #include "plimsoll/allocator.hpp"
 #include "plimsoll/datasets.hpp"
@@ -26,6 +29,7 @@
 #include "telemetry/replay.hpp"
 #include "telemetry/timeline.hpp"
 #include "telemetry/timeline_html.hpp"
+#include "train/process_group.hpp"
 #include "train/replica.hpp"
 #include "train/train_progress.hpp"
 
@@ -41,6 +45,8 @@ constexpr std::size_t kMaxDevices = 16;
 constexpr AugmentOptions kAugment{.flip = true, .max_shift = 1};
 constexpr std::size_t kQueuedBatches = 4;  // the loader's byte budget, in batches
 
+}  // namespace
+
 void validate(const TrainOptions& o) {
   if (o.epochs == 0) throw InvalidArgument("--epochs must be at least 1");
   if (o.batch_size == 0) throw InvalidArgument("--batch-size must be at least 1");
@@ -53,6 +59,21 @@ void validate(const TrainOptions& o) {
                                       o.devices, o.batch_size));
   }
   if (!(o.learning_rate > 0)) throw InvalidArgument("--lr must be a positive number");
+  if (o.distributed) {
+    const ProcessGroupOptions& d = *o.distributed;
+    if (d.world_size < 1 || d.rank < 0 || d.rank >= d.world_size) {
+      throw InvalidArgument(fmt::format("rank {} of a world of {}: give 0 <= rank < world size (--rank, "
+                                        "--world-size, or RANK and WORLD_SIZE)", d.rank, d.world_size));
+    }
+    if (o.devices > 1) {
+      throw InvalidArgument(fmt::format("--devices {} in a job of {} processes: each process trains one replica; use "
+                                        "--nproc alone, or --devices alone", o.devices, d.world_size));
+    }
+    if (static_cast<std::size_t>(d.world_size) > o.batch_size) {
+      throw InvalidArgument(fmt::format("{} ranks with --batch-size {}: every rank needs at least one sample of each "
+                                        "batch; raise --batch-size", d.world_size, o.batch_size));
+    }
+  }
   const DeviceName name = DeviceName::parse(o.device);
   if (name.kind != DeviceKind::cpu) {
     throw InvalidArgument(fmt::format("--device {}: plimsoll train runs libtorch on the CPU (Debian's libtorch is "
@@ -68,6 +89,8 @@ void validate(const TrainOptions& o) {
   if (!o.record_path.empty()) telemetry::check_writable(o.record_path, "--record");
   if (!o.html_path.empty()) telemetry::check_writable(o.html_path, "--html");
 }
+
+namespace {
 
 // The environment's config (PLIMSOLL_* variables, PLIMSOLL_CONFIG), with the command line on top.
 Config job_config(const TrainOptions& o, std::uint64_t host_limit) {
@@ -100,6 +123,71 @@ std::vector<std::string> replica_devices(const TrainOptions& o) {
   std::vector<std::string> names;
   for (std::size_t i = 0; i < o.devices; ++i) names.push_back(fmt::format("{}/{}", o.device, i));
   return names;
+}
+
+// Every rank records its own trace: rank 0 at the path given, rank R beside it as NAME.rankR.EXT.
+std::string rank_path(const std::string& path, int rank) {
+  if (rank == 0 || path.empty()) return path;
+  const std::filesystem::path p(path);
+  return (p.parent_path() / fmt::format("{}.rank{}{}", p.stem().string(), rank, p.extension().string())).string();
+}
+
+// A test hook: PLIMSOLL_TRAIN_KILL_RANK_AT_STEP=R:S makes rank R kill itself with SIGKILL at step S, as a crash or
+// the kernel's OOM killer would, to show how the other ranks and the launcher react.
+void kill_if_asked(int rank, std::uint64_t step) {
+  const char* asked = std::getenv("PLIMSOLL_TRAIN_KILL_RANK_AT_STEP");
+  if (asked == nullptr) return;
+  int kill_rank = -1;
+  unsigned long long kill_step = 0;
+  if (std::sscanf(asked, "%d:%llu", &kill_rank, &kill_step) == 2 && kill_rank == rank && kill_step == step) {
+    std::fflush(stderr);
+    std::raise(SIGKILL);
+  }
+}
+
+std::string rank_report_json(const RankReport& r) {
+  return nlohmann::json{{"rank", r.rank},
+                        {"pid", r.pid},
+                        {"host", r.host},
+                        {"device", r.device},
+                        {"limit_bytes", r.limit_bytes},
+                        {"in_use_bytes", r.in_use_bytes},
+                        {"peak_in_use_bytes", r.peak_in_use_bytes},
+                        {"reserved_bytes", r.reserved_bytes},
+                        {"peak_reserved_bytes", r.peak_reserved_bytes},
+                        {"leak", r.leak},
+                        {"leak_verdict", r.leak_verdict},
+                        {"leak_bytes_per_step", r.leak_bytes_per_step},
+                        {"replica_checks", r.replica_checks},
+                        {"step_seconds", r.step_seconds},
+                        {"all_reduce_seconds", r.all_reduce_seconds}}
+      .dump();
+}
+
+RankReport rank_report_of(const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text);
+  RankReport r;
+  r.rank = j.at("rank").get<int>();
+  r.pid = j.at("pid").get<long>();
+  r.host = j.at("host").get<std::string>();
+  r.device = j.at("device").get<std::string>();
+  r.limit_bytes = j.at("limit_bytes").get<std::uint64_t>();
+  r.in_use_bytes = j.at("in_use_bytes").get<std::uint64_t>();
+  r.peak_in_use_bytes = j.at("peak_in_use_bytes").get<std::uint64_t>();
+  r.reserved_bytes = j.at("reserved_bytes").get<std::uint64_t>();
+  r.peak_reserved_bytes = j.at("peak_reserved_bytes").get<std::uint64_t>();
+  r.leak = j.at("leak").get<bool>();
+  r.leak_verdict = j.at("leak_verdict").get<std::string>();
+  r.leak_bytes_per_step = j.at("leak_bytes_per_step").get<double>();
+  r.replica_checks = j.at("replica_checks").get<std::uint64_t>();
+  r.step_seconds = j.at("step_seconds").get<double>();
+  r.all_reduce_seconds = j.at("all_reduce_seconds").get<double>();
+  return r;
+}
+
+std::string host_name() {
+  char name[256] = {};
+  return ::gethostname(name, sizeof name - 1) == 0 ? std::string(name) : std::string("?");
 }
 
 std::string temporary_trace_path() {
@@ -140,6 +228,12 @@ std::vector<SampleStage> loader_stages(const ImageDataset& data, bool augment) {
 BatchView view_of(const Batch& batch, std::size_t begin, std::size_t end) {
   return {batch.field_as<const float>(0).data() + begin * 28 * 28, batch.field_as<const std::int64_t>(1).data() + begin,
           end - begin};
+}
+
+// Which contiguous share of every batch this rank (of `ranks`) trains on.
+BatchView rank_share(const Batch& batch, int rank, int ranks) {
+  const std::size_t n = static_cast<std::size_t>(ranks), r = static_cast<std::size_t>(rank);
+  return view_of(batch, batch.size() * r / n, batch.size() * (r + 1) / n);
 }
 
 // Data parallelism: replica r takes the r-th contiguous share of the batch, each on its own thread (replica 0 on
@@ -218,9 +312,13 @@ TrainReport run_training(const TrainOptions& o) {
   runtime.replace_config(job_config(o, host_limit_of(runtime, o.device)));
 
   TrainReport report;
-  report.trace_path = o.record_path;
-  report.html_path = o.html_path;
-  const std::string trace_path = o.record_path.empty() ? temporary_trace_path() : o.record_path;
+  const int rank = o.distributed ? o.distributed->rank : 0;
+  const int ranks = o.distributed ? o.distributed->world_size : 1;
+  report.rank = rank;
+  report.world_size = ranks;
+  report.trace_path = rank_path(o.record_path, rank);
+  report.html_path = rank == 0 ? o.html_path : "";
+  const std::string trace_path = o.record_path.empty() ? temporary_trace_path() : report.trace_path;
   std::vector<Allocator*> devices;
   for (const std::string& name : replica_devices(o)) devices.push_back(&runtime.device(name));
 
@@ -241,7 +339,7 @@ TrainReport run_training(const TrainOptions& o) {
     recording.reset();
     report.trace = read_trace(trace_path);
     report.leaks = telemetry::find_leaks(report.trace);
-    if (!o.html_path.empty()) write_timeline(report.trace, report.devices, o.html_path);
+    if (!report.html_path.empty()) write_timeline(report.trace, report.devices, report.html_path);
     if (o.record_path.empty()) {
       std::error_code ignored;
       std::filesystem::remove(trace_path, ignored);
@@ -257,7 +355,10 @@ TrainReport run_training(const TrainOptions& o) {
   // Declared outside the try: the recording is read back while the replicas still hold their weights, so the
   // trace ends with what a job holds between steps rather than with the teardown's frees.
   std::vector<std::unique_ptr<Replica>> replicas;
+  std::unique_ptr<ProcessGroup> group;
+  std::uint64_t step = 0;
   try {
+    if (o.distributed) group = std::make_unique<ProcessGroup>(*o.distributed);
     std::vector<Replica*> replica_pointers;
     for (Allocator* device : devices) {
       replicas.push_back(std::make_unique<Replica>(*device, ReplicaOptions{.seed = o.seed,
@@ -269,10 +370,11 @@ TrainReport run_training(const TrainOptions& o) {
     if (o.progress) {
       const std::uint64_t per_epoch = (train_set.size() + o.batch_size - 1) / o.batch_size;
       fmt::print(stderr, "training a CNN ({} parameters) on Fashion-MNIST from {}: {} epochs of {} steps, {} samples "
-                         "per step, on {} ({} compute threads)\n",
+                         "per step, on {} ({} compute threads){}\n",
                  report.parameters, dir.string(), o.epochs,
                  o.limit_batches == 0 ? per_epoch : std::min(o.limit_batches, per_epoch), o.batch_size,
-                 fmt::join(replica_devices(o), " + "), threads);
+                 fmt::join(replica_devices(o), " + "), threads,
+                 ranks > 1 ? fmt::format(" in each of {} processes", ranks) : "");
     }
 
     for (std::uint64_t epoch = 1; epoch <= o.epochs; ++epoch) {
@@ -288,20 +390,45 @@ TrainReport run_training(const TrainOptions& o) {
           std::optional<Batch> batch = loader.next();
           if (!batch) break;
           plimsoll::step();
-          seen += forward_backward_all(replicas, *batch);
-          batch->release();
-          average_gradients(replica_pointers);
+          ++step;
+          kill_if_asked(rank, step);
+          const double step_started = telemetry::steady_seconds();
+          if (group) {
+            seen += replicas.front()->forward_backward(rank_share(*batch, rank, ranks));
+            batch->release();
+            const double reduce_started = telemetry::steady_seconds();
+            group->average(*replicas.front());
+            report.all_reduce_seconds += telemetry::steady_seconds() - reduce_started;
+          } else {
+            seen += forward_backward_all(replicas, *batch);
+            batch->release();
+            average_gradients(replica_pointers);
+          }
           for (const auto& replica : replicas) replica->optimizer_step();
+          report.step_seconds += telemetry::steady_seconds() - step_started;
+          if (group && o.verify_replicas) {
+            if (!group->replicas_identical(*replicas.front())) {
+              throw InvalidState(fmt::format("rank {}: the replicas' weights differ after step {}: the ranks did "
+                                             "not train the same model (different --seed or --lr?)", rank, step));
+            }
+            ++report.replica_checks;
+          }
           ++summary.steps;
           progress.update(summary.steps, mean(seen.loss_sum, seen.samples), share(seen.correct, seen.samples));
         }
         loader.cancel();
         report.loader = loader.metrics();
       }
+      if (group) {
+        // Every rank saw its share of each batch: the epoch's loss and accuracy are over all of them.
+        const std::vector<double> all = group->sum({seen.loss_sum, static_cast<double>(seen.correct),
+                                                    static_cast<double>(seen.samples)});
+        seen = {all[0], static_cast<std::size_t>(all[1]), static_cast<std::size_t>(all[2])};
+      }
       recording->marker(fmt::format("epoch {} evaluation", epoch));
-      // The replicas hold the same weights (same start, averaged gradients); batch norm's running statistics
-      // differ a little, having seen different shares of each batch, and replica 0's are used.
-      const StepResult tested = evaluate(*replicas.front(), o, test_set);
+      // The replicas hold the same weights and batch-norm statistics (same start, averaged every step), so one
+      // copy's evaluation is the model's: replica 0's, on rank 0 alone in a multi-process job.
+      const StepResult tested = rank == 0 ? evaluate(*replicas.front(), o, test_set) : StepResult{};
       summary.train_loss = mean(seen.loss_sum, seen.samples);
       summary.train_accuracy = share(seen.correct, seen.samples);
       summary.test_loss = mean(tested.loss_sum, tested.samples);
@@ -318,7 +445,12 @@ TrainReport run_training(const TrainOptions& o) {
     }
     report.test_accuracy = report.epochs.back().test_accuracy;
     device_reports();  // while the weights and optimizer state are live: what a job holds between steps
-  } catch (const TrainingOutOfMemory&) {
+  } catch (const TrainingOutOfMemory& oom) {
+    if (group) {
+      const std::string what = oom.what();
+      group->announce_failure(fmt::format("ran out of memory at step {} ({}); its report is on its stderr", step,
+                                          what.substr(0, what.find('\n'))));
+    }
     device_reports();
     finish_recording();
     throw;
@@ -334,6 +466,28 @@ TrainReport run_training(const TrainOptions& o) {
   }
   report.seconds = telemetry::steady_seconds() - started;
   finish_recording();
+  if (group) {
+    RankReport mine;
+    mine.rank = rank;
+    mine.pid = static_cast<long>(::getpid());
+    mine.host = host_name();
+    const DeviceReport& device = report.devices.front();
+    mine.device = device.name;
+    mine.limit_bytes = device.limit_bytes;
+    mine.in_use_bytes = device.stats.in_use_bytes;
+    mine.peak_in_use_bytes = device.stats.peak_in_use_bytes;
+    mine.reserved_bytes = device.stats.reserved_bytes;
+    mine.peak_reserved_bytes = device.stats.peak_reserved_bytes;
+    mine.leak = report.leaks.leak();
+    mine.leak_verdict = telemetry::to_string(report.leaks.verdict);
+    mine.leak_bytes_per_step = report.leaks.bytes_per_step;
+    mine.replica_checks = report.replica_checks;
+    mine.step_seconds = report.step_seconds;
+    mine.all_reduce_seconds = report.all_reduce_seconds;
+    for (const std::string& text : group->gather_on_root(rank_report_json(mine))) {
+      report.ranks.push_back(rank_report_of(text));
+    }
+  }
   replicas.clear();
   return report;
 }

@@ -14,6 +14,7 @@
 #include "plimsoll/stats.hpp"
 #include "plimsoll/trace.hpp"
 #include "telemetry/leak_watch.hpp"
+#include "train/process_group.hpp"
 
 namespace plimsoll::train {
 
@@ -34,6 +35,29 @@ struct TrainOptions {
   std::string html_path;    // the memory timeline
   bool leak_demo = false;
   bool progress = true;  // progress on stderr: a bar on a terminal, a line per quarter epoch otherwise
+  /// One rank of a data-parallel job over processes (`--nproc`, or RANK/WORLD_SIZE/MASTER_*): each rank trains one
+  /// replica on its share of every batch and the ranks average gradients and batch-norm statistics every step.
+  std::optional<ProcessGroupOptions> distributed;
+  bool verify_replicas = false;  // after every step, check that all ranks hold bitwise-equal weights
+};
+
+/// One rank's memory as rank 0 gathers it (every rank's device, peaks, and leak verdict).
+struct RankReport {
+  int rank = 0;
+  long pid = 0;
+  std::string host;
+  std::string device;
+  std::uint64_t limit_bytes = 0;
+  std::uint64_t in_use_bytes = 0;
+  std::uint64_t peak_in_use_bytes = 0;
+  std::uint64_t reserved_bytes = 0;
+  std::uint64_t peak_reserved_bytes = 0;
+  bool leak = false;
+  std::string leak_verdict;
+  double leak_bytes_per_step = 0;
+  std::uint64_t replica_checks = 0;  // steps whose replicas were checked equal (--verify-replicas)
+  double step_seconds = 0;           // in training steps (forward, backward, all-reduce, optimizer)
+  double all_reduce_seconds = 0;     // of which in the gradient all-reduce
 };
 
 /// A device as it stood after the last step (the replicas' weights and optimizer state still live).
@@ -65,13 +89,24 @@ struct TrainReport {
   telemetry::LeakReport leaks;
   std::string trace_path;               // empty when the trace was temporary
   std::string html_path;
+  int rank = 0;
+  int world_size = 1;
+  std::vector<RankReport> ranks;        // on rank 0 of a multi-process job: every rank, in rank order
+  std::uint64_t replica_checks = 0;     // --verify-replicas: steps checked
+  double step_seconds = 0;              // in training steps, over the run
+  double all_reduce_seconds = 0;        // of which in the gradient all-reduce (multi-process jobs)
   std::uint64_t peak_in_use_bytes() const;    // summed over devices
   std::uint64_t peak_reserved_bytes() const;  // summed over devices
 };
 
 
-/// Runs the job. Throws InvalidArgument for bad options or a missing dataset (the message names the fix), and
-/// TrainingOutOfMemory (replica.hpp) when a device runs out.
+/// Checks the options alone, before anything is loaded or started (the launcher calls it before it starts any
+/// rank). Throws InvalidArgument naming the option and the fix.
+void validate(const TrainOptions& options);
+
+/// Runs the job. Throws InvalidArgument for bad options or a missing dataset (the message names the fix),
+/// TrainingOutOfMemory (replica.hpp) when a device runs out, and RankLost when another rank of a multi-process job
+/// failed or vanished.
 TrainReport run_training(const TrainOptions& options);
 
 }  // namespace plimsoll::train

@@ -47,7 +47,9 @@ class TrainReplica : public ::testing::Test {
   }
 };
 
-// Trains two replicas data-parallel for a few steps; returns each one's loss on the same batch afterwards.
+// Trains two replicas data-parallel for a few steps; returns each one's loss on the same batch afterwards, in
+// training mode (batch statistics: equal when the weights are) then in evaluation mode (batch norm's running
+// statistics: equal when those were averaged too).
 std::vector<StepResult> train_pair(bool average) {
   const Data data = random_data(64, 7);
   Replica first(main_device(), {});
@@ -60,7 +62,8 @@ std::vector<StepResult> train_pair(bool average) {
     second.optimizer_step();
   }
   // Training mode (batch statistics) on the same samples: equal results exactly when the weights are equal.
-  return {first.forward_backward(data.view(0, 64)), second.forward_backward(data.view(0, 64))};
+  return {first.forward_backward(data.view(0, 64)), second.forward_backward(data.view(0, 64)),
+          first.evaluate(data.view(0, 64)), second.evaluate(data.view(0, 64))};
 }
 
 TEST_F(TrainReplica, ReplicasThatAverageGradientsStayIdenticalAndOnesThatDoNotDrift) {
@@ -70,6 +73,15 @@ TEST_F(TrainReplica, ReplicasThatAverageGradientsStayIdenticalAndOnesThatDoNotDr
   EXPECT_EQ(averaged[0].samples, 64u);
   const std::vector<StepResult> apart = train_pair(false);
   EXPECT_NE(apart[0].loss_sum, apart[1].loss_sum);  // the check above can fail
+}
+
+TEST_F(TrainReplica, AveragingAlsoEqualizesBatchNormStatisticsSoAnyReplicaEvaluatesTheModel) {
+  // Each replica's running statistics saw only its half of every batch; averaged with the gradients, they agree.
+  const std::vector<StepResult> averaged = train_pair(true);
+  EXPECT_DOUBLE_EQ(averaged[2].loss_sum, averaged[3].loss_sum);
+  EXPECT_EQ(averaged[2].correct, averaged[3].correct);
+  const std::vector<StepResult> apart = train_pair(false);
+  EXPECT_NE(apart[2].loss_sum, apart[3].loss_sum);
 }
 
 TEST_F(TrainReplica, EveryTensorLandsOnTheReplicasDeviceUnderItsTrainingTag) {
