@@ -141,12 +141,16 @@ struct LargestBatch {
   std::uint64_t largest_batch = 0;  // 0: not even batch 1 fits
   std::optional<AllocatorPrediction> at_largest{};
   AllocatorPrediction first_too_large{};  // at largest_batch + 1, with its out-of-memory report
-  std::uint64_t headroom_bytes = 0;     // device bytes left over at largest_batch, margin included
+  std::uint64_t headroom_bytes = 0;     // device bytes over the peak live bytes at largest_batch
+  /// A batch below largest_batch that does not fit, when the search found one: caching allocators round to
+  /// segments, so a larger batch can need less memory than a smaller one.
+  std::optional<std::uint64_t> smaller_batch_that_does_not_fit{};
 };
 
 /// The largest batch size each allocator fits on a device of `device_bytes` with `margin` (a share of the device,
-/// in [0, 1)) kept free: a search (doubling, then bisection) over whole batch sizes up to `max_batch`. Assumes
-/// that a batch that fits means every smaller one fits too. Throws InvalidArgument with one recording.
+/// in [0, 1)) kept free: a search over whole batch sizes up to `max_batch` (doubling, then bisection, then probes up
+/// to 4x above the boundary found, since an allocator's reserved bytes need not grow with the batch size; a batch
+/// between probes can be missed). Throws InvalidArgument with one recording.
 std::vector<LargestBatch> largest_batch(const StepModel& model, std::uint64_t device_bytes, double margin,
                                         const std::vector<PlanAllocator>& allocators,
                                         std::uint64_t max_batch = std::uint64_t{1} << 20);

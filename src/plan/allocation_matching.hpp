@@ -2,7 +2,7 @@
 // Which allocation of one recording is which of another's, recorded at another batch size: same segment (before
 // the steps, or step k), same tag and call site names, same position among those, and sizes that one line with
 // no negative part can join (equal, or grown no faster than the batch size). Where the counts of a (tag, site)
-// group differ, the longest common subsequence of compatible sizes pairs them.
+// group differ, the longest common subsequence of compatible sizes pairs them (equal sizes preferred).
 #include <cstdint>
 #include <optional>
 #include <vector>

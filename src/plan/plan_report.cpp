@@ -132,12 +132,17 @@ std::string largest_batch_text(const StepModel& model, std::uint64_t device_byte
     if (result.largest_batch == 0) {
       text += fmt::format("{}: not even batch 1 fits\n", to_string(result.allocator));
     } else {
-      text += fmt::format("{}: batch {} fits with {} of the device to spare", to_string(result.allocator),
+      text += fmt::format("{}: batch {} fits, its peak live {} under the device", to_string(result.allocator),
                           result.largest_batch, format_size(result.headroom_bytes));
       text += result.first_too_large.oom_report.empty()
                   ? " (the search's upper end)\n"
-                  : fmt::format("; batch {} does not ({} reserved)\n", result.largest_batch + 1,
+                  : fmt::format("; batch {} does not (it would reserve {})\n", result.largest_batch + 1,
                                 format_size(result.first_too_large.peak_reserved_bytes));
+      if (result.smaller_batch_that_does_not_fit) {
+        text += fmt::format("  (batch {}, smaller, does not fit: this allocator's memory does not grow steadily with "
+                            "the batch size)\n",
+                            *result.smaller_batch_that_does_not_fit);
+      }
     }
   }
   const std::uint64_t largest = model.batches().back();
@@ -195,6 +200,9 @@ nlohmann::ordered_json largest_batch_json(const StepModel& model, std::uint64_t 
                                   {"peak_live_bytes", result.first_too_large.peak_live_bytes},
                                   {"peak_reserved_bytes", result.first_too_large.peak_reserved_bytes},
                                   {"oom_report", result.first_too_large.oom_report}};
+    }
+    if (result.smaller_batch_that_does_not_fit) {
+      entry["smaller_batch_that_does_not_fit"] = *result.smaller_batch_that_does_not_fit;
     }
     entries.push_back(entry);
   }

@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -19,6 +20,8 @@ namespace {
 
 // Beyond this factor outside the recorded batch sizes the output calls the prediction far extrapolated.
 constexpr double kFarFactor = 2.0;
+// Batches probed above a found boundary, up to 4x it, for allocators whose reserved bytes are not monotone.
+constexpr std::uint64_t kProbesBeyond = 12;
 
 std::string extrapolation_note(const std::vector<std::uint64_t>& batches, std::uint64_t batch) {
   const std::uint64_t smallest = batches.front();
@@ -43,10 +46,13 @@ AllocatorPrediction predict_one(const Trace& step, PlanAllocator allocator, std:
   if (unlimited.peak_reserved_bytes <= device_bytes) return unlimited;
   // It takes more than the device unconstrained; under the limit an allocator may still fit by releasing its
   // cache and retrying (all three do), so the verdict comes from a run on the device itself.
-  const AllocatorPrediction limited = plan::replay_under(step, allocator, device_bytes);
-  unlimited.fits = limited.fits;
-  unlimited.oom_report = limited.oom_report;
-  if (!limited.fits) unlimited.peak_fill = limited.peak_fill;
+  // Where it does, its peaks are the ones on the device; where it does not, the unconstrained ones say how much it
+  // would have needed.
+  AllocatorPrediction limited = plan::replay_under(step, allocator, device_bytes);
+  if (limited.fits) return limited;
+  unlimited.fits = false;
+  unlimited.oom_report = std::move(limited.oom_report);
+  unlimited.peak_fill = std::move(limited.peak_fill);
   return unlimited;
 }
 
@@ -143,43 +149,62 @@ std::vector<LargestBatch> largest_batch(const StepModel& model, std::uint64_t de
       return predict(model, batch, usable, {allocator}).allocators.front();
     };
     LargestBatch result{.allocator = allocator};
-    // Doubling until a batch does not fit, then bisection between the last that did and the first that did not.
-    std::uint64_t fits = 0;
-    std::uint64_t fails = 1;
+    std::uint64_t fits = 0;  // the largest batch seen to fit
+    std::uint64_t fails = 1;  // a batch above it seen not to
     std::optional<AllocatorPrediction> fitting;
     AllocatorPrediction failing;
+    bool failing_known = false;
     for (;;) {
-      AllocatorPrediction probe = at(fails);
-      if (!probe.fits) {
-        failing = std::move(probe);
+      // Doubling until a batch does not fit, then bisection between the last that did and the first that did not.
+      for (;;) {
+        AllocatorPrediction probe = at(fails);
+        if (!probe.fits) {
+          failing = std::move(probe);
+          failing_known = true;
+          break;
+        }
+        fits = fails;
+        fitting = std::move(probe);
+        if (fails >= max_batch) break;
+        fails = std::min(max_batch, fails * 2);
+      }
+      if (fits == fails) break;  // max_batch fits
+      while (fails - fits > 1) {
+        const std::uint64_t middle = fits + (fails - fits) / 2;
+        AllocatorPrediction probe = at(middle);
+        if (probe.fits) {
+          fits = middle;
+          fitting = std::move(probe);
+        } else {
+          fails = middle;
+          failing = std::move(probe);
+        }
+      }
+      // Caching allocators round to segments, so a larger batch can need less than a smaller one: look above the
+      // boundary before believing it, and go on from the largest batch found to fit there.
+      std::optional<std::uint64_t> beyond;
+      for (std::uint64_t i = kProbesBeyond; i >= 1 && !beyond; --i) {
+        const std::uint64_t batch = std::min(max_batch, fails + (3 * fails * i) / kProbesBeyond);
+        if (batch <= fails) continue;
+        AllocatorPrediction probe = at(batch);
+        if (probe.fits) {
+          beyond = batch;
+          fitting = std::move(probe);
+        }
+      }
+      if (!beyond) break;
+      if (!result.smaller_batch_that_does_not_fit) result.smaller_batch_that_does_not_fit = fails;
+      fits = *beyond;
+      if (fits >= max_batch) {
+        fails = fits;
         break;
       }
-      fits = fails;
-      fitting = std::move(probe);
-      if (fails >= max_batch) break;
-      fails = std::min(max_batch, fails * 2);
-    }
-    if (fits == fails) {  // max_batch fits
-      result.largest_batch = fits;
-      result.at_largest = fitting;
-      results.push_back(std::move(result));
-      continue;
-    }
-    while (fails - fits > 1) {
-      const std::uint64_t middle = fits + (fails - fits) / 2;
-      AllocatorPrediction probe = at(middle);
-      if (probe.fits) {
-        fits = middle;
-        fitting = std::move(probe);
-      } else {
-        fails = middle;
-        failing = std::move(probe);
-      }
+      fails = std::min(max_batch, fits * 2);
     }
     result.largest_batch = fits;
     result.at_largest = fitting;
-    result.first_too_large = std::move(failing);
-    if (fitting) result.headroom_bytes = device_bytes - std::min(device_bytes, fitting->peak_reserved_bytes);
+    if (failing_known && fails > fits) result.first_too_large = std::move(failing);
+    if (fitting) result.headroom_bytes = device_bytes - std::min(device_bytes, fitting->peak_live_bytes);
     results.push_back(std::move(result));
   }
   return results;
