@@ -12,6 +12,6 @@ namespace plimsoll::plan {
 /// Predicts at `points` batch sizes spread over [1, up_to_batch] plus the recorded ones, and draws them.
 std::string plan_chart_html(const StepModel& model, std::uint64_t device_bytes,
                             const std::vector<PlanAllocator>& allocators, std::uint64_t up_to_batch,
-                            std::size_t points = 16);
+                            std::size_t points = 32);
 
 }  // namespace plimsoll::plan
