@@ -159,6 +159,26 @@ TEST(CliPlan, BadInputSaysWhatToRecordInstead) {
   }
 }
 
+TEST(CliPlan, OneSharedTraceAtItsOwnBatchMatchesItsReplay) {
+  // A real PyTorch trace in the text format (no tags, no call sites): its steps are where its peak is, so plan's
+  // peaks at its own batch size are replay's; what fills the peak is told by the step that made it.
+  const std::string trace = std::string(PLIMSOLL_TRACES_DIR) + "/resnet18-b128-sgd.trace";
+  const CliRun planned = plimsoll_plan(trace + " --allocator plimsoll --json");
+  ASSERT_EQ(planned.status, 0) << planned.err;
+  const CliRun replayed = plimsoll::testing::run_plimsoll("replay --json " + trace);
+  ASSERT_EQ(replayed.status, 0) << replayed.err;
+  const nlohmann::json plan = nlohmann::json::parse(planned.out);
+  const nlohmann::json replay = nlohmann::json::parse(replayed.out);
+  EXPECT_EQ(plan["batch"], 128);
+  EXPECT_EQ(plan["model"]["job"], "resnet18");
+  EXPECT_EQ(plan["predictions"][0]["peak_live_bytes"], replay["peak_live_bytes"]);
+  EXPECT_EQ(plan["predictions"][0]["peak_reserved_bytes"], replay["peak_reserved_bytes"]);
+  EXPECT_THAT(plan["predictions"][0]["peak_fill"][0]["name"].get<std::string>(), HasSubstr("made in step"));
+  const CliRun mixed = plimsoll_plan(trace + " " + std::string(PLIMSOLL_TRACES_DIR) + "/vgg16-b16.trace");
+  EXPECT_EQ(mixed.status, 2);
+  EXPECT_THAT(mixed.err, HasSubstr("recordings of different jobs (model resnet18 against model vgg16"));
+}
+
 TEST(CliPlan, CudaDeviceNeedsADriver) {
   const plimsoll::GpuScan scan = plimsoll::scan_gpus();
   if (scan.unavailable_reason.empty() && !scan.gpus.empty()) {

@@ -205,7 +205,7 @@ TEST(PlanBadInput, DifferentModelsOrOptimizers) {
   std::vector<RecordedJob> models;
   models.push_back(toy_job(8));
   models.push_back(toy_job(16, {.model = "other"}));
-  EXPECT_THAT(build_error(std::move(models)), HasSubstr("recordings of different jobs (model toy"));
+  EXPECT_THAT(build_error(std::move(models)), HasSubstr("recordings of different jobs (model toy against model other"));
   std::vector<RecordedJob> optimizers;
   optimizers.push_back(toy_job(8));
   optimizers.push_back(toy_job(16, {.optimizer = "adam"}));

@@ -117,26 +117,39 @@ std::unique_ptr<Target> make_target(PlanAllocator allocator, const Trace& step,
   return nullptr;
 }
 
-// What is live after event `until` (inclusive), by tag, or by call site in a trace without tags.
+// What is live after event `until` (inclusive), by tag; by call site in a trace without tags; by the step that made
+// it in a trace with neither (the text format).
 std::vector<PeakShare> live_by_name(const Trace& step, std::size_t until) {
-  const bool by_tag = step.tags.size() > 1;
-  std::vector<std::uint64_t> bytes(by_tag ? step.tags.size() : step.sites.size(), 0);
+  enum class By { tag, site, made_in_step };
+  const By by = step.tags.size() > 1 ? By::tag : step.sites.size() > 1 ? By::site : By::made_in_step;
+  std::vector<std::string> names;
+  if (by == By::tag) names = step.tags;
+  if (by == By::site) names = step.sites;
+  if (by == By::made_in_step) {
+    names.push_back("made before the first step");
+    for (const TraceStep& made_in : step.steps) names.push_back(fmt::format("made in step {}", made_in.number));
+  }
+  std::vector<std::uint64_t> bytes(names.size(), 0);
   std::vector<std::uint64_t> slot_bytes(step.slots, 0);
+  std::vector<std::size_t> slot_name(step.slots, 0);
+  std::size_t current_step = 0;  // By::made_in_step: index into names of the segment being read
   for (std::size_t index = 0; index <= until && index < step.events.size(); ++index) {
     const TraceEvent& event = step.events[index];
-    const std::size_t name = by_tag ? event.tag : event.site;
+    if (by == By::made_in_step && current_step < step.steps.size() && index >= step.steps[current_step].begin) ++current_step;
     if (event.kind == TraceEvent::Kind::allocate) {
+      const std::size_t name = by == By::tag ? event.tag : by == By::site ? event.site : current_step;
       slot_bytes[event.slot] = event.bytes;
+      slot_name[event.slot] = name;
       bytes[name] += event.bytes;
     } else if (event.kind == TraceEvent::Kind::free) {
-      bytes[name] -= slot_bytes[event.slot];
+      bytes[slot_name[event.slot]] -= slot_bytes[event.slot];
     }
   }
   std::vector<PeakShare> shares;
   for (std::size_t name = 0; name < bytes.size(); ++name) {
     if (bytes[name] == 0) continue;
-    const std::string& text = by_tag ? step.tags[name] : step.sites[name];
-    shares.push_back({text.empty() ? (by_tag ? "untagged" : "unknown call site") : text, bytes[name]});
+    const std::string& text = names[name];
+    shares.push_back({text.empty() ? (by == By::tag ? "untagged" : "unknown call site") : text, bytes[name]});
   }
   std::sort(shares.begin(), shares.end(), [](const PeakShare& a, const PeakShare& b) { return a.bytes > b.bytes; });
   if (shares.size() > kPeakFillEntries) {

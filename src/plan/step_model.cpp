@@ -55,12 +55,14 @@ void check_same_job(const std::vector<std::optional<JobMarker>>& markers, const 
     const bool other_model = a.model != b.model;
     const bool other_optimizer = !a.optimizer.empty() && !b.optimizer.empty() && a.optimizer != b.optimizer;
     if (other_model || other_optimizer) {
+      const char* kind = other_model ? "model" : "optimizer";
       throw InvalidArgument(fmt::format(
-          "{} and {} are recordings of different jobs ({} {} with {} against {} {} with {}): a plan needs one "
-          "model and one optimizer recorded at several batch sizes; record {} with {} at another batch size",
-          jobs[first_index].trace.origin, jobs[i].trace.origin, other_model ? "model" : "optimizer",
-          other_model ? a.model : a.optimizer, a.text, other_model ? "model" : "optimizer",
-          other_model ? b.model : b.optimizer, b.text, a.model, a.optimizer.empty() ? "its optimizer" : a.optimizer));
+          "{} and {} are recordings of different jobs ({} {} against {} {}; their markers: \"{}\" and \"{}\"): a "
+          "plan needs one model and one optimizer recorded at several batch sizes; record {} with {} at another "
+          "batch size",
+          jobs[first_index].trace.origin, jobs[i].trace.origin, kind, other_model ? a.model : a.optimizer, kind,
+          other_model ? b.model : b.optimizer, a.text, b.text, a.model,
+          a.optimizer.empty() ? "its optimizer" : a.optimizer));
     }
   }
 }
