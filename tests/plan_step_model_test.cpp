@@ -13,7 +13,11 @@
 #include "plan/step_sequence.hpp"
 #include "plan_fixtures.hpp"
 #include "plimsoll/error.hpp"
+#include "plimsoll/allocator.hpp"
 #include "plimsoll/plan.hpp"
+#include "plimsoll/policy.hpp"
+#include "plimsoll/recording.hpp"
+#include "plimsoll/runtime.hpp"
 #include "plimsoll/size.hpp"
 #include "plimsoll/trace.hpp"
 
@@ -260,6 +264,32 @@ TEST(PlanBadInput, ADeviceSmallerThanTheWeightsAlone) {
   EXPECT_THROW(largest_batch(model, 4096, 0, {PlanAllocator::plimsoll}), InvalidArgument);
   EXPECT_THROW(largest_batch(model, kGiB, 1.0, {PlanAllocator::plimsoll}), InvalidArgument);
   EXPECT_THROW(model.rebuild(0), InvalidArgument);
+}
+
+TEST(PlanBadInput, ARecordingOfTwoDevices) {
+  const std::string path = ::testing::TempDir() + "plan_two_devices.plimsoll";
+  {
+    Config config;
+    config.log_device_creation = false;
+    Runtime runtime(config);
+    Allocator& first = runtime.device("sim:1GiB");
+    Allocator& second = runtime.device("sim:2GiB");
+    auto recording = Recording::open(path);
+    first.record_to(recording);
+    second.record_to(recording);
+    step();
+    first.deallocate(first.allocate(1000));
+    second.deallocate(second.allocate(1000));
+    step();
+    first.record_to(nullptr);
+    second.record_to(nullptr);
+    recording->close();
+  }
+  std::vector<RecordedJob> jobs;
+  jobs.push_back({.trace = read_trace(path), .batch = 8});
+  const std::string error = build_error(std::move(jobs));
+  EXPECT_THAT(error, HasSubstr("holds allocations of more than one device (sim:1GiB and sim:2GiB)"));
+  EXPECT_THAT(error, HasSubstr("--devices 1"));
 }
 
 // ----- names -----------------------------------------------------------------------------------------------------

@@ -148,7 +148,7 @@ std::string largest_batch_text(const StepModel& model, std::uint64_t device_byte
   const std::uint64_t largest = model.batches().back();
   for (const LargestBatch& result : results) {
     if (result.largest_batch > 2 * largest) {
-      text += fmt::format("(batch {} is {:.3g}x the largest recorded batch, {}: extrapolated far beyond the "
+      text += fmt::format("(batch {} is {:.1f}x the largest recorded batch, {}: extrapolated far beyond the "
                           "recordings; record a run nearer it to confirm)\n",
                           result.largest_batch, static_cast<double>(result.largest_batch) / static_cast<double>(largest),
                           largest);

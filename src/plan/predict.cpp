@@ -23,18 +23,23 @@ constexpr double kFarFactor = 2.0;
 // Batches probed above a found boundary, up to 4x it, for allocators whose reserved bytes are not monotone.
 constexpr std::uint64_t kProbesBeyond = 12;
 
+// "1.5", "4", "4440": a ratio as a reader says it.
+std::string times(double factor) {
+  return factor < 100 ? fmt::format("{:.3g}", factor) : fmt::format("{:.0f}", factor);
+}
+
 std::string extrapolation_note(const std::vector<std::uint64_t>& batches, std::uint64_t batch) {
   const std::uint64_t smallest = batches.front();
   const std::uint64_t largest = batches.back();
   if (batch > largest) {
     const double factor = static_cast<double>(batch) / static_cast<double>(largest);
-    return fmt::format("batch {} is {:.3g}x the largest recorded batch ({}): extrapolated{}", batch, factor, largest,
+    return fmt::format("batch {} is {}x the largest recorded batch ({}): extrapolated{}", batch, times(factor), largest,
                        factor > kFarFactor ? " far beyond the recordings; record a run nearer this size to confirm"
                                            : "");
   }
   if (batch < smallest) {
     const double factor = static_cast<double>(smallest) / static_cast<double>(batch);
-    return fmt::format("batch {} is 1/{:.3g} of the smallest recorded batch ({}): extrapolated{}", batch, factor,
+    return fmt::format("batch {} is 1/{} of the smallest recorded batch ({}): extrapolated{}", batch, times(factor),
                        smallest,
                        factor > kFarFactor ? " far below the recordings; record a run nearer this size to confirm" : "");
   }

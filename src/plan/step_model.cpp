@@ -114,6 +114,18 @@ StepModel StepModel::build(std::vector<RecordedJob> jobs) {
           trace.origin));
     }
     state->steps = std::min(state->steps, trace.steps.size());
+    // Several devices in one recording (data-parallel replicas) would be summed as one: refused rather than wrong.
+    std::uint16_t device = 0;
+    for (const TraceEvent& event : trace.events) {
+      if (event.kind != TraceEvent::Kind::allocate) continue;
+      if (device != 0 && event.device != device) {
+        throw InvalidArgument(fmt::format(
+            "{} holds allocations of more than one device ({} and {}): plan models one device; record one replica "
+            "(`plimsoll train --devices 1`), or one recording per device",
+            trace.origin, trace.devices[device], trace.devices[event.device]));
+      }
+      device = event.device;
+    }
   }
   for (std::size_t i = 0; i < jobs.size(); ++i) {
     ModelledRecording recording;
