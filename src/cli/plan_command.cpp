@@ -118,10 +118,12 @@ void add_plan_command(CLI::App& app) {
   CLI::Option* batch =
       plan->add_option("--batch", args->batch, "The batch size to predict (default: the largest recorded)")
           ->check(CLI::PositiveNumber);
-  plan->add_flag("--fit", args->fit, "Find the largest batch size that fits under each allocator")->excludes(batch);
+  CLI::Option* fit =
+      plan->add_flag("--fit", args->fit, "Find the largest batch size that fits under each allocator")->excludes(batch);
   plan->add_option("--margin", args->margin,
                    "With --fit: the share of the device kept free, in [0, 1) (e.g. 0.05 for 5%)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->needs(fit);
   plan->add_option("--allocator", args->allocators,
                    "Allocators to replay under, comma-separated: plimsoll, pytorch, tensorflow")
       ->delimiter(',')

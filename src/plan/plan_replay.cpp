@@ -12,6 +12,7 @@
 
 #include "plan/allocator_models.hpp"
 #include "plimsoll/allocator.hpp"
+#include "plimsoll/error.hpp"
 #include "plimsoll/oom.hpp"
 #include "plimsoll/runtime.hpp"
 #include "plimsoll/size.hpp"
@@ -43,7 +44,12 @@ class EngineTarget final : public Target {
   }
   ~EngineTarget() override {
     for (void* block : blocks_) {
-      if (block != nullptr) device_->deallocate(block);
+      if (block == nullptr) continue;
+      try {
+        device_->deallocate(block);
+      } catch (const Error&) {
+        // Cleanup after the replay: the device goes away with the runtime just after, nothing is lost.
+      }
     }
   }
   bool allocate(std::uint32_t slot, std::uint64_t bytes, std::string_view tag, std::string& report) override {
