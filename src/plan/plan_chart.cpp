@@ -10,6 +10,8 @@
 #include <fmt/ranges.h>
 
 #include "plimsoll/size.hpp"
+#include "telemetry/timeline_axis.hpp"
+#include "telemetry/timeline_svg.hpp"
 
 namespace plimsoll::plan {
 namespace {
@@ -21,20 +23,6 @@ constexpr double kRight = 30;
 constexpr double kTop = 30;
 constexpr double kBottom = 50;
 constexpr const char* kColours[] = {"#1f77b4", "#ff7f0e", "#2ca02c"};
-
-std::string escape(const std::string& text) {
-  std::string out;
-  for (const char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -74,21 +62,24 @@ std::string plan_chart_html(const StepModel& model, std::uint64_t device_bytes,
                                 kWidth, kHeight);
   svg += fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#888"/>)", kLeft, kTop,
                      kWidth - kLeft - kRight, kHeight - kTop - kBottom);
-  constexpr int kTicks = 5;
-  for (int tick = 0; tick <= kTicks; ++tick) {
-    const auto bytes = static_cast<std::uint64_t>(y_top * tick / kTicks);
-    const auto batch = static_cast<std::uint64_t>(x_right * tick / kTicks);
-    svg += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" text-anchor="end">{}</text>)", kLeft - 6, y(bytes) + 4,
-                       escape(format_size(bytes)));
-    svg += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" text-anchor="middle">{}</text>)", x(batch), kHeight - kBottom + 18,
-                       batch);
+  // Round ticks from the timelines' axis code: bytes in IEC units, batch sizes as counts.
+  for (const telemetry::AxisTick& tick : telemetry::axis_ticks(telemetry::AxisKind::bytes, 0, y_top)) {
+    if (tick.value > y_top) continue;
+    svg += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" text-anchor="end">{}</text>)", kLeft - 6,
+                       y(static_cast<std::uint64_t>(tick.value)) + 4, telemetry::xml_escape(tick.label));
+  }
+  for (const telemetry::AxisTick& tick : telemetry::axis_ticks(telemetry::AxisKind::events, 0, x_right)) {
+    if (tick.value > x_right) continue;
+    svg += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" text-anchor="middle">{}</text>)",
+                       x(static_cast<std::uint64_t>(tick.value)), kHeight - kBottom + 18,
+                       telemetry::xml_escape(tick.label));
   }
   svg += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" text-anchor="middle">batch size</text>)",
                      (kLeft + kWidth - kRight) / 2, kHeight - 12);
   svg += fmt::format(R"(<line x1="{:.1f}" x2="{:.1f}" y1="{:.1f}" y2="{:.1f}" stroke="#d62728" stroke-width="2" stroke-dasharray="8 4"/>)",
                      kLeft, kWidth - kRight, y(device_bytes), y(device_bytes));
   svg += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" fill="#d62728">device {}</text>)", kLeft + 6, y(device_bytes) - 6,
-                     escape(format_size(device_bytes)));
+                     telemetry::xml_escape(format_size(device_bytes)));
   for (const std::uint64_t recorded : model.batches()) {
     if (recorded > up_to_batch) continue;
     svg += fmt::format(R"(<line x1="{0:.1f}" x2="{0:.1f}" y1="{1:.1f}" y2="{2:.1f}" stroke="#bbb" stroke-dasharray="2 3"/>)",
@@ -115,9 +106,9 @@ std::string plan_chart_html(const StepModel& model, std::uint64_t device_bytes,
   std::string rows;
   for (const Prediction& prediction : predictions) {
     rows += fmt::format("<tr><td>{}</td><td>{}</td>", prediction.batch,
-                        escape(format_size(prediction.allocators.front().peak_live_bytes)));
+                        telemetry::xml_escape(format_size(prediction.allocators.front().peak_live_bytes)));
     for (const AllocatorPrediction& at : prediction.allocators) {
-      rows += fmt::format("<td>{}{}</td>", escape(format_size(at.peak_reserved_bytes)), at.fits ? "" : " (no fit)");
+      rows += fmt::format("<td>{}{}</td>", telemetry::xml_escape(format_size(at.peak_reserved_bytes)), at.fits ? "" : " (no fit)");
     }
     rows += "</tr>\n";
   }
@@ -136,7 +127,7 @@ std::string plan_chart_html(const StepModel& model, std::uint64_t device_bytes,
 {5}</table>
 </body></html>
 )",
-                     escape(model.job()), fmt::join(recorded, ", "), escape(format_size(device_bytes)), svg, headers,
+                     telemetry::xml_escape(model.job()), fmt::join(recorded, ", "), telemetry::xml_escape(format_size(device_bytes)), svg, headers,
                      rows);
 }
 
