@@ -1,6 +1,6 @@
 // plimsoll_fragmentation_bench: how much memory three allocators' placement rules reserve for real training
 // traces. Each trace (../shared/traces) is replayed, in order and without touching memory, under
-//   - tf-bfc:       TensorFlow's BFC allocator with allow_growth (reference model, reference_allocators.hpp),
+//   - tf-bfc:       TensorFlow's BFC allocator with allow_growth (reference model, src/plan/allocator_models.hpp),
 //   - torch-cuda:   PyTorch's CUDA caching allocator, 1.13 defaults (reference model),
 //   - plimsoll:     plimsoll's own engine, on_demand growth, on a simulated device (the real library),
 // and the peaks of reserved memory are set against the trace's peak of live (requested) bytes.
@@ -29,7 +29,7 @@
 #include "plimsoll/size.hpp"
 #include "plimsoll/stats.hpp"
 #include "plimsoll/trace.hpp"
-#include "reference_allocators.hpp"
+#include "plan/allocator_models.hpp"
 
 namespace {
 
@@ -72,7 +72,7 @@ struct ModelTarget {
   }
   void deallocate(Handle handle) { model.deallocate(handle); }
   Counters counters() const {
-    const plimsoll::bench::ModelStats& stats = model.stats();
+    const plimsoll::plan::ModelStats& stats = model.stats();
     return {stats.peak_in_use_bytes, stats.peak_reserved_bytes, stats.maps, stats.unmaps};
   }
 };
@@ -149,11 +149,11 @@ Row replay(const Trace& trace, Target& target, std::string allocator) {
 std::vector<Row> replay_all(const Trace& trace, const std::optional<std::uint64_t>& limit) {
   std::vector<Row> rows;
   {
-    ModelTarget<plimsoll::bench::BfcModel> bfc{plimsoll::bench::BfcModel({limit, true})};
+    ModelTarget<plimsoll::plan::BfcModel> bfc{plimsoll::plan::BfcModel({limit, true})};
     rows.push_back(replay(trace, bfc, "tf-bfc"));
   }
   {
-    ModelTarget<plimsoll::bench::CudaCachingModel> torch{plimsoll::bench::CudaCachingModel({limit})};
+    ModelTarget<plimsoll::plan::CudaCachingModel> torch{plimsoll::plan::CudaCachingModel({limit})};
     rows.push_back(replay(trace, torch, "torch-cuda"));
   }
   {

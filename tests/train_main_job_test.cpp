@@ -151,6 +151,10 @@ TEST_F(TrainCommand, RecordAndHtmlKeepTheTraceAndTheTimeline) {
   const nlohmann::json leaks = json_of(run_plimsoll("leaks --json " + trace));
   EXPECT_EQ(leaks["steps"], 10);
   EXPECT_EQ(leaks["verdict"], report["leak_verdict"]);
+  // The job marker `plimsoll plan` reads the batch size from (docs/plan.md).
+  const nlohmann::json plan = json_of(run_plimsoll("plan --json " + trace));
+  EXPECT_EQ(plan["batch"], 128);
+  EXPECT_EQ(plan["model"]["job"], "fashion_cnn");
   const std::string page = plimsoll::testing::read_text_file(html);
   EXPECT_THAT(page, HasSubstr("<svg"));
   EXPECT_THAT(page, HasSubstr("activations"));

@@ -7,6 +7,7 @@
 #include "plimsoll/estimate.hpp"
 #include "plimsoll/oom.hpp"
 #include "plimsoll/pipeline.hpp"
+#include "plimsoll/plan.hpp"
 #include "plimsoll/policy.hpp"
 #include "plimsoll/recording.hpp"
 #include "plimsoll/runtime.hpp"

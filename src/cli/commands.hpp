@@ -15,3 +15,5 @@ void add_leaks_command(CLI::App& app);
 void add_estimate_command(CLI::App& app);
 /// `plimsoll train`: the main job, a network trained on Fashion-MNIST under plimsoll (src/cli/train_command.cpp).
 void add_train_command(CLI::App& app);
+/// `plimsoll plan TRACE...`: peak memory at any batch size and the largest batch that fits (src/cli/plan_command.cpp).
+void add_plan_command(CLI::App& app);

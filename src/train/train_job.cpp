@@ -324,6 +324,9 @@ TrainReport run_training(const TrainOptions& o) {
 
   // Call sites cost a stack walk per allocation: a few hundred per step, against tens of milliseconds of compute.
   auto recording = Recording::open(trace_path, {.call_sites = true});
+  // Names the job for `plimsoll plan`, which predicts other batch sizes from recordings at a few (docs/plan.md).
+  recording->marker(fmt::format("model fashion_cnn batch {} input 28x28x1 optimizer adam devices {}", o.batch_size,
+                                o.devices));
   for (Allocator* device : devices) device->record_to(recording);
   plimsoll::torch::install(*devices.front());
   // One compute thread per replica by default. libtorch's OpenMP threads spin while they wait, so on a small

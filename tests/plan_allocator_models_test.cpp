@@ -1,5 +1,5 @@
 // The reference models' rules, one concrete outcome each: region and segment sizes, when blocks are split,
-// what coalesces, best fit, and what happens at the memory limit. Breaking a rule in reference_allocators.cpp
+// what coalesces, best fit, and what happens at the memory limit. Breaking a rule in allocator_models.cpp
 // must fail one of these.
 #include <cstdint>
 #include <optional>
@@ -7,9 +7,9 @@
 
 #include <gtest/gtest.h>
 
-#include "reference_allocators.hpp"
+#include "plan/allocator_models.hpp"
 
-namespace plimsoll::bench {
+namespace plimsoll::plan {
 namespace {
 
 constexpr std::uint64_t kKiB = std::uint64_t{1} << 10;
@@ -314,4 +314,4 @@ TEST(CudaCachingModel, ZeroBytesHoldNothing) {
 }
 
 }  // namespace
-}  // namespace plimsoll::bench
+}  // namespace plimsoll::plan

@@ -1,4 +1,4 @@
-#include "reference_allocators.hpp"
+#include "plan/allocator_models.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -18,7 +18,7 @@
 //     blocks of equal size ("lowest address first") can come out differently.
 //   - One stream, no CUDA graphs, no events: a freed block is reusable at once.
 
-namespace plimsoll::bench {
+namespace plimsoll::plan {
 namespace {
 
 constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
@@ -399,4 +399,4 @@ std::size_t CudaCachingModel::cached_block_count() const noexcept {
   return small_pool_.size() + large_pool_.size();
 }
 
-}  // namespace plimsoll::bench
+}  // namespace plimsoll::plan

@@ -6,7 +6,7 @@
 //     device uses it with allow_growth, and
 //   - PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp, 1.13-era defaults: no expandable
 //     segments, max_split_size unlimited, no roundup_power2_divisions, no garbage_collection_threshold),
-// one stream and no CUDA graphs. Each rule is commented in reference_allocators.cpp with where it comes from
+// one stream and no CUDA graphs. Each rule is commented in allocator_models.cpp with where it comes from
 // and, where the model departs from the original, how.
 //
 // Both models count what a trace replay compares: bytes reserved from the device (regions / segments), how many
@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-namespace plimsoll::bench {
+namespace plimsoll::plan {
 
 struct ModelStats {
   std::uint64_t in_use_bytes = 0;  // rounded (chunk / block) sizes of live allocations
@@ -153,4 +153,4 @@ class CudaCachingModel {
   ModelStats stats_;
 };
 
-}  // namespace plimsoll::bench
+}  // namespace plimsoll::plan
