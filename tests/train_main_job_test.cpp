@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.hpp"
+#include "train_requirements.hpp"
 #include "plimsoll/datasets.hpp"
 
 namespace {
@@ -24,13 +25,8 @@ constexpr double kBatchImageBytes = 128.0 * 28 * 28 * sizeof(float);
 class TrainCommand : public ::testing::Test {
  protected:
   void SetUp() override {
-    const CliRun probe = run_plimsoll("train --quiet --data /nonexistent");
-    if (probe.err.find("built without libtorch") != std::string::npos) {
-      GTEST_SKIP() << "this build has no libtorch: scripts/install-deps.sh installs libtorch-dev";
-    }
-    if (!std::filesystem::exists(plimsoll::default_fashion_mnist_dir())) {
-      GTEST_SKIP() << plimsoll::default_fashion_mnist_dir() << " is missing: apt-get install dataset-fashion-mnist";
-    }
+    const std::string missing = plimsoll::testing::why_train_cannot_run();
+    if (!missing.empty()) GTEST_SKIP() << missing;
   }
 
   static nlohmann::json json_of(const CliRun& run) {

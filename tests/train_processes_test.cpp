@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.hpp"
+#include "train_requirements.hpp"
 #include "plimsoll/datasets.hpp"
 
 namespace {
@@ -28,13 +29,8 @@ using ::testing::HasSubstr;
 class TrainProcesses : public ::testing::Test {
  protected:
   void SetUp() override {
-    const CliRun probe = run_plimsoll("train --quiet --data /nonexistent");
-    if (probe.err.find("built without libtorch") != std::string::npos) {
-      GTEST_SKIP() << "this build has no libtorch: scripts/install-deps.sh installs libtorch-dev";
-    }
-    if (!std::filesystem::exists(plimsoll::default_fashion_mnist_dir())) {
-      GTEST_SKIP() << plimsoll::default_fashion_mnist_dir() << " is missing: apt-get install dataset-fashion-mnist";
-    }
+    const std::string missing = plimsoll::testing::why_train_cannot_run();
+    if (!missing.empty()) GTEST_SKIP() << missing;
     // One probe for the whole suite: a rank that cannot build its process group says so at once.
     static const bool has_gloo =
         run_plimsoll("train --quiet --rank 0 --world-size 2 --master 127.0.0.1:9 --timeout 0.1").err.find(
