@@ -15,3 +15,5 @@ void add_leaks_command(CLI::App& app);
 void add_estimate_command(CLI::App& app);
 /// `plimsoll train`: the main job, a network trained on Fashion-MNIST under plimsoll (src/cli/train_command.cpp).
 void add_train_command(CLI::App& app);
+/// `plimsoll top`: every GPU ledger and its governed processes, live (src/cli/top_command.cpp).
+void add_top_command(CLI::App& app);

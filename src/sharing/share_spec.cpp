@@ -84,7 +84,7 @@ ShareSpec parse_share_spec(std::string_view text) {
   if (!spec.cap.empty() && spec.share.back() != '%' && spec.cap.back() != '%' &&
       parse_size(spec.cap) < parse_size(spec.share))
     throw InvalidArgument(fmt::format("'{}': the cap is below the share; the cap is the most the job may hold, so "
-                                      "it must be at least the share", whole));
+                                      "it must be at least the share: write {}", whole, kForm));
   return spec;
 }
 
