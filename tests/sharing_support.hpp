@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -86,7 +87,9 @@ struct ProgramRun {
 
 /// Runs `argv` with `environment` added to this process's, waits, and returns its output.
 inline ProgramRun run_program(const std::vector<std::string>& argv, const std::map<std::string, std::string>& environment) {
-  const std::string stem = ::testing::TempDir() + "plimsoll_share_run_" + std::to_string(::getpid());
+  static std::atomic<int> runs{0};  // one file pair per run: tests run programs from several threads at once
+  const std::string stem = ::testing::TempDir() + "plimsoll_share_run_" + std::to_string(::getpid()) + "_" +
+                           std::to_string(runs.fetch_add(1));
   const std::string out_path = stem + ".out", err_path = stem + ".err";
   const pid_t child = ::fork();
   if (child == 0) {

@@ -1,6 +1,6 @@
 // A fake CUDA driver built as a real libcuda.so.1, for tests on machines without a GPU: programs link it, dlopen it
 // or reach it through cuGetProcAddress exactly as they would the real one, and libplimsoll_cuda_intercept.so is
-// preloaded in front of it as on a GPU. Memory is host memory (mmap, MAP_NORESERVE); the GPU's capacity and each
+// preloaded in front of it as on a GPU. Memory is host memory (malloc, never touched by the fake); the GPU's capacity and each
 // process's holdings live in fake_device_state.hpp's shared file, so several processes share one fake GPU and a
 // dead process's memory is freed, as the real driver does.
 //
@@ -75,10 +75,12 @@ class Gpu {
 
   CUresult allocate(std::uint64_t bytes, Kind kind, std::uintptr_t& address) {
     if (bytes == 0) return cu::kErrorInvalidValue;
-    void* memory = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (memory == MAP_FAILED) return cu::kErrorOutOfMemory;
+    // Host memory stands for device memory, 256-byte aligned as cuMemAlloc promises. malloc keeps small
+    // allocations cheap (the interposer's overhead is measured against this driver) and maps large ones lazily.
+    void* memory = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+    if (memory == nullptr) return cu::kErrorOutOfMemory;
     if (!charge(bytes)) {
-      ::munmap(memory, bytes);
+      std::free(memory);
       return cu::kErrorOutOfMemory;
     }
     address = reinterpret_cast<std::uintptr_t>(memory);
@@ -97,7 +99,7 @@ class Gpu {
       allocation = found->second;
       table_.erase(found);
     }
-    ::munmap(reinterpret_cast<void*>(address), allocation.bytes);
+    std::free(reinterpret_cast<void*>(address));
     credit(allocation.bytes);
     return cu::kSuccess;
   }
@@ -119,6 +121,7 @@ class Gpu {
   std::uint64_t capacity() const { return state_->capacity.load(); }
   std::uint64_t used() {
     const Guard guard(*this);
+    reclaim_dead();  // what a dead process held is free, as on the real driver once it tore the process down
     return sum_used();
   }
   const unsigned char* uuid() const { return uuid_; }
