@@ -37,7 +37,7 @@ std::string format_gpu_uuid(const cu::Uuid& uuid) {
 }
 
 DriverGovernor::DriverGovernor(std::vector<ShareSpec> specs, DriverCalls driver, std::string ledger_dir)
-    : specs_(std::move(specs)), driver_(driver), ledger_dir_(std::move(ledger_dir)) {}
+    : specs_(std::move(specs)), driver_(driver), ledger_dir_(std::move(ledger_dir)), trim_wait_(trim_wait()) {}
 
 std::unique_ptr<DriverGovernor> DriverGovernor::from_environment(DriverCalls driver) {
   const char* text = std::getenv("PLIMSOLL_SHARE");
@@ -73,23 +73,28 @@ void DriverGovernor::report_once(const std::string& text) {
 }
 
 DriverGovernor::Device* DriverGovernor::device(int ordinal) {
-  if (ordinal < 0 || ordinal > 1023) return nullptr;
+  if (ordinal < 0 || ordinal >= kMaxDevices) return nullptr;
+  if (Device* known = by_ordinal_[ordinal].load(std::memory_order_acquire)) return known;
   const std::lock_guard lock(devices_mutex_);
-  if (static_cast<std::size_t>(ordinal) >= devices_.size()) devices_.resize(static_cast<std::size_t>(ordinal) + 1);
-  auto& slot = devices_[static_cast<std::size_t>(ordinal)];
-  if (slot) return slot.get();
-  slot = std::make_unique<Device>();
-  Device& d = *slot;
+  if (Device* known = by_ordinal_[ordinal].load(std::memory_order_acquire)) return known;
+  Device& d = *devices_.emplace_back(std::make_unique<Device>());
   d.ordinal = ordinal;
+  join(d);
+  by_ordinal_[ordinal].store(&d, std::memory_order_release);
+  return &d;
+}
+
+void DriverGovernor::join(Device& d) {
+  const int ordinal = d.ordinal;
   const auto spec = std::find_if(specs_.begin(), specs_.end(), [&](const ShareSpec& s) { return s.device == ordinal; });
   if (!config_problem_.empty()) {
     d.problem = config_problem_;
-    return &d;
+    return;
   }
   if (spec == specs_.end()) {
     d.problem = fmt::format("this job has no share of cuda:{} (PLIMSOLL_SHARE names only the GPUs it may use; hide the "
                             "others with CUDA_VISIBLE_DEVICES)", ordinal);
-    return &d;
+    return;
   }
   try {
     cu::Uuid uuid{};
@@ -107,7 +112,6 @@ DriverGovernor::Device* DriverGovernor::device(int ordinal) {
   } catch (const std::exception& error) {
     d.problem = error.what();
   }
-  return &d;
 }
 
 cu::Result DriverGovernor::admit(int ordinal, std::uint64_t bytes, const char* call) {
@@ -119,7 +123,7 @@ cu::Result DriverGovernor::admit(int ordinal, std::uint64_t bytes, const char* c
                             d->problem));
     return cu::kErrorOutOfMemory;
   }
-  const ChargeResult result = charge_waiting_for_trims(*d->ledger, d->slot, bytes, trim_wait());
+  const ChargeResult result = charge_waiting_for_trims(*d->ledger, d->slot, bytes, trim_wait_);
   if (result.verdict == Verdict::admitted) return cu::kSuccess;
   if (!reported_.load()) {
     const Refusal refusal{.call = call, .device = ordinal, .bytes = bytes, .verdict = result.verdict,

@@ -8,6 +8,7 @@
 // was given no share of it). A GPU whose ledger cannot be joined (corrupt file, shares full) is refused too, with
 // the reason printed once: a budget that cannot be kept is not silently dropped.
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -71,18 +72,22 @@ class DriverGovernor {
 
  private:
   struct Device;
-  Device* device(int ordinal);  // joined on first use; nullptr when the process has no share of it
+  Device* device(int ordinal);  // made on first use; nullptr for an ordinal out of range
+  void join(Device& d);          // joins its ledger, or records why it cannot
   void report_once(const std::string& text);
 
   std::vector<ShareSpec> specs_;
   DriverCalls driver_;
   std::string ledger_dir_;
-  std::mutex devices_mutex_;
-  std::vector<std::unique_ptr<Device>> devices_;  // by ordinal
+  static constexpr int kMaxDevices = 64;
+  std::mutex devices_mutex_;                       // held while a device joins its ledger
+  std::vector<std::unique_ptr<Device>> devices_;   // owns them
+  std::atomic<Device*> by_ordinal_[kMaxDevices] = {};  // the lock-free lookup every call makes
   AllocationTable addresses_;
   AllocationTable handles_;
   std::atomic<bool> reported_{false};
   std::string config_problem_;  // PLIMSOLL_SHARE did not parse
+  std::chrono::milliseconds trim_wait_;  // read once: getenv on every allocation would cost more than the rest
 };
 
 }  // namespace plimsoll::sharing
