@@ -142,10 +142,11 @@ void DriverGovernor::remember(std::uint64_t key, int ordinal, std::uint64_t byte
   (is_handle ? handles_ : addresses_).insert(key, Charged{.device = ordinal, .bytes = bytes});
 }
 
-void DriverGovernor::forget(std::uint64_t key, bool is_handle) noexcept {
+std::optional<Charged> DriverGovernor::take(std::uint64_t key, bool is_handle) noexcept {
   try {
-    if (const auto charged = (is_handle ? handles_ : addresses_).take(key)) cancel(charged->device, charged->bytes);
+    return (is_handle ? handles_ : addresses_).take(key);
   } catch (...) {
+    return std::nullopt;
   }
 }
 

@@ -58,8 +58,11 @@ class DriverGovernor {
   void cancel(int device, std::uint64_t bytes) noexcept;
   /// After the driver allocated: remembers what `key` (an address or a handle) was charged.
   void remember(std::uint64_t key, int device, std::uint64_t bytes, bool is_handle);
-  /// After a free the driver accepted: credits what `key` was charged (nothing for an unknown key).
-  void forget(std::uint64_t key, bool is_handle) noexcept;
+  /// Before a free: takes `key`'s charge out of the table (nothing for an unknown key), so that an address the
+  /// driver hands out again meanwhile (a stream-ordered pool reuses at once) is never confused with it. Then
+  /// credit() it when the driver accepted the free, or remember() it again when it refused.
+  std::optional<Charged> take(std::uint64_t key, bool is_handle) noexcept;
+  void credit(const Charged& charged) noexcept { cancel(charged.device, charged.bytes); }
 
   /// Right after a context was created on `device` and made current: measures what it cost (once per GPU).
   void context_created(int device);

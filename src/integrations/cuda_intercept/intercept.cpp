@@ -47,8 +47,13 @@ cu::Result allocate(cu::DevicePtr* pointer, std::uint64_t bytes, const char* cal
 
 template <typename Free>
 cu::Result release(std::uint64_t key, bool is_handle, Free&& free) {
+  sharing::DriverGovernor& g = governor();
+  const auto charged = g.take(key, is_handle);
   const cu::Result result = free();
-  if (result == cu::kSuccess) governor().forget(key, is_handle);
+  if (charged) {
+    if (result == cu::kSuccess) g.credit(*charged);
+    else g.remember(key, charged->device, charged->bytes, is_handle);
+  }
   return result;
 }
 
