@@ -146,6 +146,24 @@ TEST(CudaIntercept, ContextCostCanBeGivenInsteadOfMeasured) {
   EXPECT_EQ(infos(run.out).at(0).first, 246 * MiB);
 }
 
+TEST(CudaIntercept, JobsStartingTogetherEachCountOnlyTheirOwnContext) {
+  // Each context takes 30 ms to create after its 100 MiB are taken: without the ledger's context token, a job
+  // measuring its context would count the others' new contexts as its own.
+  const TempDirectory dir;
+  Environment environment = governed(dir, "cuda:0=200MiB", 1024, 100);
+  environment["PLIMSOLL_FAKE_CUDA_STATE"] = dir.path() + "/fake-gpu";
+  environment["PLIMSOLL_FAKE_CUDA_CONTEXT_DELAY_MS"] = "30";
+  std::vector<ProgramRun> runs(4);
+  std::vector<std::thread> jobs;
+  for (std::size_t i = 0; i < runs.size(); ++i)
+    jobs.emplace_back([&, i] { runs[i] = client(i % 2 == 0 ? "dlsym" : "linked", {"init", "info"}, environment); });
+  for (std::thread& job : jobs) job.join();
+  for (const ProgramRun& run : runs) {
+    ASSERT_EQ(run.status, 0) << run.err;
+    EXPECT_EQ(infos(run.out).at(0).first, 100 * MiB) << run.out;
+  }
+}
+
 TEST(CudaIntercept, MalformedShareRefusesEveryAllocationWithTheReason) {
   const TempDirectory dir;
   const ProgramRun run = client("dlsym", {"init", "alloc", "1MiB"}, governed(dir, "cuda:0=lots"));

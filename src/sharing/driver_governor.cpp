@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -27,6 +28,8 @@ struct DriverGovernor::Device {
   std::uint64_t cap = 0;
   std::string problem;           // why `ledger` is empty
   std::once_flag context_measured;
+  std::atomic<bool> measured{false};
+  std::atomic<bool> holds_token{false};
 };
 
 std::string format_gpu_uuid(const cu::Uuid& uuid) {
@@ -37,7 +40,7 @@ std::string format_gpu_uuid(const cu::Uuid& uuid) {
 }
 
 DriverGovernor::DriverGovernor(std::vector<ShareSpec> specs, DriverCalls driver, std::string ledger_dir)
-    : specs_(std::move(specs)), driver_(driver), ledger_dir_(std::move(ledger_dir)), trim_wait_(trim_wait()) {}
+    : specs_(std::move(specs)), driver_(driver), ledger_dir_(std::move(ledger_dir)), trim_wait_(trim_wait()), me_(this_process()) {}
 
 std::unique_ptr<DriverGovernor> DriverGovernor::from_environment(DriverCalls driver) {
   const char* text = std::getenv("PLIMSOLL_SHARE");
@@ -104,9 +107,8 @@ void DriverGovernor::join(Device& d) {
     d.uuid = format_gpu_uuid(uuid);
     Ledger ledger(LedgerFile::open_or_create(ledger_dir_, d.uuid, total));
     const auto [share, cap] = spec->resolve(ledger.limit());
-    const ProcessIdentity me = this_process();
-    d.slot = ledger.join(Member{.who = me, .share = share, .cap = cap, .can_trim = false, .interposed = true,
-                                .command = command_of(me.pid)});
+    d.slot = ledger.join(Member{.who = me_, .share = share, .cap = cap, .can_trim = false, .interposed = true,
+                                .command = command_of(me_.pid)});
     d.cap = cap;
     d.ledger.emplace(std::move(ledger));
   } catch (const std::exception& error) {
@@ -164,13 +166,36 @@ void DriverGovernor::context_created(int ordinal) {
       std::size_t free_bytes = 0, total_bytes = 0;
       if (driver_.mem_get_info(&free_bytes, &total_bytes) != cu::kSuccess) return;
       const std::uint64_t used = total_bytes > free_bytes ? total_bytes - free_bytes : 0;
+      // Dead processes' entries first: the driver no longer counts their memory, so neither may the ledger here.
+      d->ledger->reclaim_dead();
       const std::uint64_t others = d->ledger->others_charged(d->slot);
       const std::uint64_t mine = d->ledger->charged(d->slot);
       cost = used > others + mine ? used - others - mine : 0;
     }
     d->ledger->charge_unconditionally(d->slot, cost, true);
+    d->measured.store(true);
   });
+  context_done(ordinal);
 }
+
+void DriverGovernor::context_creating(int ordinal) {
+  Device* d = device(ordinal);
+  if (d == nullptr || !d->ledger || d->measured.load() || d->holds_token.load()) return;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!d->ledger->take_context_token(me_)) {
+    // A holder that takes longer than any context creation is stuck, not dead: go ahead and measure anyway.
+    if (std::chrono::steady_clock::now() > deadline) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  d->holds_token.store(true);
+}
+
+void DriverGovernor::context_done(int ordinal) noexcept {
+  Device* d = ordinal >= 0 && ordinal < kMaxDevices ? by_ordinal_[ordinal].load() : nullptr;
+  if (d != nullptr && d->ledger && d->holds_token.exchange(false)) d->ledger->release_context_token(me_);
+}
+
+
 
 std::optional<std::pair<std::size_t, std::size_t>> DriverGovernor::memory_info(int ordinal, std::size_t driver_free) {
   Device* d = device(ordinal);

@@ -20,6 +20,7 @@
 #include "plimsoll/sharing.hpp"
 #include "sharing/allocation_table.hpp"
 #include "sharing/ledger.hpp"
+#include "sharing/process_identity.hpp"
 
 namespace plimsoll::sharing {
 
@@ -64,8 +65,13 @@ class DriverGovernor {
   std::optional<Charged> take(std::uint64_t key, bool is_handle) noexcept;
   void credit(const Charged& charged) noexcept { cancel(charged.device, charged.bytes); }
 
+  /// Before the driver creates a context on `device` (the first time): waits (up to 30 s) for the GPU's context
+  /// token, so that no other governed process creates one between this one's creation and its measurement.
+  void context_creating(int device);
   /// Right after a context was created on `device` and made current: measures what it cost (once per GPU).
   void context_created(int device);
+  /// After the creation, whether it succeeded or not: gives the token back.
+  void context_done(int device) noexcept;
 
   /// cuMemGetInfo's answer for a governed device: total = the cap, free = what the process could be charged now
   /// (never more than the driver's free). Nothing for a device the process has no share of.
@@ -90,7 +96,8 @@ class DriverGovernor {
   AllocationTable handles_;
   std::atomic<bool> reported_{false};
   std::string config_problem_;  // PLIMSOLL_SHARE did not parse
-  std::chrono::milliseconds trim_wait_;  // read once: getenv on every allocation would cost more than the rest
+  std::chrono::milliseconds trim_wait_;
+  ProcessIdentity me_;  // read once: getenv on every allocation would cost more than the rest
 };
 
 }  // namespace plimsoll::sharing

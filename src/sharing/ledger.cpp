@@ -277,6 +277,31 @@ void Ledger::trim_done(int slot) noexcept {
   if (e.trim_wanted.exchange(0, relaxed) != 0) e.trims.fetch_add(1, relaxed);
 }
 
+bool Ledger::take_context_token(const ProcessIdentity& who) {
+  return locked([&] {
+    LedgerHeader& header = file_.layout().header;
+    const ProcessIdentity holder{.pid = header.context_token_pid.load(relaxed),
+                                 .start_time = header.context_token_start_time.load(relaxed)};
+    if (holder.pid != 0 && holder != who && is_running(holder)) return false;
+    header.context_token_start_time.store(who.start_time, relaxed);
+    header.context_token_pid.store(who.pid, relaxed);
+    return true;
+  });
+}
+
+void Ledger::release_context_token(const ProcessIdentity& who) noexcept {
+  try {
+    locked([&] {
+      LedgerHeader& header = file_.layout().header;
+      if (header.context_token_pid.load(relaxed) == who.pid &&
+          header.context_token_start_time.load(relaxed) == who.start_time)
+        header.context_token_pid.store(0, relaxed);
+      return 0;
+    });
+  } catch (...) {
+  }
+}
+
 ChargeResult charge_waiting_for_trims(Ledger& ledger, int slot, std::uint64_t bytes, std::chrono::milliseconds wait) {
   const auto deadline = std::chrono::steady_clock::now() + wait;
   ChargeResult result = ledger.charge(slot, bytes, false);

@@ -57,6 +57,11 @@ class Ledger {
   /// Clears the request and counts a trim.
   void trim_done(int slot) noexcept;
 
+  /// Takes the context token for `who` (see LedgerHeader): true when it is now theirs (free, theirs already, or its
+  /// holder died). Release it with release_context_token once the context is measured.
+  bool take_context_token(const ProcessIdentity& who);
+  void release_context_token(const ProcessIdentity& who) noexcept;
+
   /// Removes entries whose process is gone (pid and start time); returns how many.
   std::size_t reclaim_dead();
 

@@ -61,6 +61,10 @@ struct LedgerHeader {
   std::atomic<std::uint64_t> total_shares;      // sum of entries' share
   std::atomic<std::uint64_t> total_committed;   // sum of max(charged, share): what shares plus borrowing hold
   std::atomic<std::uint64_t> trimmable_borrowed;// sum over can-trim entries of max(0, charged - share)
+  // One process at a time creates its CUDA context and measures it, so that none counts another's new context
+  // as its own: the holder of this token (0: nobody; a dead holder's token is taken over).
+  std::atomic<std::int32_t> context_token_pid;
+  std::atomic<std::uint64_t> context_token_start_time;
 };
 
 struct LedgerFileLayout {

@@ -6,7 +6,8 @@
 //
 // Environment: PLIMSOLL_FAKE_CUDA_BYTES (the GPU's memory, default 1GiB), PLIMSOLL_FAKE_CUDA_CONTEXT_BYTES (what a
 // context costs, default 0), PLIMSOLL_FAKE_CUDA_STATE (the shared state file; unset: this process alone),
-// PLIMSOLL_FAKE_CUDA_UUID (16 bytes as 32 hex digits; default fa...fa).
+// PLIMSOLL_FAKE_CUDA_UUID (16 bytes as 32 hex digits; default fa...fa), PLIMSOLL_FAKE_CUDA_CONTEXT_DELAY_MS (how long
+// a context takes to create once its memory is taken, default 0).
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -14,6 +15,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -110,6 +113,10 @@ class Gpu {
     if (has_context_) return cu::kSuccess;
     const std::uint64_t cost = environment_size("PLIMSOLL_FAKE_CUDA_CONTEXT_BYTES", 0);
     if (cost > 0 && !charge(cost)) return cu::kErrorOutOfMemory;
+    // A real context takes hundreds of ms to create after its memory is taken: long enough for another process
+    // to see it in cuMemGetInfo. PLIMSOLL_FAKE_CUDA_CONTEXT_DELAY_MS makes that window as wide.
+    if (const char* delay = std::getenv("PLIMSOLL_FAKE_CUDA_CONTEXT_DELAY_MS"); delay != nullptr)
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::strtoul(delay, nullptr, 10)));
     has_context_ = true;
     return cu::kSuccess;
   }

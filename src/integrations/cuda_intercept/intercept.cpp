@@ -59,12 +59,24 @@ cu::Result release(std::uint64_t key, bool is_handle, Free&& free) {
 
 void measure_context(cu::Context context, bool push) {
   sharing::DriverGovernor& g = governor();
-  if (!g.governed()) return;
   const RealDriver& d = real();
   if (push && (d.ctx_push_current == nullptr || d.ctx_push_current(context) != cu::kSuccess)) return;
   if (const auto device = g.current_device()) g.context_created(*device);
   cu::Context popped = nullptr;
   if (push) d.ctx_pop_current(&popped);
+}
+
+// A context creation: the GPU's context token around it, then its cost measured (`push`: the new context is not
+// current yet, as after cuDevicePrimaryCtxRetain).
+template <typename Create>
+cu::Result create_context(cu::Device device, bool push, cu::Context* context, Create&& create) {
+  sharing::DriverGovernor& g = governor();
+  if (!g.governed()) return create();
+  g.context_creating(device);
+  const cu::Result result = create();
+  if (result == cu::kSuccess && context != nullptr) measure_context(*context, push);
+  g.context_done(device);
+  return result;
 }
 
 }  // namespace
@@ -177,28 +189,20 @@ PLIMSOLL_EXPORT cu::Result cuDeviceTotalMem_v2(std::size_t* bytes, cu::Device de
 // Contexts: their cost is measured once and charged.
 PLIMSOLL_EXPORT cu::Result cuCtxCreate_v2(cu::Context* context, unsigned int flags, cu::Device device) {
   PLIMSOLL_REAL(ctx_create_v2);
-  const cu::Result result = real_call(context, flags, device);
-  if (result == cu::kSuccess) measure_context(*context, false);
-  return result;
+  return create_context(device, false, context, [&] { return real_call(context, flags, device); });
 }
 PLIMSOLL_EXPORT cu::Result cuCtxCreate_v3(cu::Context* context, void* params, int count, unsigned int flags,
                                           cu::Device device) {
   PLIMSOLL_REAL(ctx_create_v3);
-  const cu::Result result = real_call(context, params, count, flags, device);
-  if (result == cu::kSuccess) measure_context(*context, false);
-  return result;
+  return create_context(device, false, context, [&] { return real_call(context, params, count, flags, device); });
 }
 PLIMSOLL_EXPORT cu::Result cuCtxCreate_v4(cu::Context* context, void* params, unsigned int flags, cu::Device device) {
   PLIMSOLL_REAL(ctx_create_v4);
-  const cu::Result result = real_call(context, params, flags, device);
-  if (result == cu::kSuccess) measure_context(*context, false);
-  return result;
+  return create_context(device, false, context, [&] { return real_call(context, params, flags, device); });
 }
 PLIMSOLL_EXPORT cu::Result cuDevicePrimaryCtxRetain(cu::Context* context, cu::Device device) {
   PLIMSOLL_REAL(primary_ctx_retain);
-  const cu::Result result = real_call(context, device);
-  if (result == cu::kSuccess) measure_context(*context, true);
-  return result;
+  return create_context(device, true, context, [&] { return real_call(context, device); });
 }
 
 // The two ways around the exported names.
