@@ -261,6 +261,18 @@ TEST(Ledger, DriverGovernedProcessesDoNotBorrowPromisedMemory) {
   EXPECT_EQ(ledger.charge(slot, 1 * MiB).verdict, Verdict::shares_reserved);
 }
 
+TEST(Ledger, JoinIgnoresCountersAHalfDoneLeaveLeftBehind) {
+  const TempDirectory dir;
+  Ledger ledger(LedgerFile::open_or_create(dir.path(), kUuid, 100 * MiB));
+  LedgerEntry& stale = ledger.file().layout().entries[0];  // freed (pid 0) by a process that died mid-leave
+  stale.charged.store(50 * MiB);
+  stale.refusals.store(7);
+  const int slot = ledger.join(member(this_process(), 10 * MiB, 10 * MiB));
+  ASSERT_EQ(slot, 0);
+  EXPECT_EQ(ledger.charged(slot), 0u);
+  EXPECT_EQ(read_snapshot(ledger.file()).processes.at(0).refusals, 0u);
+}
+
 TEST(Ledger, ContextIsChargedEvenPastTheCapAndNeverReleased) {
   const TempDirectory dir;
   Ledger ledger(LedgerFile::open_or_create(dir.path(), kUuid, 100 * MiB));

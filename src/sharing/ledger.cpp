@@ -172,6 +172,7 @@ int Ledger::join(const Member& member) {
       throw Error(fmt::format("the GPU ledger {} has no free entry ({} processes share the GPU, the most it holds)",
                               file_.path(), kLedgerEntries));
     LedgerEntry& e = entry(free_slot);
+    clear_entry(e);  // a holder that died in the middle of a leave may have left counters behind
     e.flags.store((member.can_trim ? kEntryCanTrim : 0) | (member.interposed ? kEntryInterposed : 0), relaxed);
     e.start_time.store(member.who.start_time, relaxed);
     e.share.store(member.share, relaxed);
@@ -246,8 +247,9 @@ void Ledger::charge_unconditionally(int slot, std::uint64_t bytes, bool is_conte
       LedgerEntry& e = entry(slot);
       const std::uint64_t room = limit() - std::min(limit(), e.charged.load(relaxed));
       const std::uint64_t counted = std::min(bytes, room);  // the entry never claims more than the GPU
-      if (is_context) e.context.fetch_add(counted, relaxed);
+      // Charged before the context grows: a reader checking the file meanwhile must never see context > charged.
       set_charged(e, e.charged.load(relaxed) + counted);
+      if (is_context) e.context.fetch_add(counted, relaxed);
       return 0;
     });
   } catch (...) {
