@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fake_libcuda/fake_device_state.hpp"
+#include "plimsoll/sharing.hpp"
 #include "sharing/ledger_scan.hpp"
 #include "sharing_support.hpp"
 
@@ -90,6 +91,19 @@ TEST_P(ThreeWays, BudgetIsAnsweredChargedAndEnforced) {
 }
 
 INSTANTIATE_TEST_SUITE_P(CudaIntercept, ThreeWays, ::testing::Values("linked", "dlsym", "procaddress"));
+
+TEST(CudaIntercept, SharingEnvironmentGovernsTheChild) {
+  // What `plimsoll run --device cuda:0=128MiB:256MiB` sets, from the library call it uses.
+  const TempDirectory dir;
+  Environment environment = {{"LD_LIBRARY_PATH", PLIMSOLL_FAKE_LIBCUDA_DIR}, {"PLIMSOLL_FAKE_CUDA_CONTEXT_BYTES", "0"}};
+  for (const auto& [name, value] :
+       sharing_environment({parse_share_spec("cuda:0=128MiB:256MiB")}, {}, dir.path(), PLIMSOLL_CUDA_INTERCEPT_SO))
+    environment[name] = value;
+  const ProgramRun run = client("procaddress", {"init", "info", "alloc", "300MiB"}, environment);
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(infos(run.out).at(0), (std::pair<std::uint64_t, std::uint64_t>{256 * MiB, 256 * MiB}));
+  EXPECT_THAT(run.out, HasSubstr("alloc 314572800 2"));
+}
 
 TEST(CudaIntercept, WithoutThePreloadTheDriverAnswersForTheWholeGpu) {
   const TempDirectory dir;
