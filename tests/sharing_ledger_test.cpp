@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -209,7 +210,8 @@ TEST(Ledger, DeadProcessEntryIsReclaimedAndItsMemoryCountsFree) {
   EXPECT_EQ(ledger.charge(slot, 10 * MiB).verdict, Verdict::admitted);
   EXPECT_EQ(ledger.charge(slot, 1 * MiB).verdict, Verdict::device_full);
   victim.kill();
-  // The refusal path removes the dead entry and decides again.
+  // The refusal path removes the dead entry and decides again (once the interval since the last look passed).
+  std::this_thread::sleep_for(Ledger::kReclaimInterval + std::chrono::milliseconds(5));
   EXPECT_EQ(ledger.charge(slot, 40 * MiB).verdict, Verdict::admitted);
   const LedgerSnapshot snapshot = read_snapshot(ledger.file());
   EXPECT_EQ(snapshot.processes.size(), 1u);

@@ -1,6 +1,7 @@
 #include "sharing/ledger.hpp"
 
 #include <pthread.h>
+#include <time.h>
 
 #include <algorithm>
 #include <thread>
@@ -135,6 +136,17 @@ std::size_t Ledger::reclaim_dead_locked() {
   return removed;
 }
 
+bool Ledger::reclaim_due() noexcept {
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  const auto now_ns = static_cast<std::uint64_t>(now.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(now.tv_nsec);
+  std::atomic<std::uint64_t>& last = file_.layout().header.last_reclaim_ns;
+  const auto interval_ns = static_cast<std::uint64_t>(std::chrono::nanoseconds(kReclaimInterval).count());
+  if (now_ns - last.load(relaxed) < interval_ns) return false;
+  last.store(now_ns, relaxed);
+  return true;
+}
+
 std::size_t Ledger::reclaim_dead() {
   return locked([&] { return reclaim_dead_locked(); });
 }
@@ -206,7 +218,7 @@ ChargeResult Ledger::charge(int slot, std::uint64_t bytes, bool count) {
   return locked([&] {
     LedgerEntry& e = entry(slot);
     Verdict verdict = decide(totals(), holder(slot), bytes);
-    if (verdict != Verdict::admitted && verdict != Verdict::over_cap && reclaim_dead_locked() > 0)
+    if (verdict != Verdict::admitted && verdict != Verdict::over_cap && reclaim_due() && reclaim_dead_locked() > 0)
       verdict = decide(totals(), holder(slot), bytes);
     ChargeResult result{.verdict = verdict, .headroom = 0, .trims_asked = 0};
     if (verdict == Verdict::admitted) {

@@ -29,6 +29,8 @@ struct ChargeResult {
 
 class Ledger {
  public:
+  static constexpr std::chrono::milliseconds kReclaimInterval{20};
+
   explicit Ledger(LedgerFile file);
 
   /// Adds `member`, first removing entries of dead processes. Returns its slot. Throws plimsoll::Error when the
@@ -38,7 +40,7 @@ class Ledger {
   void leave(int slot) noexcept;
 
   /// Charges `bytes` when admission allows (else counts a refusal and, for needs_trim, asks the borrowers).
-  /// A refusal first removes dead processes' entries and decides again.
+  /// A refusal first removes dead processes' entries and decides again (at most every kReclaimInterval).
   /// `count` false: a try that is not counted as a refusal (charge_waiting_for_trims counts only its last).
   ChargeResult charge(int slot, std::uint64_t bytes, bool count = true);
   void release(int slot, std::uint64_t bytes) noexcept;
@@ -76,6 +78,7 @@ class Ledger {
   void set_charged(LedgerEntry& entry, std::uint64_t charged) noexcept;
   void clear_entry(LedgerEntry& entry) noexcept;
   std::size_t reclaim_dead_locked();
+  bool reclaim_due() noexcept;  // with the lock held: whether kReclaimInterval passed since the last look
   LedgerEntry& entry(int slot) const noexcept { return file_.layout().entries[slot]; }
 
   LedgerFile file_;

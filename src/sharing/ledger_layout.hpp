@@ -65,6 +65,9 @@ struct LedgerHeader {
   // as its own: the holder of this token (0: nobody; a dead holder's token is taken over).
   std::atomic<std::int32_t> context_token_pid;
   std::atomic<std::uint64_t> context_token_start_time;
+  // When a refusal last looked for dead processes (CLOCK_MONOTONIC ns, the same clock in every process): a job
+  // refused over and over must not read /proc for every entry, under the lock, each time.
+  std::atomic<std::uint64_t> last_reclaim_ns;
 };
 
 struct LedgerFileLayout {
