@@ -34,13 +34,12 @@
 #include <vector>
 
 #include "devices/cuda_driver.hpp"
+#include "fake_cuda_errors.hpp"
 
 namespace plimsoll::fake_cuda {
 
 namespace cu = cuda_driver;
 
-constexpr cu::Result kErrorInvalidContext = 201;  // CUDA_ERROR_INVALID_CONTEXT
-constexpr cu::Result kErrorInvalidHandle = 400;   // CUDA_ERROR_INVALID_HANDLE
 constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
 
 struct Options {
@@ -379,16 +378,8 @@ inline Driver::Driver(Options options) : options_(options) {
     return current().mem_get_info(free_bytes, total_bytes);
   };
   api_.get_error_name = [](cu::Result error, const char** name) {
-    switch (error) {
-      case cu::kSuccess: *name = "CUDA_SUCCESS"; break;
-      case cu::kErrorInvalidValue: *name = "CUDA_ERROR_INVALID_VALUE"; break;
-      case cu::kErrorOutOfMemory: *name = "CUDA_ERROR_OUT_OF_MEMORY"; break;
-      case kErrorInvalidContext: *name = "CUDA_ERROR_INVALID_CONTEXT"; break;
-      case kErrorInvalidHandle: *name = "CUDA_ERROR_INVALID_HANDLE"; break;
-      case cu::kErrorNotReady: *name = "CUDA_ERROR_NOT_READY"; break;
-      default: return cu::kErrorInvalidValue;
-    }
-    return cu::kSuccess;
+    *name = error_name(error);
+    return *name != nullptr ? cu::kSuccess : cu::kErrorInvalidValue;
   };
   api_.mem_alloc = [](cu::DevicePtr* pointer, std::size_t bytes) { return current().mem_alloc(pointer, bytes); };
   api_.mem_free = [](cu::DevicePtr pointer) { return current().mem_free(pointer); };

@@ -17,3 +17,5 @@ void add_estimate_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 /// `plimsoll plan TRACE...`: peak memory at any batch size and the largest batch that fits (src/cli/plan_command.cpp).
 void add_plan_command(CLI::App& app);
+/// `plimsoll top`: every GPU ledger and its governed processes, live (src/cli/top_command.cpp).
+void add_top_command(CLI::App& app);

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   add_leaks_command(app);
   add_estimate_command(app);
   add_plan_command(app);
+  add_top_command(app);
 
   // Arguments in reverse order, as CLI11's vector overload takes them. The (argc, argv) overload would do the
   // same, but GCC 12 at -O2 reports a false null dereference inside it, which -Werror turns into a failure.

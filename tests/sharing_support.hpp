@@ -1,0 +1,126 @@
+#pragma once
+// Helpers for the GPU-sharing tests: a private ledger directory, live processes to stand in for ledger members
+// (a ledger only keeps entries of running processes), and programs run with an environment of their own.
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "sharing/process_identity.hpp"
+
+namespace plimsoll::testing {
+
+/// A fresh directory under the test temp dir, removed with everything in it.
+class TempDirectory {
+ public:
+  TempDirectory() {
+    std::string pattern = ::testing::TempDir() + "plimsoll_share_XXXXXX";
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~TempDirectory() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDirectory(const TempDirectory&) = delete;
+  TempDirectory& operator=(const TempDirectory&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+/// A child that sleeps until killed: a running process whose identity a ledger entry can carry.
+class LiveProcess {
+ public:
+  LiveProcess() {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      for (;;) ::pause();
+    }
+    // Wait until /proc shows it, so its start time is readable.
+    for (int i = 0; i < 1000 && !sharing::is_running(identity()); ++i) ::usleep(1000);
+  }
+  ~LiveProcess() { kill(); }
+  LiveProcess(const LiveProcess&) = delete;
+  LiveProcess& operator=(const LiveProcess&) = delete;
+
+  sharing::ProcessIdentity identity() const {
+    sharing::ProcessIdentity who{.pid = pid_, .start_time = 0};
+    const std::string path = "/proc/" + std::to_string(pid_) + "/stat";
+    if (FILE* file = std::fopen(path.c_str(), "r")) {
+      char text[1024] = {};
+      const std::size_t got = std::fread(text, 1, sizeof text - 1, file);
+      std::fclose(file);
+      if (const auto stat = sharing::parse_proc_stat(std::string_view(text, got))) who.start_time = stat->start_time;
+    }
+    return who;
+  }
+  /// SIGKILL, then reaped.
+  void kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  int pid() const { return pid_; }
+
+ private:
+  int pid_ = -1;
+};
+
+struct ProgramRun {
+  int status = -1;  // exit status, or -signal
+  std::string out;
+  std::string err;
+};
+
+/// Runs `argv` with `environment` added to this process's, waits, and returns its output.
+inline ProgramRun run_program(const std::vector<std::string>& argv, const std::map<std::string, std::string>& environment) {
+  static std::atomic<int> runs{0};  // one file pair per run: tests run programs from several threads at once
+  const std::string stem = ::testing::TempDir() + "plimsoll_share_run_" + std::to_string(::getpid()) + "_" +
+                           std::to_string(runs.fetch_add(1));
+  const std::string out_path = stem + ".out", err_path = stem + ".err";
+  const pid_t child = ::fork();
+  if (child == 0) {
+    for (const auto& [name, value] : environment) ::setenv(name.c_str(), value.c_str(), 1);
+    const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(out, 1);
+    ::dup2(err, 2);
+    std::vector<char*> args;
+    for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ProgramRun run;
+  run.status = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  auto slurp = [](const std::string& path) {
+    std::string text;
+    if (FILE* file = std::fopen(path.c_str(), "r")) {
+      char buffer[4096];
+      for (std::size_t got; (got = std::fread(buffer, 1, sizeof buffer, file)) > 0;) text.append(buffer, got);
+      std::fclose(file);
+    }
+    std::remove(path.c_str());
+    return text;
+  };
+  run.out = slurp(out_path);
+  run.err = slurp(err_path);
+  return run;
+}
+
+}  // namespace plimsoll::testing
