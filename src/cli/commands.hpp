@@ -15,3 +15,11 @@ void add_leaks_command(CLI::App& app);
 void add_estimate_command(CLI::App& app);
 /// `plimsoll train`: the main job, a network trained on Fashion-MNIST under plimsoll (src/cli/train_command.cpp).
 void add_train_command(CLI::App& app);
+/// `plimsoll run -- COMMAND`: a Python program under plimsoll, reported on at exit (src/cli/run_command.cpp).
+void add_run_command(CLI::App& app);
+namespace plimsoll::cli {
+/// The exit status `plimsoll run` chose (the child's, or 125/126/127); -1 when `run` did not run.
+extern int run_exit_status;
+/// What `plimsoll run` exits with when its own options cannot be parsed.
+inline constexpr int kRunUsageStatus = 125;
+}  // namespace plimsoll::cli
