@@ -1,5 +1,5 @@
 // Python call sites for recordings (plimsoll.enable_python_sites): the innermost Python frame of the allocating
-// thread names the site, as "file.py:LINE". Read straight from the thread's frame stack, so it neither allocates
+// thread outside installed packages (NumPy's own Python code, torch.nn) names the site, as "file.py:LINE". Read straight from the thread's frame stack, so it neither allocates
 // nor needs the GIL: a thread running native code (a torch op that released the GIL) cannot change its own frames.
 // The frame layout is CPython 3.11's; other versions get no Python sites (python_sites_supported() says so).
 #include "python_sites.hpp"
@@ -7,6 +7,7 @@
 #include <Python.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include <fmt/format.h>
@@ -46,12 +47,26 @@ bool incomplete(const InterpreterFrame311& frame) {
          frame.prev_instr < first_instruction(frame.f_code) + frame.f_code->_co_firsttraceable;
 }
 
+// Code of an installed package (NumPy's np.ones is Python code in numpy/core/numeric.py) or of plimsoll's own
+// package: not the line a user wants named. Read without allocating; a non-ASCII path counts as the user's.
+bool library_code(const PyCodeObject* code) {
+  PyObject* name = code->co_filename;
+  if (name == nullptr || !PyUnicode_Check(name) || !PyUnicode_IS_COMPACT_ASCII(name)) return false;
+  const auto* path = static_cast<const char*>(PyUnicode_DATA(name));
+  return std::strstr(path, "-packages/") != nullptr || std::strstr(path, "/plimsoll/_") != nullptr ||
+         std::strncmp(path, "<frozen ", 8) == 0;
+}
+
 bool innermost_python_frame(InterpreterFrame& out) noexcept {
   PyThreadState* thread = PyGILState_GetThisThreadState();
   if (thread == nullptr || thread->cframe == nullptr) return false;
-  auto* frame = reinterpret_cast<InterpreterFrame311*>(thread->cframe->current_frame);
-  while (frame != nullptr && incomplete(*frame)) frame = frame->previous;
-  if (frame == nullptr) return false;
+  auto* innermost = reinterpret_cast<InterpreterFrame311*>(thread->cframe->current_frame);
+  while (innermost != nullptr && incomplete(*innermost)) innermost = innermost->previous;
+  if (innermost == nullptr) return false;
+  // The innermost frame of the user's code; the innermost of all when every frame is a library's.
+  InterpreterFrame311* frame = innermost;
+  while (frame != nullptr && (incomplete(*frame) || library_code(frame->f_code))) frame = frame->previous;
+  if (frame == nullptr) frame = innermost;
   const auto last_instruction = static_cast<int>(frame->prev_instr - first_instruction(frame->f_code));
   out.code = reinterpret_cast<std::uintptr_t>(frame->f_code);
   const int line = PyCode_Addr2Line(frame->f_code, last_instruction * static_cast<int>(sizeof(_Py_CODEUNIT)));

@@ -1,0 +1,188 @@
+"""`plimsoll run` and `import plimsoll`, end to end (ctest label python; docs/python.md).
+
+    ctest --test-dir build -L python
+    PLIMSOLL_CLI=build/src/cli/plimsoll PYTHONPATH=build/python /usr/bin/python3 tests/python/run_test.py -v
+
+Skips (exit 77, ctest's SKIP_RETURN_CODE) with a reason when numpy or the built module is missing; the torch
+tests skip on their own when torch is missing.
+"""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CLI = os.environ.get("PLIMSOLL_CLI", os.path.join(SOURCE, "build/src/cli/plimsoll"))
+PYTHON = sys.executable
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+
+
+def run(options, script_args, cwd=None):
+    """Runs `plimsoll run OPTIONS --json FILE -- python3 ARGS`; returns (status, report dict or None, stderr)."""
+    with tempfile.TemporaryDirectory() as folder:
+        report_path = os.path.join(folder, "report.json")
+        done = subprocess.run([CLI, "run", *options, "--json", report_path, "--", PYTHON, *script_args],
+                              capture_output=True, text=True, cwd=cwd, timeout=300)
+        report = None
+        if os.path.exists(report_path):
+            with open(report_path) as file:
+                report = json.load(file)
+        return done.returncode, report, done.stderr
+
+
+def script(text):
+    file = tempfile.NamedTemporaryFile("w", suffix=".py", delete=False)
+    file.write(textwrap.dedent(text))
+    file.close()
+    return file.name
+
+
+class SeedCase(unittest.TestCase):
+    def test_leaky_generator_is_reported_with_its_line(self):
+        status, report, _ = run([], [os.path.join(SOURCE, "examples/python/leaky_generator.py"), "--steps", "12"])
+        self.assertEqual(status, 0)
+        self.assertTrue(report["leak"], report)
+        batch = 32 * 64 * 64 * 3 * 4
+        self.assertLess(abs(report["leak_bytes_per_step"] - batch) / batch, 0.05)
+        source = open(os.path.join(SOURCE, "examples/python/leaky_generator.py")).read().splitlines()
+        line = next(i + 1 for i, text in enumerate(source) if "the batch that piles up" in text)
+        self.assertTrue(report["leak_sites"][0].endswith(f"leaky_generator.py:{line}"), report["leak_sites"])
+
+    def test_fixed_generator_has_no_leak(self):
+        status, report, _ = run([], [os.path.join(SOURCE, "examples/python/fixed_generator.py"), "--steps", "12"])
+        self.assertEqual(status, 0)
+        self.assertFalse(report["leak"], report)
+        self.assertEqual(report["leak_sites"], [])
+        self.assertGreater(report["devices"][0]["peak_in_use_bytes"], 0)
+
+    @unittest.skipUnless(HAVE_TORCH, "torch is not installed (python3-torch)")
+    def test_torch_cnn_reaches_the_same_loss(self):
+        cnn = os.path.join(SOURCE, "examples/python/torch_cnn.py")
+        plain = subprocess.run([PYTHON, cnn, "--steps", "8"], capture_output=True, text=True, timeout=300)
+        status, report, _ = run(["--quiet"], [cnn, "--steps", "8"])
+        self.assertEqual(status, 0)
+        self.assertTrue(report["hooks"]["torch"] and report["hooks"]["steps"], report)
+        self.assertGreaterEqual(report["steps"], 6)
+        self.assertGreater(report["devices"][0]["peak_in_use_bytes"], 1 << 20)
+        with_plimsoll = subprocess.run([CLI, "run", "--quiet", "--", PYTHON, cnn, "--steps", "8"], capture_output=True,
+                                       text=True, timeout=300)
+        self.assertEqual(with_plimsoll.stdout, plain.stdout)
+
+
+class BadInput(unittest.TestCase):
+    def test_child_status_is_passed_on(self):
+        status, report, _ = run([], [script("import sys; sys.exit(7)")])
+        self.assertEqual(status, 7)
+        self.assertEqual(report["exit_status"], 7)
+
+    def test_unknown_option_is_125(self):
+        done = subprocess.run([CLI, "run", "--bogus", "--", PYTHON, "-c", "pass"], capture_output=True, text=True)
+        self.assertEqual(done.returncode, 125, done.stderr)
+        self.assertIn("--bogus", done.stderr)
+
+    def test_bad_device_is_125_and_names_the_entry(self):
+        done = subprocess.run([CLI, "run", "--device", "cpu4GiB", "--", PYTHON, "-c", "pass"], capture_output=True,
+                              text=True)
+        self.assertEqual(done.returncode, 125)
+        self.assertIn("cpu4GiB", done.stderr)
+
+    def test_missing_command_is_127(self):
+        done = subprocess.run([CLI, "run", "--", "no-such-program-plimsoll"], capture_output=True, text=True)
+        self.assertEqual(done.returncode, 127)
+        self.assertIn("no-such-program-plimsoll", done.stderr)
+
+    def test_os_exit_keeps_the_report(self):
+        status, report, _ = run([], [script("""
+            import os, numpy as np
+            import plimsoll
+            kept = []
+            for i in range(8):
+                kept.append(np.ones(1 << 18))
+                plimsoll.step()
+            os._exit(3)
+        """)])
+        self.assertEqual(status, 3)
+        self.assertFalse(report["stats_lost"])
+        self.assertTrue(report["leak"], report)
+
+    def test_killed_program_is_reported_from_the_recording(self):
+        status, report, _ = run([], [script("""
+            import os, signal, numpy as np
+            import plimsoll
+            kept = [np.ones(1 << 20)]
+            os.kill(os.getpid(), signal.SIGKILL)
+        """)])
+        self.assertEqual(status, 128 + 9)
+        self.assertEqual(report["signal"], 9)
+        self.assertTrue(report["stats_lost"])
+        self.assertTrue(any("signal 9" in note for note in report["notes"]), report["notes"])
+
+    def test_host_limit_raises_memory_error_with_the_report(self):
+        status, report, _ = run(["--memory-limit", "64MiB"], [script("""
+            import numpy as np
+            try:
+                np.ones(1 << 27)
+            except MemoryError as error:
+                assert "cpu" in str(error) and "limit" in str(error), str(error)
+                raise SystemExit(5)
+        """)])
+        self.assertEqual(status, 5)
+        self.assertEqual(len(report["ooms"]), 1, report)
+
+    def test_forked_child_is_noted(self):
+        status, report, _ = run([], [script("""
+            import os
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            os.waitpid(pid, 0)
+        """)])
+        self.assertEqual(status, 0)
+        self.assertEqual(report["forked_processes"], 1)
+        self.assertTrue(any("not in this report" in note for note in report["notes"]))
+
+
+class Module(unittest.TestCase):
+    def test_module_api(self):
+        done = subprocess.run([PYTHON, script("""
+            import json, numpy as np, tempfile, os
+            config = os.path.join(tempfile.mkdtemp(), "plimsoll.json")
+            json.dump({"devices": {"cpu": {"logical_devices": ["64MiB", "64MiB"]}}}, open(config, "w"))
+            os.environ["PLIMSOLL_CONFIG"] = config  # read when the runtime starts, on first use
+            import plimsoll
+            assert plimsoll.install(numpy=True, torch=False, device="cpu/0")["numpy"], plimsoll.hook_notes()
+            with plimsoll.device("cpu/1") as name, plimsoll.tag("batches"):
+                a = np.ones(1 << 16)
+            stats = plimsoll.stats("cpu/1")
+            assert stats["tags"][0]["tag"] == "batches" and stats["in_use_bytes"] >= a.nbytes, stats
+            try:
+                plimsoll.configure("cpu/0", memory_limit="abc")
+                raise SystemExit("no error")
+            except plimsoll.InvalidArgument as error:
+                assert isinstance(error, ValueError) and "abc" in str(error)
+            assert issubclass(plimsoll.OutOfMemory, MemoryError)
+            path = os.path.join(tempfile.mkdtemp(), "run.plimsoll")
+            with plimsoll.record(path, devices=["cpu/0"], call_sites=True):
+                kept = []
+                for i in range(8):
+                    kept.append(np.ones(1 << 16)); plimsoll.step()
+            report = plimsoll.leaks(path)
+            assert report["leak"] and report["groups"][0]["site"].endswith(".py:22"), report
+            assert plimsoll.estimate.batch("64x64x3", 32)["batch_bytes"] == 32 * 64 * 64 * 3 * 4
+            assert plimsoll.replay(path, device="sim:1GiB")["ops"] > 0
+        """)], capture_output=True, text=True, env={**os.environ, "PLIMSOLL_LOG": "false"})
+        self.assertEqual(done.returncode, 0, done.stderr)
+
+
+if __name__ == "__main__":
+    if importlib.util.find_spec("numpy") is None:
+        print("SKIP: numpy is not installed for", PYTHON, "(install python3-numpy)")
+        sys.exit(77)
+    if importlib.util.find_spec("plimsoll") is None:
+        print("SKIP: the plimsoll module is not built (target _plimsoll) or not on PYTHONPATH")
+        sys.exit(77)
+    unittest.main()
