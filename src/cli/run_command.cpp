@@ -97,6 +97,9 @@ void set_child_environment(const RunArgs& args, const std::vector<plimsoll::cli:
   if (old != nullptr && *old != '\0') path += std::string(":") + old;
   setenv("PYTHONPATH", path.c_str(), 1);
   setenv("PLIMSOLL_RUN_DIR", run_dir.c_str(), 1);
+  // The report gives each device's limit: no "created device" line in the middle of the program's output, unless
+  // the user asked for it.
+  setenv("PLIMSOLL_LOG", "false", 0);
   setenv("PLIMSOLL_RUN_RECORD", recording.c_str(), 1);
   setenv("PLIMSOLL_RUN_DEVICES", plimsoll::cli::run_devices_env(devices).c_str(), 1);
   setenv("PLIMSOLL_RUN_GROWTH", args.policy.c_str(), 1);

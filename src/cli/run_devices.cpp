@@ -11,6 +11,20 @@
 namespace plimsoll::cli {
 namespace {
 
+// The host device maps memory in 2 MiB granules: a smaller host limit cannot hold the program's first array.
+constexpr std::uint64_t kMinimumHostLimit = std::uint64_t{2} << 20;
+
+void check_host_minimum(const RunDevice& device, std::string_view option) {
+  if (device.name.rfind("cpu", 0) == 0 && device.limit < kMinimumHostLimit) {
+    throw InvalidArgument(fmt::format("{} gives {} a limit of {}, below {}: the host device maps memory in 2 MiB "
+                                      "granules, so the program's first NumPy array or tensor could not be made; "
+                                      "give at least 2MiB (a Python training job needs its batches, weights and "
+                                      "activations on top)",
+                                      option, device.name, format_size(device.limit),
+                                      format_size(kMinimumHostLimit)));
+  }
+}
+
 RunDevice parse_entry(std::string_view entry) {
   const std::size_t equals = entry.find('=');
   if (equals == std::string_view::npos) {
@@ -46,6 +60,7 @@ std::vector<RunDevice> parse_run_devices(std::string_view devices, std::string_v
     devices = comma == std::string_view::npos ? std::string_view() : devices.substr(comma + 1);
     if (entry.empty()) continue;
     RunDevice device = parse_entry(entry);
+    check_host_minimum(device, "--device");
     if (std::any_of(out.begin(), out.end(), [&](const RunDevice& d) { return d.name == device.name; })) {
       throw InvalidArgument(fmt::format("--device names {} twice; give each device once", device.name));
     }
@@ -60,6 +75,7 @@ std::vector<RunDevice> parse_run_devices(std::string_view devices, std::string_v
     RunDevice host;
     host.name = "cpu";
     host.limit = limit;
+    check_host_minimum(host, "--memory-limit");
     out.push_back(std::move(host));
   }
   return out;

@@ -73,6 +73,26 @@ class SeedCase(unittest.TestCase):
         self.assertEqual(with_plimsoll.stdout, plain.stdout)
 
 
+class HostMemory(unittest.TestCase):
+    def test_freed_host_memory_goes_back_to_the_kernel_by_default(self):
+        rss = script("""
+            import numpy as np
+            def rss():
+                for line in open("/proc/self/status"):
+                    if line.startswith("VmRSS"):
+                        return int(line.split()[1]) << 10
+            a = np.ones(512 << 17)  # 512 MiB, over the default release threshold of 256 MiB
+            before = rss()
+            del a
+            print(before - rss())
+        """)
+        freed = subprocess.run([CLI, "run", "--quiet", "--", PYTHON, rss], capture_output=True, text=True)
+        kept = subprocess.run([CLI, "run", "--quiet", "--release-threshold", "64GiB", "--", PYTHON, rss],
+                              capture_output=True, text=True)
+        self.assertGreater(int(freed.stdout), 400 << 20, freed.stderr)
+        self.assertLess(int(kept.stdout), 64 << 20, kept.stderr)
+
+
 class BadInput(unittest.TestCase):
     def test_child_status_is_passed_on(self):
         status, report, _ = run([], [script("import sys; sys.exit(7)")])
@@ -89,6 +109,12 @@ class BadInput(unittest.TestCase):
                               text=True)
         self.assertEqual(done.returncode, 125)
         self.assertIn("cpu4GiB", done.stderr)
+
+    def test_limit_below_one_mapping_is_125(self):
+        done = subprocess.run([CLI, "run", "--memory-limit", "1KiB", "--", PYTHON, "-c", "pass"], capture_output=True,
+                              text=True)
+        self.assertEqual(done.returncode, 125)
+        self.assertIn("below 2.00 MiB", done.stderr)
 
     def test_missing_command_is_127(self):
         done = subprocess.run([CLI, "run", "--", "no-such-program-plimsoll"], capture_output=True, text=True)
