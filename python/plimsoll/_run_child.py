@@ -6,6 +6,7 @@ Environment from the parent (src/cli/run_command.cpp):
   PLIMSOLL_RUN_DEVICES  "cpu=4294967296;cuda:0=10737418240" (bytes), already checked by the parent
   PLIMSOLL_RUN_GROWTH   a growth policy for the devices, or empty
   PLIMSOLL_RUN_RELEASE  release threshold of host devices, in bytes
+  PLIMSOLL_RUN_SITES    "1": record Python call sites (the default), "0": none (plimsoll run --no-call-sites)
 The first process to start claims the run and records it; processes it starts (multiprocessing "spawn",
 subprocess running python) are governed by the same limits, each on its own, and leave a note instead.
 """
@@ -144,9 +145,10 @@ def start():
     except FileExistsError:
         _write_note("subprocess")
     if _run["main"]:
-        _plimsoll.enable_python_sites(True)
+        call_sites = os.environ.get("PLIMSOLL_RUN_SITES", "1") != "0"
+        _plimsoll.enable_python_sites(call_sites)
         # A small buffer: a process that dies without exiting loses at most this much of the recording.
-        _run["recording"] = _plimsoll.open_recording(os.environ["PLIMSOLL_RUN_RECORD"], _run["devices"], True,
+        _run["recording"] = _plimsoll.open_recording(os.environ["PLIMSOLL_RUN_RECORD"], _run["devices"], call_sites,
                                                      64 << 10)
         atexit.register(finish)
         real_exit = os._exit

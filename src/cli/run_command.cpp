@@ -70,6 +70,7 @@ struct RunArgs {
   std::string html;
   std::string json;
   bool quiet = false;
+  bool no_call_sites = false;
   std::vector<std::string> command;
 };
 
@@ -103,6 +104,7 @@ void set_child_environment(const RunArgs& args, const std::vector<plimsoll::cli:
   setenv("PLIMSOLL_RUN_RECORD", recording.c_str(), 1);
   setenv("PLIMSOLL_RUN_DEVICES", plimsoll::cli::run_devices_env(devices).c_str(), 1);
   setenv("PLIMSOLL_RUN_GROWTH", args.policy.c_str(), 1);
+  setenv("PLIMSOLL_RUN_SITES", args.no_call_sites ? "0" : "1", 1);
   setenv("PLIMSOLL_RUN_RELEASE", fmt::format("{}", plimsoll::parse_size(args.release_threshold)).c_str(), 1);
 }
 
@@ -376,6 +378,8 @@ void add_run_command(CLI::App& app) {
   run_app->add_option("--html", args->html, "Write the run's memory timeline as one HTML file")->type_name("FILE.html");
   run_app->add_option("--json", args->json, "Write the report as one JSON object (keys in docs/python.md)")
       ->type_name("FILE.json");
+  run_app->add_flag("--no-call-sites", args->no_call_sites,
+                    "Record without call sites (the leak report then names positions in the step, not lines)");
   run_app->add_flag("--quiet", args->quiet, "No report on stderr (--json still written)");
   run_app->add_option("command", args->command, "The program and its arguments, after --")->required();
   run_app->callback([args] { plimsoll::cli::run_exit_status = run(*args); });
