@@ -1,10 +1,18 @@
 // Call sites from an interpreter site source (plimsoll/site_source.hpp), as the Python module installs one.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdint>
+#include <filesystem>
+#include <memory>
 #include <string>
 
+#include "backings/sim_backing.hpp"
+#include "plimsoll/allocator.hpp"
+#include "plimsoll/recording.hpp"
 #include "plimsoll/site_source.hpp"
+#include "plimsoll/trace.hpp"
 #include "telemetry/call_sites.hpp"
 
 namespace {
@@ -62,6 +70,51 @@ TEST(InterpreterSites, ThreadOutsideTheInterpreterGetsItsNativeStack) {
   ASSERT_NE(native, 0u);
   EXPECT_NE(sites.frames(native).front(), 0u);  // a real return address, not the interpreter marker
   EXPECT_EQ(sites.describe(native).find("train.py"), std::string::npos);
+}
+
+// A process killed while recording (what `plimsoll run` reports on): the file holds every finished step, because
+// step() writes the buffer out, and the Python site names, written when first seen; native sites, named only at
+// close(), read as unknown instead of making the file unreadable.
+TEST(InterpreterSites, RecordingCutShortKeepsStepsAndInterpreterSiteNames) {
+  SourceInstalled installed;
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("plimsoll_interpreter_sites_" + std::to_string(::getpid()) + ".plimsoll")).string();
+  const std::string copy = path + ".cut";
+  {
+    plimsoll::DeviceDescription description;
+    description.name = "sim:1GiB";
+    description.hardware = "simulated device";
+    description.limit_bytes = std::uint64_t{1} << 30;
+    description.total_bytes = std::uint64_t{1} << 30;
+    plimsoll::Allocator device(description, std::make_unique<plimsoll::backings::SimBacking>(std::uint64_t{1} << 30));
+    auto recording = plimsoll::Recording::open(path, {.call_sites = true});
+    device.record_to(recording);
+    plimsoll::step();
+    in_interpreter = true;
+    current_line = 12;
+    void* from_python = device.allocate(4096);
+    in_interpreter = false;
+    void* native = device.allocate(4096);
+    plimsoll::step();
+    std::filesystem::copy_file(path, copy, std::filesystem::copy_options::overwrite_existing);  // as if killed here
+    device.deallocate(from_python);
+    device.deallocate(native);
+    device.record_to(nullptr);
+    recording->close();
+  }
+  const plimsoll::Trace trace = plimsoll::read_trace(copy);
+  std::filesystem::remove(path);
+  std::filesystem::remove(copy);
+  EXPECT_TRUE(trace.cut_short);
+  ASSERT_EQ(trace.steps.size(), 1u);
+  ASSERT_EQ(trace.allocations, 2u);
+  std::vector<std::string> named;
+  for (const plimsoll::TraceEvent& event : trace.events) {
+    if (event.kind == plimsoll::TraceEvent::Kind::allocate) named.push_back(trace.sites[event.site]);
+  }
+  ASSERT_EQ(named.size(), 2u);
+  EXPECT_EQ(named[0], "train.py:12");
+  EXPECT_EQ(named[1], "");  // native: named at close(), which never came
 }
 
 }  // namespace

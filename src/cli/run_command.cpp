@@ -163,6 +163,7 @@ nlohmann::ordered_json devices_from_trace(const plimsoll::Trace& trace) {
   std::map<std::uint16_t, std::pair<std::uint64_t, std::uint64_t>> in_use_peak;
   std::map<std::pair<std::uint16_t, std::uint64_t>, std::uint64_t> live;
   for (const plimsoll::TraceEvent& event : trace.events) {
+    if (event.kind != plimsoll::TraceEvent::Kind::allocate && event.kind != plimsoll::TraceEvent::Kind::free) continue;
     auto& [in_use, peak] = in_use_peak[event.device];
     if (event.kind == plimsoll::TraceEvent::Kind::allocate) {
       live[{event.device, event.slot}] = event.bytes;

@@ -208,6 +208,13 @@ std::string CallSites::describe(std::uint32_t id) {
   return describe_locked(*stack);
 }
 
+std::string CallSites::interpreter_name(std::uint32_t id) const {
+  if (id == 0) return "";
+  const std::lock_guard lock(insert_mutex_);
+  const Stack& stack = stack_of(id);
+  return is_interpreter(stack) ? stack.interpreter_name : std::string();
+}
+
 bool CallSites::is_interpreter(const Stack& stack) { return stack.depth > 0 && stack.frames[0] == 0; }
 
 std::vector<SiteFrame> CallSites::stack(std::uint32_t id) {

@@ -52,6 +52,9 @@ class CallSites {
   /// "function (file:line)" (format_site_frame). "" for 0 and for a stack with no frame outside them.
   std::string describe(std::uint32_t id);
 
+  /// The name an interpreter site source gave stack `id` ("train.py:42"); "" for a native stack or 0.
+  std::string interpreter_name(std::uint32_t id) const;
+
   /// Every frame of stack `id`, symbolized, innermost first (for snapshots that show the whole stack).
   std::vector<SiteFrame> stack(std::uint32_t id);
 

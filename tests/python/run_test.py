@@ -139,13 +139,20 @@ class BadInput(unittest.TestCase):
         status, report, _ = run([], [script("""
             import os, signal, numpy as np
             import plimsoll
-            kept = [np.ones(1 << 20)]
+            kept = []
+            for i in range(8):
+                kept.append(np.ones(1 << 18))  # the line the report names
+                plimsoll.step()
             os.kill(os.getpid(), signal.SIGKILL)
         """)])
         self.assertEqual(status, 128 + 9)
         self.assertEqual(report["signal"], 9)
         self.assertTrue(report["stats_lost"])
         self.assertTrue(any("signal 9" in note for note in report["notes"]), report["notes"])
+        # The recording, cut short, still gives the verdict, the peak and the Python line.
+        self.assertTrue(report["leak"], report)
+        self.assertGreaterEqual(report["devices"][0]["peak_in_use_bytes"], 8 * (1 << 21))
+        self.assertTrue(report["leak_sites"][0].endswith(".py:6"), report["leak_sites"])  # kept.append(...)
 
     def test_host_limit_raises_memory_error_with_the_report(self):
         status, report, _ = run(["--memory-limit", "64MiB"], [script("""
