@@ -30,6 +30,7 @@ run_one() {
     plimsoll-run-no-sites) "$cli" run --quiet --no-call-sites -- "$python" "$script" --steps "$steps" ;;
   esac
 }
+echo "uptime before: $(uptime)" >&2
 echo "commands: $python $script --steps $steps | LD_PRELOAD=$jemalloc (same) | $cli run --quiet [--no-call-sites] -- (same)" >&2
 for ((round = 0; round < rounds; ++round)); do
   for ((i = 0; i < ${#contenders[@]}; ++i)); do
@@ -37,6 +38,7 @@ for ((round = 0; round < rounds; ++round)); do
     echo "{\"contender\": \"$name\", \"result\": $(run_one "$name")}" >>"$results"
   done
 done
+echo "uptime after: $(uptime)" >&2
 "$python" - "$results" <<'PY'
 import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]

@@ -158,6 +158,16 @@ def start():
             real_exit(status)
 
         os._exit = _exit
+        # An out-of-memory error that ends the program (a tensor's, raised by plimsoll_torch with plimsoll's
+        # report as its message) goes into the run's report as well.
+        previous_hook = sys.excepthook
+
+        def excepthook(kind, value, traceback):
+            if "plimsoll: out of memory" in str(value) and not getattr(value, "plimsoll_report", ""):
+                note_oom(str(value))
+            previous_hook(kind, value, traceback)
+
+        sys.excepthook = excepthook
         os.register_at_fork(after_in_child=_after_fork_in_child)
     finder = _HookOnImport()
     sys.meta_path.insert(0, finder)

@@ -87,6 +87,11 @@ std::string python_package_dir() {
 void set_child_environment(const RunArgs& args, const std::vector<plimsoll::cli::RunDevice>& devices,
                            const std::string& run_dir, const std::string& recording) {
   const std::string package = python_package_dir();
+  if (package.empty()) {
+    throw plimsoll::InvalidArgument("this plimsoll was built without its Python module (CMake found no python3-dev, "
+                                    "python3-numpy or python3-pybind11): run scripts/install-deps.sh and rebuild, "
+                                    "or set PLIMSOLL_PYTHONPATH to the folder that holds plimsoll/");
+  }
   if (!std::filesystem::exists(std::filesystem::path(package) / "plimsoll" / "_run" / "sitecustomize.py")) {
     throw plimsoll::InvalidArgument(fmt::format("the plimsoll Python package is not at {}: build the target _plimsoll "
                                                 "(it needs python3-dev, python3-numpy, python3-pybind11) or set "

@@ -18,7 +18,17 @@ import unittest
 SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLI = os.environ.get("PLIMSOLL_CLI", os.path.join(SOURCE, "build/src/cli/plimsoll"))
 PYTHON = sys.executable
-HAVE_TORCH = importlib.util.find_spec("torch") is not None
+
+def _built_with_libtorch():
+    try:
+        from plimsoll import _build
+        return _build.TORCH_VERSION is not None
+    except ImportError:
+        return False
+
+
+# The torch tests need Python's torch and a plimsoll built with libtorch (plimsoll_torch).
+HAVE_TORCH = importlib.util.find_spec("torch") is not None and _built_with_libtorch()
 
 
 def run(options, script_args, cwd=None):
@@ -166,6 +176,17 @@ class BadInput(unittest.TestCase):
         self.assertEqual(status, 5)
         self.assertEqual(len(report["ooms"]), 1, report)
 
+    @unittest.skipUnless(HAVE_TORCH, "torch is not installed (python3-torch)")
+    def test_tensor_out_of_memory_ends_in_the_report(self):
+        status, report, stderr = run(["--memory-limit", "64MiB"], [script("""
+            import torch
+            torch.empty(1 << 28)  # 1 GiB of float32
+        """)])
+        self.assertEqual(status, 1)
+        self.assertIn("plimsoll: out of memory", stderr)
+        self.assertEqual(len(report["ooms"]), 1, report)
+        self.assertIn("64.00 MiB", report["ooms"][0])
+
     def test_forked_child_is_noted(self):
         status, report, _ = run([], [script("""
             import os
@@ -207,6 +228,22 @@ class Module(unittest.TestCase):
             assert report["leak"] and report["groups"][0]["site"].endswith(".py:22"), report
             assert plimsoll.estimate.batch("64x64x3", 32)["batch_bytes"] == 32 * 64 * 64 * 3 * 4
             assert plimsoll.replay(path, device="sim:1GiB")["ops"] > 0
+        """)], capture_output=True, text=True, env={**os.environ, "PLIMSOLL_LOG": "false"})
+        self.assertEqual(done.returncode, 0, done.stderr)
+
+
+    @unittest.skipUnless(_built_with_libtorch(), "plimsoll was built without libtorch")
+    def test_torch_other_than_the_built_libtorch_leaves_its_hook_off_and_says_why(self):
+        done = subprocess.run([PYTHON, script("""
+            import sys, types
+            fake = types.ModuleType("torch")
+            fake.__version__ = "1.12.1"
+            sys.modules["torch"] = fake
+            import plimsoll
+            state = plimsoll.install(numpy=True, torch=True)
+            assert state["numpy"] and not state["torch"], state
+            notes = plimsoll.hook_notes()
+            assert any(n.startswith("torch hook off") and "1.12.1" in n for n in notes), notes
         """)], capture_output=True, text=True, env={**os.environ, "PLIMSOLL_LOG": "false"})
         self.assertEqual(done.returncode, 0, done.stderr)
 
