@@ -200,6 +200,32 @@ class BadInput(unittest.TestCase):
         self.assertTrue(any("not in this report" in note for note in report["notes"]))
 
 
+    def test_started_python_process_is_governed_and_noted(self):
+        status, report, _ = run(["--memory-limit", "64MiB"], [script("""
+            import subprocess, sys
+            # The started Python runs under the same limit: 128 MiB does not fit in 64 MiB.
+            done = subprocess.run([sys.executable, "-c", "import numpy; numpy.ones(1 << 24)"], capture_output=True,
+                                  text=True)
+            assert done.returncode != 0 and "MemoryError" in done.stderr, done.stderr
+        """)])
+        self.assertEqual(status, 0)
+        self.assertEqual(report["started_processes"], 1, report)
+
+
+    def test_an_existing_sitecustomize_still_runs(self):
+        with tempfile.TemporaryDirectory() as folder:
+            with open(os.path.join(folder, "sitecustomize.py"), "w") as file:
+                file.write("import builtins\nbuiltins.SITE_RAN = True\n")
+            probe = script("""
+                import builtins, numpy as np, plimsoll
+                assert getattr(builtins, "SITE_RAN", False), "the user's sitecustomize did not run"
+                assert plimsoll.installed()["numpy"], plimsoll.hook_notes()
+            """)
+            env = {**os.environ, "PYTHONPATH": folder + os.pathsep + os.environ.get("PYTHONPATH", "")}
+            done = subprocess.run([CLI, "run", "--quiet", "--", PYTHON, probe], capture_output=True, text=True, env=env)
+        self.assertEqual(done.returncode, 0, done.stderr)
+
+
 class Module(unittest.TestCase):
     def test_module_api(self):
         done = subprocess.run([PYTHON, script("""
