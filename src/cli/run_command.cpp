@@ -136,13 +136,12 @@ ChildEnd run_child(const std::vector<std::string>& command) {
   // The terminal's Ctrl-C reaches the child (same process group); `run` waits for it and still reports.
   struct sigaction ignore {};
   ignore.sa_handler = SIG_IGN;
-  struct sigaction old_int {}, old_term {};
+  struct sigaction old_int {};
   sigaction(SIGINT, &ignore, &old_int);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   sigaction(SIGINT, &old_int, nullptr);
-  (void)old_term;
   if (got == static_cast<ssize_t>(sizeof exec_error)) {
     const bool missing = exec_error == ENOENT;
     throw plimsoll::cli::RunError(missing ? kNotFound : kCannotExecute,
