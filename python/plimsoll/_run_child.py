@@ -48,6 +48,9 @@ def finish():
     if _run["finished"] or not _run["main"]:
         return
     _run["finished"] = True
+    if _run["cuda"] and not _hooks.installed()["cuda"] and "torch" not in sys.modules:
+        _hooks._note(f"cuda hook off: the program never imported torch, so the limits of "
+                     f"{', '.join(sorted(_run['cuda']))} were not applied")
     devices = []
     for name in _run["devices"]:
         try:

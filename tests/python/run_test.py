@@ -83,6 +83,30 @@ class SeedCase(unittest.TestCase):
         self.assertEqual(with_plimsoll.stdout, plain.stdout)
 
 
+class Outputs(unittest.TestCase):
+    def test_record_and_html_are_written(self):
+        with tempfile.TemporaryDirectory() as folder:
+            recording, html = os.path.join(folder, "run.plimsoll"), os.path.join(folder, "run.html")
+            status, report, _ = run(["--record", recording, "--html", html],
+                                    [os.path.join(SOURCE, "examples/python/leaky_generator.py"), "--steps", "8"])
+            self.assertEqual(status, 0)
+            self.assertEqual(report["recording"], recording)
+            self.assertIn("<html", open(html).read(4096).lower())
+            leaks = subprocess.run([CLI, "leaks", "--json", recording], capture_output=True, text=True)
+            self.assertEqual(leaks.returncode, 0, leaks.stderr)
+            # `plimsoll leaks` sees the last step too (the program's teardown); `run` leaves it out of its verdict.
+            self.assertEqual(json.loads(leaks.stdout)["steps"], report["steps"] + 1)
+
+    @unittest.skipUnless(HAVE_TORCH, "torch is not installed (python3-torch)")
+    def test_cuda_limit_with_torch_1_says_why_it_is_off(self):
+        status, report, _ = run(["--device", "cpu=1GiB,cuda:0=1GiB"], [script("import torch")])
+        self.assertEqual(status, 0)
+        import torch
+        if int(torch.__version__.split(".")[0]) < 2:
+            self.assertTrue(any(n.startswith("cuda hook off") and "PyTorch 2.0" in n for n in report["notes"]),
+                            report["notes"])
+
+
 class HostMemory(unittest.TestCase):
     def test_freed_host_memory_goes_back_to_the_kernel_by_default(self):
         rss = script("""
