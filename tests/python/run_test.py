@@ -96,6 +96,19 @@ class Outputs(unittest.TestCase):
             self.assertEqual(leaks.returncode, 0, leaks.stderr)
             # `plimsoll leaks` sees the last step too (the program's teardown); `run` leaves it out of its verdict.
             self.assertEqual(json.loads(leaks.stdout)["steps"], report["steps"] + 1)
+            # The module returns what the command line prints.
+            module = subprocess.run([PYTHON, "-c", f"import json, plimsoll; print(json.dumps(plimsoll.leaks({recording!r})))"],
+                                    capture_output=True, text=True)
+            self.assertEqual(json.loads(module.stdout), json.loads(leaks.stdout), module.stderr)
+            replay = subprocess.run([CLI, "replay", "--json", "--device", "sim:1GiB", recording], capture_output=True,
+                                    text=True)
+            module = subprocess.run([PYTHON, "-c", "import json, plimsoll; "
+                                     f"print(json.dumps(plimsoll.replay({recording!r}, device='sim:1GiB')))"],
+                                    capture_output=True, text=True)
+            cli_line, module_line = json.loads(replay.stdout.splitlines()[0]), json.loads(module.stdout)
+            for timing in ("ns_per_op",):
+                cli_line.pop(timing), module_line.pop(timing)
+            self.assertEqual(module_line, cli_line)
 
     @unittest.skipUnless(HAVE_TORCH, "torch is not installed (python3-torch)")
     def test_cuda_limit_with_torch_1_says_why_it_is_off(self):
