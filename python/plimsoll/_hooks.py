@@ -61,7 +61,29 @@ def install_numpy(device="cpu"):
     numpy = sys.modules.get("numpy") or __import__("numpy")
     _plimsoll.install_numpy(device)  # raises InvalidState naming the reason for a NumPy without NEP 49
     _attach_oom_report_to_numpy(numpy)
+    _follow_new_threads()
     _state["numpy"] = True
+
+
+def _follow_new_threads():
+    # NumPy's handler is a context variable and each thread starts with a fresh context (NumPy's default handler):
+    # every thread started from now on sets plimsoll's handler first, so batches built by generator or loader
+    # threads are counted too.
+    import threading
+    if getattr(threading.Thread._bootstrap_inner, "_plimsoll", False):
+        return
+    original = threading.Thread._bootstrap_inner
+
+    def _bootstrap_inner(self):
+        if _state["numpy"]:
+            try:
+                _plimsoll.install_numpy_in_this_thread()
+            except _plimsoll.Error:
+                pass
+        original(self)
+
+    _bootstrap_inner._plimsoll = True
+    threading.Thread._bootstrap_inner = _bootstrap_inner
 
 
 def _torch_version(torch):

@@ -290,6 +290,12 @@ class Module(unittest.TestCase):
             report = plimsoll.leaks(path)
             assert report["leak"] and report["groups"][0]["site"].endswith(".py:22"), report
             assert plimsoll.estimate.batch("64x64x3", 32)["batch_bytes"] == 32 * 64 * 64 * 3 * 4
+            import threading  # a thread started after install() serves its arrays from plimsoll too
+            made = []
+            before = plimsoll.stats("cpu/0")["in_use_bytes"]
+            worker = threading.Thread(target=lambda: made.append(np.ones(1 << 16)))
+            worker.start(); worker.join()
+            assert plimsoll.stats("cpu/0")["in_use_bytes"] >= before + made[0].nbytes, plimsoll.stats("cpu/0")
             assert plimsoll.replay(path, device="sim:1GiB")["ops"] > 0
         """)], capture_output=True, text=True, env={**os.environ, "PLIMSOLL_LOG": "false"})
         self.assertEqual(done.returncode, 0, done.stderr)

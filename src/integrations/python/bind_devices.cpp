@@ -115,6 +115,7 @@ void bind_devices(py::module_& m) {
   m.def("install_numpy", [](const std::string& device) { install_numpy(Runtime::global().device(device)); },
         py::arg("device") = "cpu");
   m.def("uninstall_numpy", &uninstall_numpy);
+  m.def("install_numpy_in_this_thread", &install_numpy_in_this_thread);
   m.def("numpy_installed", &numpy_installed);
   m.def("take_last_oom", &take_last_oom);
   // Scopes for NumPy's data: the previous value comes back, for the context manager's exit.

@@ -141,17 +141,28 @@ void import_numpy_api() {
   imported = true;
 }
 
+
+PyObject* handler_capsule() {
+  static PyObject* capsule = PyCapsule_New(&handler, "mem_handler", nullptr);  // kept for good
+  if (capsule == nullptr) throw InvalidState("could not make NumPy's handler capsule");
+  return capsule;
+}
+
 }  // namespace
+
+void install_numpy_in_this_thread() {
+  if (!installed_flag) return;
+  PyObject* previous = PyDataMem_SetHandler(handler_capsule());
+  if (previous == nullptr) throw InvalidState("PyDataMem_SetHandler refused plimsoll's handler in this thread");
+  Py_DECREF(previous);  // NumPy's default handler, kept alive by NumPy and by state().previous
+}
 
 void install_numpy(Allocator& device) {
   import_numpy_api();
   HandlerState& s = state();
   s.device = &device;
   if (installed_flag) return;
-  PyObject* capsule = PyCapsule_New(&handler, "mem_handler", nullptr);
-  if (capsule == nullptr) throw InvalidState("could not make NumPy's handler capsule");
-  PyObject* previous = PyDataMem_SetHandler(capsule);
-  Py_DECREF(capsule);  // NumPy holds it now
+  PyObject* previous = PyDataMem_SetHandler(handler_capsule());
   if (previous == nullptr) {
     PyErr_Clear();
     throw InvalidState("PyDataMem_SetHandler refused plimsoll's handler; the NumPy hook is off");

@@ -7,12 +7,15 @@ namespace plimsoll { class Allocator; }
 
 namespace plimsoll::python {
 
-/// Installs plimsoll's handler with PyDataMem_SetHandler for the calling context (the main thread's, in practice:
-/// NumPy keeps the handler in a context variable, so threads started earlier with their own context keep theirs).
+/// Installs plimsoll's handler with PyDataMem_SetHandler for the calling context (NumPy keeps the handler in a
+/// context variable; the Python side calls install_numpy_in_this_thread as each new thread starts).
 /// Arrays allocated afterwards come from `device` (or the device of an enclosing plimsoll.device() scope); the
 /// handler that was current before serves the frees of arrays it made. Imports numpy's C API on first use; throws
 /// InvalidState naming the reason when NumPy is older than 1.22 (no NEP 49).
 void install_numpy(Allocator& device);
+/// Sets plimsoll's handler in the calling thread's context too (NumPy's handler lives in a context variable, and
+/// every Python thread starts with a fresh context: NumPy's default handler). No-op before install_numpy().
+void install_numpy_in_this_thread();
 /// Puts the previous handler back; plimsoll's arrays still free into plimsoll.
 void uninstall_numpy();
 bool numpy_installed() noexcept;
