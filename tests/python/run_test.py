@@ -53,7 +53,8 @@ def script(text):
 
 class SeedCase(unittest.TestCase):
     def test_leaky_generator_is_reported_with_its_line(self):
-        status, report, _ = run([], [os.path.join(SOURCE, "examples/python/leaky_generator.py"), "--steps", "12"])
+        # Within a few steps: 5 batches, 4 steps seen (the last step() begins the teardown, left out).
+        status, report, _ = run([], [os.path.join(SOURCE, "examples/python/leaky_generator.py"), "--steps", "5"])
         self.assertEqual(status, 0)
         self.assertTrue(report["leak"], report)
         batch = 32 * 64 * 64 * 3 * 4
@@ -300,6 +301,24 @@ class Module(unittest.TestCase):
         """)], capture_output=True, text=True, env={**os.environ, "PLIMSOLL_LOG": "false"})
         self.assertEqual(done.returncode, 0, done.stderr)
 
+
+    @unittest.skipUnless(HAVE_TORCH, "torch is not installed (python3-torch)")
+    def test_device_and_tag_scopes_route_tensors(self):
+        done = subprocess.run([PYTHON, script("""
+            import json, os, tempfile
+            config = os.path.join(tempfile.mkdtemp(), "plimsoll.json")
+            json.dump({"devices": {"cpu": {"logical_devices": ["64MiB", "64MiB"]}}}, open(config, "w"))
+            os.environ["PLIMSOLL_CONFIG"] = config
+            import plimsoll, torch
+            assert plimsoll.install(numpy=True, torch=True, device="cpu/0")["torch"], plimsoll.hook_notes()
+            with plimsoll.device("cpu/1"), plimsoll.tag("activations"):
+                t = torch.ones(1 << 18)
+            a = torch.ones(1 << 18)
+            tags = {tag["tag"]: tag["in_use_bytes"] for tag in plimsoll.stats("cpu/1")["tags"]}
+            assert tags.get("activations", 0) >= t.numel() * 4, plimsoll.stats("cpu/1")
+            assert plimsoll.stats("cpu/0")["in_use_bytes"] >= a.numel() * 4, plimsoll.stats("cpu/0")
+        """)], capture_output=True, text=True, env={**os.environ, "PLIMSOLL_LOG": "false"})
+        self.assertEqual(done.returncode, 0, done.stderr)
 
     @unittest.skipUnless(_built_with_libtorch(), "plimsoll was built without libtorch")
     def test_torch_other_than_the_built_libtorch_leaves_its_hook_off_and_says_why(self):
