@@ -96,6 +96,12 @@ void set_child_environment(const RunArgs& args, const std::vector<plimsoll::cli:
   setenv("PLIMSOLL_RUN_RELEASE", fmt::format("{}", plimsoll::parse_size(args.release_threshold)).c_str(), 1);
 }
 
+volatile sig_atomic_t child_pid = 0;
+
+void forward_to_child(int signal_number) {
+  if (child_pid > 0) kill(static_cast<pid_t>(child_pid), signal_number);
+}
+
 // fork + exec; an exec failure comes back through a close-on-exec pipe as errno.
 plimsoll::cli::ChildEnd run_child(const std::vector<std::string>& command) {
   int pipe_fds[2];
@@ -116,15 +122,23 @@ plimsoll::cli::ChildEnd run_child(const std::vector<std::string>& command) {
   int exec_error = 0;
   const ssize_t got = read(pipe_fds[0], &exec_error, sizeof exec_error);
   close(pipe_fds[0]);
-  // The terminal's Ctrl-C reaches the child (same process group); `run` waits for it and still reports.
+  // The terminal's Ctrl-C reaches the child (same process group); `run` waits for it and still reports. A SIGTERM
+  // or SIGHUP sent to `run` alone (a job scheduler stopping it) is passed to the child, and the report still comes.
   struct sigaction ignore {};
   ignore.sa_handler = SIG_IGN;
-  struct sigaction old_int {};
+  struct sigaction forward {};
+  forward.sa_handler = forward_to_child;
+  struct sigaction old_int {}, old_term {}, old_hup {};
+  child_pid = pid;
   sigaction(SIGINT, &ignore, &old_int);
+  sigaction(SIGTERM, &forward, &old_term);
+  sigaction(SIGHUP, &forward, &old_hup);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  sigaction(SIGHUP, &old_hup, nullptr);
   if (got == static_cast<ssize_t>(sizeof exec_error)) {
     const bool missing = exec_error == ENOENT;
     throw plimsoll::cli::RunError(missing ? kNotFound : kCannotExecute,

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 import unittest
 
 SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -168,6 +169,24 @@ class BadInput(unittest.TestCase):
         done = subprocess.run([CLI, "run", "--", "no-such-program-plimsoll"], capture_output=True, text=True)
         self.assertEqual(done.returncode, 127)
         self.assertIn("no-such-program-plimsoll", done.stderr)
+
+    def test_sigterm_to_run_reaches_the_program_and_the_report_still_comes(self):
+        with tempfile.TemporaryDirectory() as folder:
+            report_path, ready = os.path.join(folder, "report.json"), os.path.join(folder, "ready")
+            sleeper = script(f"""
+                import signal, sys, time
+                signal.signal(signal.SIGTERM, lambda *a: sys.exit(43))
+                open({ready!r}, "w").close()
+                time.sleep(60)
+            """)
+            process = subprocess.Popen([CLI, "run", "--quiet", "--json", report_path, "--", PYTHON, sleeper])
+            deadline = time.time() + 60
+            while not os.path.exists(ready) and time.time() < deadline:
+                time.sleep(0.05)
+            process.terminate()
+            self.assertEqual(process.wait(timeout=60), 43)
+            with open(report_path) as file:
+                self.assertEqual(json.load(file)["exit_status"], 43)
 
     def test_os_exit_keeps_the_report(self):
         status, report, _ = run([], [script("""
