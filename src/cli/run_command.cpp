@@ -58,6 +58,7 @@ struct RunArgs {
   std::string json;
   bool quiet = false;
   bool no_call_sites = false;
+  bool release_threshold_given = false;
   std::vector<std::string> command;
 };
 
@@ -93,7 +94,11 @@ void set_child_environment(const RunArgs& args, const std::vector<plimsoll::cli:
   setenv("PLIMSOLL_RUN_DEVICES", plimsoll::cli::run_devices_env(devices).c_str(), 1);
   setenv("PLIMSOLL_RUN_GROWTH", args.policy.c_str(), 1);
   setenv("PLIMSOLL_RUN_SITES", args.no_call_sites ? "0" : "1", 1);
-  setenv("PLIMSOLL_RUN_RELEASE", fmt::format("{}", plimsoll::parse_size(args.release_threshold)).c_str(), 1);
+  // run's default threshold gives way to one the user set in the environment; an explicit option does not.
+  const char* user_threshold = std::getenv("PLIMSOLL_RELEASE_THRESHOLD");
+  const bool keep_users = !args.release_threshold_given && user_threshold != nullptr && *user_threshold != '\0';
+  setenv("PLIMSOLL_RUN_RELEASE",
+         keep_users ? "" : fmt::format("{}", plimsoll::parse_size(args.release_threshold)).c_str(), 1);
 }
 
 volatile sig_atomic_t child_pid = 0;
@@ -206,7 +211,8 @@ void add_run_command(CLI::App& app) {
   run_app->add_option("--release-threshold", args->release_threshold,
                       "Cached free host memory kept mapped; beyond it freed memory goes back to the kernel")
       ->type_name("SIZE")
-      ->default_str(kDefaultHostReleaseThreshold);
+      ->default_str(kDefaultHostReleaseThreshold)
+      ->each([args](const std::string&) { args->release_threshold_given = true; });
   run_app->add_option("--record", args->record, "Keep the run's recording (steps, Python call sites)")
       ->type_name("FILE.plimsoll");
   run_app->add_option("--html", args->html, "Write the run's memory timeline as one HTML file")->type_name("FILE.html");

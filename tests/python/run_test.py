@@ -123,6 +123,17 @@ class Outputs(unittest.TestCase):
 
 
 class HostMemory(unittest.TestCase):
+    def test_release_threshold_default_gives_way_to_the_environment_and_the_option_wins(self):
+        probe = script("import plimsoll; print(plimsoll._plimsoll.device_summary('cpu'))")
+        def summary(options, env):
+            done = subprocess.run([CLI, "run", "--quiet", *options, "--", PYTHON, probe], capture_output=True,
+                                  text=True, env={**os.environ, **env})
+            return done.stdout
+        self.assertIn("release threshold 256.00 MiB", summary([], {}))
+        self.assertIn("release threshold 1.00 GiB", summary([], {"PLIMSOLL_RELEASE_THRESHOLD": "1GiB"}))
+        self.assertIn("release threshold 8.00 MiB",
+                      summary(["--release-threshold", "8MiB"], {"PLIMSOLL_RELEASE_THRESHOLD": "1GiB"}))
+
     def test_freed_host_memory_goes_back_to_the_kernel_by_default(self):
         rss = script("""
             import numpy as np
