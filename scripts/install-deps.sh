@@ -3,8 +3,8 @@
 # Idempotent: when everything is present it only asks dpkg, so CI pays nothing on a warm image.
 #   scripts/install-deps.sh                 what the build, the tests, CI and `plimsoll train` need (libtorch 1.13
 #                                           included, some 800 MB the first time)
-#   scripts/install-deps.sh --with-pytorch  also PyTorch for Python 3: only for the DataLoader contender of
-#                                           bench/run_pipeline_compare.sh, never needed by the build or CI
+#   scripts/install-deps.sh --with-pytorch  kept for old scripts: PyTorch for Python 3 is now in the default list
+#                                           (the Python module's tests need it)
 set -euo pipefail
 
 with_pytorch=0
@@ -27,6 +27,7 @@ packages=(
   libgloo-dev                                 # Gloo's headers, for c10d's process group: `plimsoll train --nproc`
   libopenblas0-openmp                         # libtorch's BLAS: the reference libblas3 makes a step several times slower
   libbenchmark-dev libjemalloc-dev libmimalloc-dev python3   # benchmarks (python3 prints their table)
+  python3-dev python3-pybind11 python3-numpy python3-torch  # `import plimsoll`, `plimsoll run` and their tests
 )
 if [[ $with_pytorch -eq 1 ]]; then
   # PyTorch's DataLoader, a contender of bench/run_pipeline_compare.sh.

@@ -19,3 +19,11 @@ void add_train_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 /// `plimsoll top`: every GPU ledger and its governed processes, live (src/cli/top_command.cpp).
 void add_top_command(CLI::App& app);
+/// `plimsoll run -- COMMAND`: a Python program under plimsoll, reported on at exit (src/cli/run_command.cpp).
+void add_run_command(CLI::App& app);
+namespace plimsoll::cli {
+/// The exit status `plimsoll run` chose (the child's, or 125/126/127); -1 when `run` did not run.
+extern int run_exit_status;
+/// What `plimsoll run` exits with when its own options cannot be parsed.
+inline constexpr int kRunUsageStatus = 125;
+}  // namespace plimsoll::cli

@@ -3,14 +3,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
 #include "cli/leak_text.hpp"
@@ -18,6 +16,7 @@
 #include "plimsoll/size.hpp"
 #include "plimsoll/trace.hpp"
 #include "telemetry/leak_watch.hpp"
+#include "telemetry/report_json.hpp"
 
 namespace {
 
@@ -33,53 +32,13 @@ struct LeaksArgs {
   bool json = false;
 };
 
-std::string name_in(const std::vector<std::string>& names, std::size_t index) {
-  return index < names.size() ? names[index] : fmt::format("#{}", index);
-}
-
-nlohmann::ordered_json optional_step(const std::optional<int>& step) {
-  return step ? nlohmann::ordered_json(*step) : nlohmann::ordered_json();
-}
-
-nlohmann::ordered_json json_report(const plimsoll::Trace& trace, const LeakReport& report) {
-  nlohmann::ordered_json out;
-  out["trace"] = trace.origin;
-  out["leak"] = report.leak();
-  out["verdict"] = plimsoll::telemetry::to_string(report.verdict);
-  out["steps"] = report.steps;
-  out["bytes_per_step"] = report.bytes_per_step;
-  out["allocations_per_step"] = report.allocations_per_step;
-  out["growth_every_steps"] = report.growth_every_steps;
-  out["growth_steps"] = report.growth_steps;
-  out["steps_since_growth"] = report.steps_since_growth;
-  out["first_growth_step"] = optional_step(report.first_growth_step);
-  out["last_growth_step"] = optional_step(report.last_growth_step);
-  out["retained_bytes"] = report.retained_bytes;
-  out["retained_allocations"] = report.retained_allocations;
-  out["warmup_bytes"] = report.warmup_bytes;
-  nlohmann::ordered_json groups = nlohmann::ordered_json::array();
-  for (const LeakGroup& group : report.groups) {
-    nlohmann::ordered_json entry;
-    entry["bytes"] = group.bytes;
-    entry["allocations"] = group.allocations;
-    entry["smallest"] = group.smallest;
-    entry["largest"] = group.largest;
-    entry["tag"] = group.tag == 0 ? "" : name_in(trace.tags, group.tag);
-    entry["site"] = group.site == 0 ? "" : name_in(trace.sites, group.site);
-    entry["position"] = group.site == 0 ? nlohmann::ordered_json(group.position) : nlohmann::ordered_json();
-    entry["between_steps"] = group.between_steps;
-    entry["where"] = plimsoll::cli::where_made(group, trace);
-    entry["first_step"] = group.first_step;
-    entry["last_step"] = group.last_step;
-    groups.push_back(std::move(entry));
-  }
-  out["groups"] = std::move(groups);
-  return out;
-}
-
 std::string step_range(const LeakGroup& group) {
   return group.first_step == group.last_step ? fmt::format("{}", group.first_step)
                                              : fmt::format("{}-{}", group.first_step, group.last_step);
+}
+
+std::string name_in(const std::vector<std::string>& names, std::size_t index) {
+  return index < names.size() ? names[index] : fmt::format("#{}", index);
 }
 
 std::string size_range(const LeakGroup& group) {
@@ -119,7 +78,7 @@ void run_leaks(const LeaksArgs& args) {
   const plimsoll::Trace trace = plimsoll::read_trace(args.trace);
   const LeakReport report = plimsoll::telemetry::find_leaks(trace);
   if (args.json) {
-    fmt::print("{}\n", json_report(trace, report).dump());
+    fmt::print("{}\n", plimsoll::telemetry::leak_report_json(trace, report));
     return;
   }
   print_human(trace, report);

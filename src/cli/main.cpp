@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   add_estimate_command(app);
   add_plan_command(app);
   add_top_command(app);
+  add_run_command(app);
 
   // Arguments in reverse order, as CLI11's vector overload takes them. The (argc, argv) overload would do the
   // same, but GCC 12 at -O2 reports a false null dereference inside it, which -Werror turns into a failure.
@@ -29,7 +30,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(arguments);
   } catch (const CLI::ParseError& error) {
-    return app.exit(error);
+    const int status = app.exit(error);
+    // `run` passes its child's status on, so its own usage errors need a status no program gives by accident.
+    const bool in_run = app.get_subcommand("run")->parsed() > 0;
+    return in_run && status != 0 ? plimsoll::cli::kRunUsageStatus : status;
   } catch (const plimsoll::Error& error) {
     // Bad input (a trace line, a size, a device string): the message already says what to fix.
     std::fflush(stdout);
@@ -40,5 +44,5 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "plimsoll: internal error: {}\n", error.what());
     return 1;
   }
-  return 0;
+  return plimsoll::cli::run_exit_status >= 0 ? plimsoll::cli::run_exit_status : 0;
 }

@@ -29,6 +29,7 @@
 #include "telemetry/output_file.hpp"
 #include "telemetry/progress_bar.hpp"
 #include "telemetry/replay.hpp"
+#include "telemetry/report_json.hpp"
 #include "telemetry/timeline.hpp"
 #include "telemetry/timeline_html.hpp"
 #include "telemetry/timeline_svg.hpp"
@@ -180,26 +181,6 @@ ReplayResult run_one(const ReplayArgs& args, const plimsoll::Trace& trace, const
   return result;
 }
 
-std::string json_line(const ReplayResult& result) {
-  nlohmann::ordered_json line;
-  line["trace"] = result.trace;
-  line["device"] = result.device;
-  line["policy"] = result.policy;
-  line["peak_live_bytes"] = result.peak_live_bytes;
-  line["peak_in_use_bytes"] = result.peak_in_use_bytes;
-  line["peak_reserved_bytes"] = result.peak_reserved_bytes;
-  line["reserved_over_live"] = result.reserved_over_live;
-  line["maps"] = result.maps;
-  line["unmaps"] = result.unmaps;
-  line["steady_maps"] = result.steady_maps;
-  line["steady_unmaps"] = result.steady_unmaps;
-  line["oom"] = result.oom;
-  line["oom_event"] = result.oom_event ? nlohmann::ordered_json(*result.oom_event) : nlohmann::ordered_json();
-  line["ops"] = result.ops;
-  line["ns_per_op"] = result.ns_per_op;
-  return line.dump();
-}
-
 plimsoll::cli::Table results_table() {
   using Align = plimsoll::cli::Table::Align;
   return plimsoll::cli::Table({{"trace", Align::left},
@@ -306,7 +287,7 @@ void run_replay(const ReplayArgs& args) {
                                .timelines = wants_timelines(args) ? &timelines : nullptr};
       ReplayResult result = run_one(args, trace, run_policy, context);
       if (args.json) {
-        fmt::print("{}\n", json_line(result));
+        fmt::print("{}\n", plimsoll::telemetry::replay_result_json(result));
         std::fflush(stdout);  // a consumer sees each run as it finishes
         continue;
       }

@@ -8,6 +8,19 @@
 #include <fmt/format.h>
 
 #include "plimsoll/error.hpp"
+#include "plimsoll/site_source.hpp"
+
+namespace plimsoll {
+
+namespace {
+std::atomic<const InterpreterSiteSource*> interpreter_source{nullptr};
+}  // namespace
+
+void set_interpreter_site_source(const InterpreterSiteSource* source) noexcept {
+  interpreter_source.store(source, std::memory_order_release);
+}
+
+}  // namespace plimsoll
 
 namespace plimsoll::telemetry {
 
@@ -16,6 +29,9 @@ struct CallSites::Stack {
   std::uint32_t id = 0;
   std::uint32_t depth = 0;
   std::array<std::uintptr_t, kMaxFrames> frames{};
+  // An interpreter frame's site is named when first seen (its code object may be gone by close()); native
+  // stacks are named on demand. An interpreter "stack" is {0, code, line}: no return address is 0.
+  std::string interpreter_name;
 };
 
 // Open addressing with linear probing. Slots only ever go from empty to a stack, never back, so a reader that
@@ -70,6 +86,10 @@ CallSites::CallSites(std::size_t max_stacks) : max_stacks_(max_stacks) {
 CallSites::~CallSites() = default;
 
 std::uint32_t CallSites::capture(int skip) {
+  if (const InterpreterSiteSource* source = interpreter_source.load(std::memory_order_acquire)) {
+    InterpreterFrame frame;
+    if (source->innermost(frame)) return capture_interpreter(*source, frame);
+  }
   // _Unwind_Backtrace rather than glibc's backtrace(): both walk with libgcc's unwinder at the same cost, but
   // backtrace() loads libgcc_s with dlopen on its first call (allocating, under the loader lock), which an
   // allocator hook had better not do; and the skipped frames are dropped as they are walked.
@@ -82,7 +102,16 @@ std::uint32_t CallSites::capture(int skip) {
   if (const Stack* known = find(*table_.load(std::memory_order_acquire), hash, frames.data(), walk.depth)) {
     return known->id;
   }
-  return insert(hash, frames.data(), walk.depth);
+  return insert(hash, frames.data(), walk.depth, {});
+}
+
+std::uint32_t CallSites::capture_interpreter(const InterpreterSiteSource& source, const InterpreterFrame& frame) {
+  const std::array<std::uintptr_t, 3> key{0, frame.code, frame.line};
+  const std::uint64_t hash = hash_frames(key.data(), key.size());
+  if (const Stack* known = find(*table_.load(std::memory_order_acquire), hash, key.data(), key.size())) {
+    return known->id;
+  }
+  return insert(hash, key.data(), key.size(), [&] { return source.describe(frame); });
 }
 
 const CallSites::Stack* CallSites::find(const Table& table, std::uint64_t hash, const std::uintptr_t* frames,
@@ -96,7 +125,8 @@ const CallSites::Stack* CallSites::find(const Table& table, std::uint64_t hash, 
   }
 }
 
-std::uint32_t CallSites::insert(std::uint64_t hash, const std::uintptr_t* frames, std::uint32_t depth) {
+std::uint32_t CallSites::insert(std::uint64_t hash, const std::uintptr_t* frames, std::uint32_t depth,
+                                const std::function<std::string()>& interpreter_name) {
   const std::lock_guard lock(insert_mutex_);
   Table* table = table_.load(std::memory_order_relaxed);
   // Another thread may have added this stack since the lock-free lookup.
@@ -110,6 +140,7 @@ std::uint32_t CallSites::insert(std::uint64_t hash, const std::uintptr_t* frames
   stack->id = static_cast<std::uint32_t>(stacks_.size() + 1);
   stack->depth = depth;
   std::copy(frames, frames + depth, stack->frames.begin());
+  if (interpreter_name) stack->interpreter_name = interpreter_name();
   std::size_t slot = hash & table->mask;
   while (table->slots[slot].load(std::memory_order_relaxed) != nullptr) slot = (slot + 1) & table->mask;
   // Release: a reader that sees the pointer sees the stack's contents.
@@ -157,6 +188,7 @@ CallSiteSymbolizer& CallSites::symbolizer() {
 }
 
 std::string CallSites::describe_locked(const Stack& stack) {
+  if (is_interpreter(stack)) return stack.interpreter_name;
   // Frames are symbolized only up to the call site: the rest of the stack may never be asked for.
   for (std::uint32_t i = 0; i < stack.depth; ++i) {
     const SiteFrame& frame = symbolizer().resolve(stack.frames[i]);
@@ -176,8 +208,23 @@ std::string CallSites::describe(std::uint32_t id) {
   return describe_locked(*stack);
 }
 
+std::string CallSites::interpreter_name(std::uint32_t id) const {
+  if (id == 0) return "";
+  const std::lock_guard lock(insert_mutex_);
+  const Stack& stack = stack_of(id);
+  return is_interpreter(stack) ? stack.interpreter_name : std::string();
+}
+
+bool CallSites::is_interpreter(const Stack& stack) { return stack.depth > 0 && stack.frames[0] == 0; }
+
 std::vector<SiteFrame> CallSites::stack(std::uint32_t id) {
   const std::vector<std::uintptr_t> addresses = frames(id);
+  if (!addresses.empty() && addresses[0] == 0) {
+    // An interpreter frame: one frame, named as the source named it.
+    SiteFrame frame;
+    frame.function = describe(id);
+    return {frame};
+  }
   const std::lock_guard lock(symbolize_mutex_);
   std::vector<SiteFrame> symbolized;
   symbolized.reserve(addresses.size());

@@ -6,11 +6,13 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "plimsoll/site_source.hpp"
 #include "telemetry/call_site_symbolizer.hpp"
 
 namespace plimsoll::telemetry {
@@ -34,6 +36,8 @@ class CallSites {
   /// The id (1..size()) of the calling stack: the caller of capture() and its callers, after dropping `skip`
   /// more innermost frames. The same stack always gets the same id. 0 when no stack could be walked or the
   /// table is full. Costs a stack walk (about 150 ns a frame); allocates only for a stack not seen before.
+  /// When an interpreter site source is installed (set_interpreter_site_source) and names a frame of this
+  /// thread, the id is that frame's instead, with no stack walk.
   /// Must not be inlined, or its own frame would be the caller's.
   [[gnu::noinline]] std::uint32_t capture(int skip = 0);
 
@@ -48,6 +52,9 @@ class CallSites {
   /// "function (file:line)" (format_site_frame). "" for 0 and for a stack with no frame outside them.
   std::string describe(std::uint32_t id);
 
+  /// The name an interpreter site source gave stack `id` ("train.py:42"); "" for a native stack or 0.
+  std::string interpreter_name(std::uint32_t id) const;
+
   /// Every frame of stack `id`, symbolized, innermost first (for snapshots that show the whole stack).
   std::vector<SiteFrame> stack(std::uint32_t id);
 
@@ -60,7 +67,10 @@ class CallSites {
 
   static const Stack* find(const Table& table, std::uint64_t hash, const std::uintptr_t* frames,
                            std::uint32_t depth) noexcept;
-  std::uint32_t insert(std::uint64_t hash, const std::uintptr_t* frames, std::uint32_t depth);
+  std::uint32_t insert(std::uint64_t hash, const std::uintptr_t* frames, std::uint32_t depth,
+                       const std::function<std::string()>& interpreter_name);
+  std::uint32_t capture_interpreter(const InterpreterSiteSource& source, const InterpreterFrame& frame);
+  static bool is_interpreter(const Stack& stack);
   Table& grow_table();
   const Stack& stack_of(std::uint32_t id) const;  // caller holds insert_mutex_
   std::string describe_locked(const Stack& stack);  // caller holds symbolize_mutex_

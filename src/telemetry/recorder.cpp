@@ -97,12 +97,31 @@ void Recording::Impl::marker_locked(std::string_view text) {
   events_written.store(events_written.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
+void Recording::Impl::name_new_sites(std::uint32_t newest) {
+  std::uint32_t seen = newest_site_seen_.load(std::memory_order_relaxed);
+  while (seen < newest && !newest_site_seen_.compare_exchange_weak(seen, newest, std::memory_order_relaxed)) {
+  }
+  if (seen >= newest) return;  // another thread took this range
+  for (std::uint32_t id = seen + 1; id <= newest; ++id) {
+    const std::string name = call_sites_->interpreter_name(id);
+    if (name.empty()) continue;
+    std::lock_guard guard(lock_);
+    if (is_closed.load(std::memory_order_relaxed)) return;
+    if (id >= sites_written_.size()) sites_written_.resize(static_cast<std::size_t>(id) + 1, false);
+    sites_written_[id] = true;
+    write_string_locked(telemetry::binary::StringTable::site, id, name);
+  }
+}
+
 void Recording::Impl::step_boundary(int next_step) {
   std::lock_guard guard(lock_);
   if (is_closed.load(std::memory_order_relaxed)) return;
   if (open_step_ != 0) marker_locked(fmt::format("step {} end", open_step_));
   marker_locked(fmt::format("step {} begin", next_step));
   open_step_ = next_step;
+  // One write per step: a process killed later still leaves every finished step in the file (for the leak watch
+  // of `plimsoll run`), at the cost of a system call per training step.
+  flush_locked();
 }
 
 void Recording::Impl::write_string_locked(telemetry::binary::StringTable table, std::uint32_t id, std::string_view text) {
@@ -161,6 +180,7 @@ void Recording::Impl::close() {
     const std::vector<std::string> sites = call_sites_ != nullptr ? call_sites_->symbolize_all() : std::vector<std::string>{};
     std::lock_guard guard(lock_);
     for (std::uint32_t id = 1; id < sites.size(); ++id) {
+      if (id < sites_written_.size() && sites_written_[id]) continue;
       write_string_locked(telemetry::binary::StringTable::site, id, sites[id]);
     }
     const telemetry::binary::EventRecord end{telemetry::binary::RecordKind::end, 0, 0, 0, 0, 0, 0, clock_.now_ns(), records_, 0, 0};

@@ -4,9 +4,11 @@
 //
 // Invariants:
 // - buffer_ holds whole records only, and is written out (in order) before it would pass its capacity, so the
-//   file is always a valid prefix of the trace: a crash loses at most the buffered records.
+//   file is always a valid prefix of the trace: a crash loses at most the buffered records. Step boundaries
+//   (plimsoll::step) write it out too, so a crash keeps every finished step.
 // - A tag, marker or device string record is in the file (or earlier in buffer_) before any event that names it.
-//   Call-site strings are written at close(), after the events (the format allows that).
+//   Call-site strings of native stacks are written at close(), after the events (the format allows that); those of
+//   interpreter frames (Python) as soon as they are first captured, so a killed process keeps them.
 // - After close() every event method is a no-op.
 #include <atomic>
 #include <cstdint>
@@ -46,7 +48,11 @@ struct Recording::Impl {
   bool capturing_call_sites() const { return call_sites_ != nullptr; }
   /// The calling stack's id (0 when none could be captured). Frames inside plimsoll stay in the stack: they are
   /// skipped when the site is named, which keeps the hot path a bare stack walk.
-  std::uint32_t capture_call_site() { return call_sites_->capture(); }
+  std::uint32_t capture_call_site() {
+    const std::uint32_t site = call_sites_->capture();
+    if (site > newest_site_seen_.load(std::memory_order_relaxed)) [[unlikely]] name_new_sites(site);
+    return site;
+  }
   /// "function (file:line)" of a site id from capture_call_site(); "" for 0 or without call sites.
   std::string describe_call_site(std::uint32_t site) {
     return call_sites_ == nullptr ? std::string() : call_sites_->describe(site);
@@ -82,6 +88,12 @@ struct Recording::Impl {
     // rest of the record. The atomic only lets events() read it without the lock.
     events_written.store(events_written.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
+
+  // Interpreter sites (Python's "file.py:LINE") are named when first captured, so a process killed before close()
+  // still leaves their names in the file; native stacks wait for close(), where symbolizing is affordable.
+  void name_new_sites(std::uint32_t newest);
+  std::atomic<std::uint32_t> newest_site_seen_{0};
+  std::vector<bool> sites_written_;  // under lock_
 
   friend void plimsoll::step();
   void step_boundary(int next_step);

@@ -1,0 +1,82 @@
+#include "telemetry/report_json.hpp"
+
+#include <cstddef>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace plimsoll::telemetry {
+namespace {
+
+std::string name_in(const std::vector<std::string>& names, std::size_t index) {
+  return index < names.size() ? names[index] : fmt::format("#{}", index);
+}
+
+nlohmann::ordered_json optional_step(const std::optional<int>& step) {
+  return step ? nlohmann::ordered_json(*step) : nlohmann::ordered_json();
+}
+
+}  // namespace
+
+std::string leak_report_json(const Trace& trace, const LeakReport& report) {
+  nlohmann::ordered_json out;
+  out["trace"] = trace.origin;
+  out["leak"] = report.leak();
+  out["verdict"] = to_string(report.verdict);
+  out["steps"] = report.steps;
+  out["bytes_per_step"] = report.bytes_per_step;
+  out["allocations_per_step"] = report.allocations_per_step;
+  out["growth_every_steps"] = report.growth_every_steps;
+  out["growth_steps"] = report.growth_steps;
+  out["steps_since_growth"] = report.steps_since_growth;
+  out["first_growth_step"] = optional_step(report.first_growth_step);
+  out["last_growth_step"] = optional_step(report.last_growth_step);
+  out["retained_bytes"] = report.retained_bytes;
+  out["retained_allocations"] = report.retained_allocations;
+  out["warmup_bytes"] = report.warmup_bytes;
+  nlohmann::ordered_json groups = nlohmann::ordered_json::array();
+  for (const LeakGroup& group : report.groups) {
+    nlohmann::ordered_json entry;
+    entry["bytes"] = group.bytes;
+    entry["allocations"] = group.allocations;
+    entry["smallest"] = group.smallest;
+    entry["largest"] = group.largest;
+    entry["tag"] = group.tag == 0 ? "" : name_in(trace.tags, group.tag);
+    entry["site"] = group.site == 0 ? "" : name_in(trace.sites, group.site);
+    entry["position"] = group.site == 0 ? nlohmann::ordered_json(group.position) : nlohmann::ordered_json();
+    entry["between_steps"] = group.between_steps;
+    LeakGroup untagged = group;  // "where" names the place alone; the tag has its own key
+    untagged.tag = 0;
+    entry["where"] = describe_origin(untagged, trace.tags, trace.sites);
+    entry["first_step"] = group.first_step;
+    entry["last_step"] = group.last_step;
+    groups.push_back(std::move(entry));
+  }
+  out["groups"] = std::move(groups);
+  return out.dump();
+}
+
+std::string replay_result_json(const ReplayResult& result) {
+  nlohmann::ordered_json line;
+  line["trace"] = result.trace;
+  line["device"] = result.device;
+  line["policy"] = result.policy;
+  line["peak_live_bytes"] = result.peak_live_bytes;
+  line["peak_in_use_bytes"] = result.peak_in_use_bytes;
+  line["peak_reserved_bytes"] = result.peak_reserved_bytes;
+  line["reserved_over_live"] = result.reserved_over_live;
+  line["maps"] = result.maps;
+  line["unmaps"] = result.unmaps;
+  line["steady_maps"] = result.steady_maps;
+  line["steady_unmaps"] = result.steady_unmaps;
+  line["oom"] = result.oom;
+  line["oom_event"] = result.oom_event ? nlohmann::ordered_json(*result.oom_event) : nlohmann::ordered_json();
+  line["ops"] = result.ops;
+  line["ns_per_op"] = result.ns_per_op;
+  return line.dump();
+}
+
+}  // namespace plimsoll::telemetry
