@@ -105,6 +105,32 @@ TEST(CudaIntercept, SharingEnvironmentGovernsTheChild) {
   EXPECT_THAT(run.out, HasSubstr("alloc 314572800 2"));
 }
 
+TEST(CudaIntercept, PlimsollRunWithAGpuShareGovernsAnyProgramAtTheDriver) {
+  // `plimsoll run --device cuda:0=SHARE:CAP` on a program that is not Python and uses no plimsoll: its driver calls
+  // are charged to the share and answered with the cap, and its exit status is passed on.
+  const TempDirectory dir;
+  const Environment environment = {{"LD_LIBRARY_PATH", PLIMSOLL_FAKE_LIBCUDA_DIR},
+                                   {"PLIMSOLL_FAKE_CUDA_CONTEXT_BYTES", "0"},
+                                   {"PLIMSOLL_LEDGER_DIR", dir.path()},
+                                   {"PLIMSOLL_CUDA_INTERCEPT", PLIMSOLL_CUDA_INTERCEPT_SO}};
+  const ProgramRun run = plimsoll::testing::run_program(
+      {PLIMSOLL_CLI_PATH, "run", "--quiet", "--device", "cuda:0=128MiB:256MiB", "--", PLIMSOLL_CUDA_CLIENT,
+       "procaddress", "init", "info", "alloc", "300MiB"},
+      environment);
+  if (run.err.find("built without its Python module") != std::string::npos) {
+    GTEST_SKIP() << "plimsoll run needs the Python module (python3-dev, python3-numpy, python3-pybind11)";
+  }
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(infos(run.out).at(0), (std::pair<std::uint64_t, std::uint64_t>{256 * MiB, 256 * MiB}));
+  EXPECT_THAT(run.out, HasSubstr("alloc 314572800 2")) << "300 MiB passes the 256 MiB cap: CUDA_ERROR_OUT_OF_MEMORY";
+  EXPECT_THAT(run.err, HasSubstr("refused on cuda:0"));
+
+  const ProgramRun bad = plimsoll::testing::run_program(
+      {PLIMSOLL_CLI_PATH, "run", "--device", "cuda:0=256MiB:128MiB", "--", "/bin/true"}, environment);
+  EXPECT_EQ(bad.status, 125) << "plimsoll's own usage error, not the program's";
+  EXPECT_THAT(bad.err, HasSubstr("cuda:0"));
+}
+
 TEST(CudaIntercept, WithoutThePreloadTheDriverAnswersForTheWholeGpu) {
   const TempDirectory dir;
   Environment environment = governed(dir, "cuda:0=256MiB");

@@ -26,6 +26,7 @@
 #include "cli/run_report.hpp"
 #include "plimsoll/error.hpp"
 #include "plimsoll/policy.hpp"
+#include "plimsoll/sharing.hpp"
 #include "plimsoll/size.hpp"
 #include "telemetry/output_file.hpp"
 
@@ -92,6 +93,18 @@ void set_child_environment(const RunArgs& args, const std::vector<plimsoll::cli:
   setenv("PLIMSOLL_LOG", "false", 0);
   setenv("PLIMSOLL_RUN_RECORD", recording.c_str(), 1);
   setenv("PLIMSOLL_RUN_DEVICES", plimsoll::cli::run_devices_env(devices).c_str(), 1);
+  // GPUs with a share: the driver interposer is preloaded, so any framework's memory on them is charged to the share
+  // in the GPU's ledger (docs/sharing.md), whatever allocator the program uses.
+  std::vector<plimsoll::ShareSpec> shares;
+  for (const plimsoll::cli::RunDevice& device : devices) {
+    if (!device.share_spec.empty()) shares.push_back(plimsoll::parse_share_spec(device.share_spec));
+  }
+  if (!shares.empty()) {
+    const char* preload = std::getenv("LD_PRELOAD");
+    for (const auto& [name, value] : plimsoll::sharing_environment(shares, preload != nullptr ? preload : "")) {
+      setenv(name.c_str(), value.c_str(), 1);
+    }
+  }
   setenv("PLIMSOLL_RUN_GROWTH", args.policy.c_str(), 1);
   setenv("PLIMSOLL_RUN_SITES", args.no_call_sites ? "0" : "1", 1);
   // run's default threshold gives way to one the user set in the environment; an explicit option does not.
@@ -203,8 +216,10 @@ void add_run_command(CLI::App& app) {
   CLI::App* run_app = app.add_subcommand("run", "Run a Python program (PyTorch, NumPy) with plimsoll underneath and "
                                                 "report its memory at exit: plimsoll run [OPTIONS] -- COMMAND [ARGS...]");
   run_app->add_option("--memory-limit", args->memory_limit, "Limit of the host device (cpu)")->type_name("SIZE");
-  run_app->add_option("--device", args->devices, "Per-device limits, e.g. cpu=4GiB,cpu/1=1GiB,cuda:0=10GiB (CUDA "
-                                                 "needs PyTorch 2.0+)")
+  run_app->add_option("--device", args->devices,
+                      "Per-device limits, e.g. cpu=4GiB,cpu/1=1GiB,cuda:0=10GiB; a GPU's entry is SHARE[:CAP] "
+                      "(sizes or % of the GPU), enforced at the CUDA driver for any framework (docs/sharing.md), "
+                      "and with PyTorch 2.0+ its tensors also come from plimsoll")
       ->type_name("LIST");
   run_app->add_option("--policy", args->policy, "Growth policy of the devices: on_demand or preallocate")
       ->type_name("GROWTH");

@@ -6,6 +6,7 @@
 
 #include "plimsoll/device.hpp"
 #include "plimsoll/error.hpp"
+#include "plimsoll/sharing.hpp"
 #include "plimsoll/size.hpp"
 
 namespace plimsoll::cli {
@@ -37,6 +38,16 @@ RunDevice parse_entry(std::string_view entry) {
     throw InvalidArgument(fmt::format("--device entry \"{}\": a simulated device holds no tensor of a Python "
                                       "program; give cpu, cpu/K or cuda:N",
                                       entry));
+  }
+  if (name.kind == DeviceKind::cuda) {
+    // A GPU's entry is a share, perhaps with a cap: governed at the driver for any framework (docs/sharing.md).
+    const ShareSpec spec = parse_share_spec(entry);
+    const std::string& bound = spec.cap.empty() ? spec.share : spec.cap;
+    RunDevice device;
+    device.name = name.str();
+    device.share_spec = spec.str();
+    device.limit = bound.ends_with('%') ? 0 : parse_size(bound);
+    return device;
   }
   const std::uint64_t limit = parse_size(entry.substr(equals + 1));
   if (limit == 0) {
@@ -83,7 +94,10 @@ std::vector<RunDevice> parse_run_devices(std::string_view devices, std::string_v
 
 std::string run_devices_env(const std::vector<RunDevice>& devices) {
   std::string out;
-  for (const RunDevice& device : devices) out += fmt::format("{}{}={}", out.empty() ? "" : ";", device.name, device.limit);
+  for (const RunDevice& device : devices) {
+    if (device.limit == 0) continue;  // a GPU share in percent: the driver layer's alone
+    out += fmt::format("{}{}={}", out.empty() ? "" : ";", device.name, device.limit);
+  }
   return out;
 }
 
