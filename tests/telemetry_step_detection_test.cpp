@@ -282,6 +282,44 @@ TEST(StepDetection, StepsThatDifferByAFewEventsAreFollowed) {
   EXPECT_GT(trace.step_detection.repeating_fraction, 0.5);
 }
 
+// An RMM log has no markers: read_trace finds its steps. The synthetic loop, written as RMM's logging adaptor
+// would (addresses for ids; a freed address is a new allocation when it comes back).
+TEST(StepDetection, RmmLogGetsItsSteps) {
+  const LoopShape shape{.steps = 6, .warmup = true};
+  const SyntheticLoop loop = make_loop(shape);
+  std::string csv = "Thread,Time,Action,Pointer,Size,Stream\n";
+  std::vector<std::uint64_t> bytes_of(1);
+  std::istringstream lines(loop.text);
+  std::string kind;
+  std::uint64_t id = 0;
+  std::uint64_t event = 0;
+  while (lines >> kind >> id) {
+    std::uint64_t bytes = 0;
+    if (kind == "a") {
+      lines >> bytes;
+      if (bytes_of.size() <= id) bytes_of.resize(id + 1);
+      bytes_of[id] = bytes;
+    } else {
+      bytes = bytes_of[id];
+    }
+    csv += fmt::format("1,00:00:{:02}.{:06},{},{:#x},{},0x0\n", event / 1000000, event % 1000000,
+                       kind == "a" ? "allocate" : "free", 0x100000 + id * 0x1000, bytes);
+    ++event;
+  }
+  const std::string path = testing::TempDir() + "/plimsoll_loop_rmm.csv";
+  {
+    std::ofstream out(path);
+    out << csv;
+  }
+  const Trace trace = read_trace(path);
+  std::remove(path.c_str());
+  ASSERT_EQ(trace.step_source, StepSource::detected) << trace.step_detection.summary;
+  const std::vector<Boundary> found = boundaries(trace);
+  ASSERT_EQ(found.size(), shape.steps);
+  for (std::size_t k = 0; k < found.size(); ++k) EXPECT_EQ(found[k].begin, loop.step_starts[k]) << "step " << k;
+  EXPECT_EQ(found.back().end, loop.end_of_last_step);
+}
+
 TEST(StepDetection, NoRepetitionMeansNoSteps) {
   std::mt19937 random(3);
   std::string text;
