@@ -54,6 +54,8 @@ struct Pattern {
 
 Pattern pattern_of(const Trace& trace) {
   Pattern pattern;
+  pattern.symbols.reserve(trace.allocations + trace.frees);
+  pattern.event_of.reserve(trace.allocations + trace.frees);
   std::vector<std::uint64_t> slot_bytes(trace.slots, 0);
   for (std::size_t index = 0; index < trace.events.size(); ++index) {
     const TraceEvent& event = trace.events[index];
@@ -155,7 +157,9 @@ Run longest_run(const std::vector<std::uint64_t>& symbols, std::size_t period) {
       }
       continue;
     }
-    const Resync step = resync(symbols, earlier, later);
+    // Without a run to keep, any difference starts afresh: looking for a skip would be wasted (and it is most of
+    // the time spent on a wrong period).
+    const Resync step = score >= kMismatchCost ? resync(symbols, earlier, later) : Resync{};
     earlier += step.a;
     later += step.b;
     score -= kMismatchCost * static_cast<long>(step.cost);
