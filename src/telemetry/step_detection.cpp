@@ -6,14 +6,17 @@
 // 1. Candidate periods: fingerprints of 8 consecutive symbols vote for the distance to their previous occurrence.
 //    Repeated layers inside a step vote for short distances too, so candidates are ranked by votes x distance
 //    (how much of the trace the distance explains) and the best few go on.
-// 2. Each candidate's longest run where symbol i equals symbol i + period (a few mismatches allowed). The period
-//    is the candidate whose run covers the most of the trace; a layer's period covers one step's layers at most,
-//    twice the step covers no more than the step itself, so the smaller one wins a near tie.
-// 3. Step boundaries: the run ends where the last step ends (the teardown after it frees in another order, not
-//    like a step's opening). Earlier steps are one period back each, placed where their opening events best
-//    match the next step's (within a tenth of a period, so steps a few events longer or shorter are followed).
-//    A first step that differs in length (warm-up: optimizer state made, caches filled) is found by an opening
-//    that matches exactly for a few events, up to two periods back.
+// 2. Each candidate's longest stretch where the pattern follows itself one period later, differences allowed at
+//    a cost and a few inserted or missing events skipped. The period is the candidate whose stretch covers the
+//    most of the trace; a layer's period covers one step's layers at most, twice the step covers no more than the
+//    step itself, so the smaller one wins a near tie.
+// 3. Step boundaries: the stretch ends where the last step ends (the teardown after it frees in another order;
+//    where skipping carried the stretch a few events into the teardown, the end of the exact repetition is
+//    taken). Earlier steps are one period back each, placed where their opening events best match the next
+//    step's (within a tenth of a period, so steps a few events longer or shorter are followed). A first step that
+//    differs in length (warm-up: optimizer state made, caches filled) is found by an opening that matches exactly
+//    for a few events, up to two periods back.
+// docs/leaks.md ("Steps without markers") gives the accuracy on the shared traces and the limits.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
