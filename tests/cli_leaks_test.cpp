@@ -41,7 +41,8 @@ std::set<std::string> keys_of(const nlohmann::json& object) {
 }
 
 const std::set<std::string> kJsonKeys = {"trace",          "leak",           "verdict",
-                                         "steps",          "bytes_per_step", "allocations_per_step",
+                                         "steps",          "steps_from",     "bytes_per_step",
+                                         "allocations_per_step",
                                          "growth_every_steps", "growth_steps", "steps_since_growth",
                                          "first_growth_step", "last_growth_step", "retained_bytes",
                                          "retained_allocations", "warmup_bytes", "groups"};
@@ -115,6 +116,44 @@ TEST(CliLeaks, ReportOnTheCleanTwinAndOnShortTracesSaysNoLeak) {
   const CliRun no_steps = plimsoll("leaks " + write_temp("leaks_no_steps.trace", "a 1 100\na 2 50\nf 1\n"));
   ASSERT_EQ(no_steps.status, 0) << no_steps.err;
   EXPECT_THAT(no_steps.out, StartsWith("no verdict: the trace has no 'step N begin' / 'step N end' markers"));
+}
+
+// The same pair with its step markers stripped: steps come from the repeating pattern, the verdict is the same.
+std::string stripped_copy(const std::string& file) {
+  std::ifstream in(trace_path(file));
+  std::string text;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("# step ", 0) != 0) text += line + "\n";
+  }
+  return write_temp("stripped_" + file, text);
+}
+
+TEST(CliLeaks, TracesWithoutMarkersGetDetectedStepsAndTheSameVerdict) {
+  const CliRun leaking = plimsoll("leaks " + stripped_copy("leak-retained-batches-resnet18.trace"));
+  ASSERT_EQ(leaking.status, 0) << leaking.err;
+  const std::vector<std::string> lines = lines_of(leaking.out);
+  ASSERT_GE(lines.size(), 2u) << leaking.out;
+  EXPECT_THAT(lines[0], StartsWith("LEAK: memory kept past its step grows by 1.69 MiB per step (1.0 allocations "
+                                   "per step, every step), made in steps 1 to 10 (12 steps seen)"));
+  EXPECT_THAT(lines[1], StartsWith("steps: 12 steps detected from the repeating allocation pattern (no step "
+                                   "markers): 9457 allocations and frees per step"));
+
+  const CliRun clean = plimsoll("leaks --json " + stripped_copy("leak-clean-resnet18.trace"));
+  ASSERT_EQ(clean.status, 0) << clean.err;
+  const nlohmann::json report = nlohmann::json::parse(clean.out);
+  EXPECT_EQ(report["verdict"], "no_growth");
+  EXPECT_EQ(report["steps"], 12);
+  EXPECT_EQ(report["steps_from"], "detected");
+  EXPECT_EQ(report["step_detection"]["period_events"], 9458);
+  EXPECT_GT(report["step_detection"]["repeating_fraction"].get<double>(), 0.99);
+
+  const CliRun no_steps = plimsoll("leaks " + write_temp("leaks_no_pattern.trace", "a 1 100\na 2 50\nf 1\n"));
+  ASSERT_EQ(no_steps.status, 0) << no_steps.err;
+  const std::vector<std::string> no_step_lines = lines_of(no_steps.out);
+  ASSERT_EQ(no_step_lines.size(), 2u) << no_steps.out;
+  EXPECT_THAT(no_step_lines[1], StartsWith("steps: no steps: the trace has no step markers and no allocation "
+                                           "pattern of 8 or more events repeats"));
 }
 
 TEST(CliLeaks, MissingFileExitsTwoNamingIt) {

@@ -34,8 +34,8 @@ std::string write_temp(const std::string& name, const std::string& text) {
 }
 
 const std::set<std::string> kJsonKeys = {
-    "trace", "device", "policy", "peak_live_bytes", "peak_in_use_bytes", "peak_reserved_bytes",
-    "reserved_over_live", "maps", "unmaps", "steady_maps", "steady_unmaps", "oom", "oom_event", "ops", "ns_per_op"};
+    "trace",         "device", "policy", "steps", "steps_from", "peak_live_bytes", "peak_in_use_bytes",
+    "peak_reserved_bytes", "reserved_over_live", "maps", "unmaps", "steady_maps", "steady_unmaps", "oom", "oom_event", "ops", "ns_per_op"};
 
 TEST(CliReplay, JsonHasOneLinePerPolicyWithExactlyTheDocumentedKeys) {
   const std::string gpt = trace_path("gpt-6-512-b8.trace");

@@ -197,6 +197,28 @@ INSTANTIATE_TEST_SUITE_P(
                       GeneratorCase{"LongerRun", "--seed 11 --steps 20 --layers 24 --max-bytes 9000000"}),
     [](const ::testing::TestParamInfo<GeneratorCase>& param_info) { return std::string(param_info.param.name); });
 
+// A snapshot has no step markers: its steps come from the repeating allocation pattern (docs/leaks.md, "Steps
+// without markers"). The generator's steps are identical, so every one is found, each a whole forward and backward.
+TEST(TelemetryTorchSnapshot, StepsAreDetectedFromTheRepeatingPattern) {
+  SKIP_WITHOUT_PYTHON3();
+  const std::string dir = scratch_dir();
+  ASSERT_EQ(make_snapshot(dir + "s.pickle", "--steps 7 --layers 6 --seed 4").status, 0);
+  const CommandResult converted = convert(dir + "s.pickle", dir + "s.plimsoll");
+  ASSERT_EQ(converted.status, 0) << converted.output;
+  const Trace trace = read_trace(dir + "s.plimsoll");
+  ASSERT_EQ(trace.step_source, StepSource::detected) << trace.step_detection.summary;
+  ASSERT_EQ(trace.steps.size(), 7u) << trace.step_detection.summary;
+  for (const TraceStep& step : trace.steps) {
+    std::size_t allocations = 0;
+    for (std::size_t index = step.begin; index < step.end; ++index) {
+      if (trace.events[index].kind == Kind::allocate) ++allocations;
+    }
+    EXPECT_EQ(allocations, 12u) << "step " << step.number;  // 6 activations and 6 gradients
+    EXPECT_EQ(trace.events[step.begin].kind, Kind::allocate) << "step " << step.number;
+  }
+  EXPECT_EQ(trace.step_detection.repeating_fraction, 1.0);
+}
+
 TEST(TelemetryTorchSnapshot, GeneratorIsDeterministicBySeed) {
   SKIP_WITHOUT_PYTHON3();
   const std::string dir = scratch_dir();

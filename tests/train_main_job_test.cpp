@@ -96,6 +96,7 @@ TEST_F(TrainCommand, DefaultRunReachesEightyFivePercentTestAccuracy) {
   EXPECT_EQ(report["epochs"], 2);
   EXPECT_FALSE(report["leak"].get<bool>());
   EXPECT_EQ(report["leak_verdict"], "no_growth");
+  EXPECT_FALSE(report["allocator_overridden"].get<bool>());  // nothing else installs a CPU allocator here
 }
 
 TEST_F(TrainCommand, LimitBelowWhatTheModelNeedsEndsWithTheOomReportAndExitThree) {

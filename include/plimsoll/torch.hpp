@@ -12,6 +12,7 @@
 //     auto w = torch::randn({1024, 1024});                 // 4 MiB on cpu/1, tag "weights"
 //   }
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace plimsoll {
@@ -21,7 +22,9 @@ class Allocator;
 namespace torch {
 
 /// Installs plimsoll as libtorch's CPU allocator through c10::SetAllocator(CPU, ..., priority): every CPU
-/// tensor allocated afterwards comes from a plimsoll device. Call it before the first tensor (libtorch caches the
+/// tensor allocated afterwards comes from a plimsoll device, and is reported to c10's memory profiling (PyTorch's
+/// profiler with profile_memory) as DefaultCPUAllocator reports its own. A tensor that does not fit throws
+/// HostOutOfMemoryError (plimsoll/torch_error.hpp; Python: RuntimeError) with plimsoll's report. Call it before the first tensor (libtorch caches the
 /// allocator in places; tensors made before keep libtorch's allocator, which is harmless). `default_device` serves
 /// allocations made outside any DeviceScope, on every thread (libtorch's worker threads included). Calling it again
 /// replaces the default device. Every device that served a tensor must outlive that tensor. Only host devices ("cpu",
@@ -33,6 +36,15 @@ void install(std::string_view default_device = "cpu", std::uint8_t priority = 1)
 /// still returns them to the device they came from.
 void uninstall();
 bool installed() noexcept;
+
+/// True when plimsoll is installed but libtorch's CPU allocator is no longer plimsoll's: another library called
+/// c10::SetAllocator / SetCPUAllocator after install() with a priority at least as high. From then on new CPU tensors
+/// bypass plimsoll (not counted, not limited). Compares c10::GetAllocator(CPU) with plimsoll's on each call, so a
+/// report that calls it says what holds now. install() again with a priority at least the other's takes the place
+/// back.
+bool installed_allocator_overridden() noexcept;
+/// One line for reports when installed_allocator_overridden(): what happened, what it means, the fix; "" otherwise.
+std::string allocator_report_line();
 
 /// The device that serves this thread's next CPU allocation: the innermost DeviceScope of this thread; else, when
 /// every thread that has a DeviceScope names the same device, that device (so at::parallel_for's workers follow

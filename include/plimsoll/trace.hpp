@@ -33,11 +33,32 @@ struct TraceStep {
   std::size_t end = 0;
 };
 
+/// Where Trace::steps came from.
+enum class StepSource : std::uint8_t {
+  none,      // no step markers, and no repeating allocation pattern was found
+  markers,   // "step N begin" / "step N end" markers in the file
+  detected,  // no markers: found from the repeating allocation pattern (detect_steps)
+};
+
+/// "none", "markers", "detected" (the JSON spelling).
+const char* to_string(StepSource source);
+
+/// What detect_steps found in a trace without step markers.
+struct StepDetection {
+  std::vector<TraceStep> steps;        // numbered 0, 1, ...; empty when no pattern repeats
+  std::size_t period_events = 0;       // allocations and frees in one steady step (the repeating unit)
+  double repeating_fraction = 0;       // of the steady steps' events, those equal (kind and size) to the event at
+                                       // the same place in the step before: how clean the repetition is, 0..1
+  std::string summary;                 // one line for people: what was found, or why nothing was
+};
+
 struct Trace {
   std::string origin;                // file path, for messages
   std::vector<TraceEvent> events;
   std::vector<std::string> markers;  // marker texts, without "# "
-  std::vector<TraceStep> steps;      // from "# step N begin" / "# step N end" markers
+  std::vector<TraceStep> steps;      // from "# step N begin" / "# step N end" markers, or detected
+  StepSource step_source = StepSource::none;  // parse_trace and the readers set markers when they find any
+  StepDetection step_detection;      // set by fill_missing_steps when the steps were looked for in the pattern
   std::vector<std::string> tags{""};     // [0] is "" (untagged)
   std::vector<std::string> sites{""};    // call sites, "function (file:line)"; [0] is "" (unknown)
   std::vector<std::string> devices{""};  // device names; [0] is "" (unnamed, single-device traces)
@@ -53,7 +74,22 @@ struct Trace {
 /// an unknown or repeated id, or a free of an id that is no longer live.
 Trace parse_trace(std::string_view text, std::string_view origin);
 /// Reads a trace file of any supported format, told apart by content: plimsoll's binary format by its magic,
-/// RMM's CSV by its header line, otherwise the text format.
+/// RMM's CSV by its header line, otherwise the text format. A trace without step markers gets its steps from
+/// fill_missing_steps.
 Trace read_trace(const std::string& path);
+
+/// Finds the training steps of a trace that has no step markers from the repeating pattern of its allocations and
+/// frees: the sequence of (allocate or free, bytes) events repeats once per step. A step is one whole period of
+/// that pattern; the last step ends where the repetition stops (the teardown after it does not repeat), earlier
+/// steps are found one period back each (within a tenth of a period, so steps that differ by a few events are
+/// followed), and a first step that differs from the steady ones (warm-up) is found by its opening events.
+/// Marker events are ignored. No steps when no pattern of at least 8 events repeats at least twice in a row.
+/// docs/leaks.md describes the method and its accuracy on the shared traces.
+StepDetection detect_steps(const Trace& trace);
+
+/// Fills trace.steps with detect_steps when the trace has no step markers, and sets step_source and
+/// step_detection; a trace with markers is left as it is. read_trace calls it; call it on a Trace built another
+/// way (parse_trace, a recording in memory) before find_leaks or replay when its steps matter.
+void fill_missing_steps(Trace& trace);
 
 }  // namespace plimsoll

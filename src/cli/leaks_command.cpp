@@ -49,6 +49,8 @@ std::string size_range(const LeakGroup& group) {
 
 void print_human(const plimsoll::Trace& trace, const LeakReport& report) {
   fmt::print("{}\n", plimsoll::cli::leak_verdict_line(report));
+  // Steps not from markers: say how they were found (or why there are none), so the verdict can be weighed.
+  if (trace.step_source != plimsoll::StepSource::markers) fmt::print("steps: {}\n", trace.step_detection.summary);
   if (report.steps == 0) return;
   fmt::print("first step (warm-up) keeps {} live; made later and kept past the next step: {} in {} allocations\n",
              plimsoll::format_size(report.warmup_bytes), plimsoll::format_size(report.retained_bytes),
@@ -90,8 +92,9 @@ void add_leaks_command(CLI::App& app) {
   auto args = std::make_shared<LeaksArgs>();
   CLI::App* leaks = app.add_subcommand("leaks", "Find allocations that outlive their training step and pile up, "
                                                 "and tell a leak from warm-up growth");
-  leaks->add_option("trace", args->trace, "Trace file with 'step N begin' / 'step N end' markers (any format "
-                                          "`plimsoll replay` reads)")
+  leaks->add_option("trace", args->trace, "Trace file (any format `plimsoll replay` reads); steps come from its "
+                                          "'step N begin' / 'step N end' markers, or, without markers, from the "
+                                          "repeating allocation pattern")
       ->required();
   leaks->add_flag("--json", args->json, "One JSON object instead of the report (keys in docs/leaks.md)");
   leaks->callback([args] { run_leaks(*args); });

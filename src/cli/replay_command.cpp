@@ -267,10 +267,14 @@ void run_replay(const ReplayArgs& args) {
   // Every run creates its device afresh; its "created device" line is printed once per distinct device.
   std::vector<std::pair<plimsoll::Growth, std::optional<std::uint64_t>>> logged;
   std::vector<Timeline> timelines;
+  std::vector<std::string> step_notes;  // how the steps of traces without markers were found
   const std::size_t runs = traces.size() * growths.size();
   std::size_t run = 0;
   for (const std::string& path : traces) {
     const plimsoll::Trace trace = plimsoll::read_trace(path);
+    if (trace.step_source != plimsoll::StepSource::markers) {
+      step_notes.push_back(fmt::format("{}: {}", trace.origin, trace.step_detection.summary));
+    }
     for (const plimsoll::Growth growth : growths) {
       plimsoll::Policy run_policy = policy;
       run_policy.growth = growth;
@@ -300,6 +304,10 @@ void run_replay(const ReplayArgs& args) {
   if (args.json) return;
 
   fmt::print("{}", table.render());
+  if (!step_notes.empty()) {
+    fmt::print("\nsteps (steady maps count from the end of the first):\n");
+    for (const std::string& note : step_notes) fmt::print("{}\n", note);
+  }
   if (traces.size() > 1) {
     fmt::print("\n");
     for (const PolicySummary& summary : summaries) fmt::print("{}\n", summary.line());

@@ -155,6 +155,7 @@ nlohmann::ordered_json json_report(const TrainReport& report) {
   out["test_accuracy"] = report.test_accuracy;
   out["peak_in_use_bytes"] = report.peak_in_use_bytes();
   out["peak_reserved_bytes"] = report.peak_reserved_bytes();
+  out["allocator_overridden"] = !report.allocator_warning.empty();
   out["leak"] = report.leaks.leak();
   out["leak_verdict"] = plimsoll::telemetry::to_string(report.leaks.verdict);
   out["leak_bytes_per_step"] = report.leaks.bytes_per_step;
@@ -280,6 +281,7 @@ void print_ranks(const TrainReport& report) {
 }
 
 void print_leaks(const TrainReport& report) {
+  if (!report.allocator_warning.empty()) fmt::print("\n{}\n", report.allocator_warning);
   fmt::print("\nleak watch: {}\n", plimsoll::cli::leak_verdict_line(report.leaks));
   if (!report.leaks.leak()) return;
   for (std::size_t i = 0; i < report.leaks.groups.size() && i < kShownLeakGroups; ++i) {

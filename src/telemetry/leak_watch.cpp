@@ -247,8 +247,9 @@ LeakReport find_leaks(const Trace& trace) {
   };
   const TraceStep* previous = nullptr;
   for (const TraceStep& step : trace.steps) {
-    // Events between the previous step's end marker and this step's begin marker belong to this step.
-    if (previous != nullptr) feed(previous->end + 1, step.begin - 1);
+    // Events between the previous step's end and this step's begin belong to this step (markers are skipped by
+    // feed; detected steps have no markers and no gap).
+    if (previous != nullptr) feed(previous->end, step.begin);
     watch.on_step_begin(step.number);
     feed(step.begin, step.end);
     watch.on_step_end(step.number);

@@ -138,7 +138,8 @@ class LeakWatch {
   Analysis analysis_;
 };
 
-/// Feeds the trace's steps (Trace::steps, from "step N begin" / "step N end" markers) through a LeakWatch:
+/// Feeds the trace's steps (Trace::steps: from "step N begin" / "step N end" markers, or found by
+/// fill_missing_steps from the repeating allocation pattern) through a LeakWatch:
 /// the allocations made before the first step are never watched, and the teardown after the last step end is
 /// not fed (it frees everything, leaks included).
 LeakReport find_leaks(const Trace& trace);

@@ -73,9 +73,12 @@ ReplayResult replay(const Trace& trace, Allocator& allocator, const ReplayOption
   result.device = allocator.description().name;
   result.policy = std::string(to_string(allocator.description().policy.growth));
   result.peak_live_bytes = trace.peak_live_bytes;
+  result.steps = trace.steps.size();
+  result.steps_from = to_string(trace.step_source);
 
   const bool touch = options.touch_memory && memory_is_touchable(allocator);
-  // Steady state starts at the event "# step N end" of the first step; without steps there is none.
+  // Steady state starts where the first step ends (its "# step N end" marker, or the first event of the next
+  // detected step); without steps there is none.
   const std::size_t steady_from = trace.steps.empty() ? trace.events.size() : trace.steps.front().end;
 
   // The trace's tag names, as this process's tags, so the device's per-tag stats follow the recording.

@@ -30,14 +30,16 @@ struct ReplayResult {
   std::string trace;   // the trace's origin
   std::string device;  // the allocator's device name
   std::string policy;  // its growth policy
+  std::size_t steps = 0;            // the trace's steps, and where they came from ("markers", "detected", "none")
+  std::string steps_from = "none";
   std::uint64_t peak_live_bytes = 0;      // of the trace: the most bytes the program had live at once
   std::uint64_t peak_in_use_bytes = 0;    // the device's peak of rounded live bytes
   std::uint64_t peak_reserved_bytes = 0;  // the device's peak of mapped bytes
   double reserved_over_live = 0;          // peak reserved / peak live: the policy's overhead (0 when nothing live)
   std::uint64_t maps = 0;                 // backing map/unmap calls during the replay
   std::uint64_t unmaps = 0;
-  // Map/unmap calls after the end of the first training step ("# step N end" of Trace::steps[0]): the
-  // steady-state traffic once caches are warm. Zero for a trace without steps.
+  // Map/unmap calls after the end of the first training step (Trace::steps[0], from its "# step N end" marker or
+  // detected): the steady-state traffic once caches are warm. Zero for a trace without steps.
   std::uint64_t steady_maps = 0;
   std::uint64_t steady_unmaps = 0;
   bool oom = false;

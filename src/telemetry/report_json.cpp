@@ -27,6 +27,14 @@ std::string leak_report_json(const Trace& trace, const LeakReport& report) {
   out["leak"] = report.leak();
   out["verdict"] = to_string(report.verdict);
   out["steps"] = report.steps;
+  out["steps_from"] = plimsoll::to_string(trace.step_source);
+  if (trace.step_source != StepSource::markers) {
+    nlohmann::ordered_json detection;
+    detection["period_events"] = trace.step_detection.period_events;
+    detection["repeating_fraction"] = trace.step_detection.repeating_fraction;
+    detection["summary"] = trace.step_detection.summary;
+    out["step_detection"] = std::move(detection);
+  }
   out["bytes_per_step"] = report.bytes_per_step;
   out["allocations_per_step"] = report.allocations_per_step;
   out["growth_every_steps"] = report.growth_every_steps;
@@ -64,6 +72,8 @@ std::string replay_result_json(const ReplayResult& result) {
   line["trace"] = result.trace;
   line["device"] = result.device;
   line["policy"] = result.policy;
+  line["steps"] = result.steps;
+  line["steps_from"] = result.steps_from;
   line["peak_live_bytes"] = result.peak_live_bytes;
   line["peak_in_use_bytes"] = result.peak_in_use_bytes;
   line["peak_reserved_bytes"] = result.peak_reserved_bytes;

@@ -53,6 +53,7 @@ class BinaryParser {
     }
     trace_.cut_short = !ended_;
     trace_.steps = std::move(steps_.steps());
+    if (!trace_.steps.empty()) trace_.step_source = StepSource::markers;
     resolve_strings();
     trace_.slots = static_cast<std::uint32_t>(slots_.size());
     return std::move(trace_);

@@ -85,9 +85,11 @@ class FileBytes {
 Trace read_trace(const std::string& path) {
   const FileBytes file(path);
   const std::string_view bytes = file.bytes();
-  if (telemetry::binary::has_magic(bytes)) return telemetry::binary::parse_binary_trace(bytes, path);
-  if (telemetry::has_rmm_csv_header(bytes)) return telemetry::parse_rmm_csv(bytes, path);
-  return parse_trace(bytes, path);
+  Trace trace = telemetry::binary::has_magic(bytes)        ? telemetry::binary::parse_binary_trace(bytes, path)
+                : telemetry::has_rmm_csv_header(bytes) ? telemetry::parse_rmm_csv(bytes, path)
+                                                       : parse_trace(bytes, path);
+  fill_missing_steps(trace);
+  return trace;
 }
 
 }  // namespace plimsoll

@@ -128,6 +128,7 @@ class Parser {
       fail(unfinished->message);
     }
     trace_.steps = std::move(steps_.steps());
+    if (!trace_.steps.empty()) trace_.step_source = StepSource::markers;
     trace_.slots = static_cast<std::uint32_t>(slots_.size());
     return std::move(trace_);
   }

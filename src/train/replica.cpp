@@ -11,6 +11,7 @@
 #include <torch/utils.h>
 
 #include "plimsoll/torch.hpp"
+#include "plimsoll/torch_error.hpp"
 #include "train/batch_feed.hpp"
 #include "train/model.hpp"
 #include "train/replica_tensors.hpp"
@@ -24,13 +25,13 @@ using plimsoll::torch::TagScope;
 
 constexpr std::int64_t kChannels = 1;
 
-// libtorch reports plimsoll's out-of-memory error as c10::OutOfMemoryError with plimsoll's report as its message
-// (cpu_allocator.cpp); the job wants the report alone, as plimsoll's own error type.
+// libtorch reports plimsoll's out-of-memory error as plimsoll::torch::HostOutOfMemoryError (a c10::Error) with
+// plimsoll's report as its message (cpu_allocator.cpp); the job wants the report alone, as plimsoll's own error type.
 template <class F>
 auto translating_oom(F&& body) -> decltype(body()) {
   try {
     return body();
-  } catch (const c10::OutOfMemoryError& oom) {
+  } catch (const plimsoll::torch::HostOutOfMemoryError& oom) {
     throw TrainingOutOfMemory(oom.msg());
   }
 }

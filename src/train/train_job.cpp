@@ -468,6 +468,7 @@ TrainReport run_training(const TrainOptions& o) {
     throw;
   }
   report.seconds = telemetry::steady_seconds() - started;
+  report.allocator_warning = plimsoll::torch::allocator_report_line();
   finish_recording();
   if (group) {
     RankReport mine;

@@ -87,6 +87,8 @@ struct TrainReport {
   PipelineMetrics loader;               // the last epoch's training pipeline
   Trace trace;                          // what the recording read back (names the leak watch's call sites)
   telemetry::LeakReport leaks;
+  std::string allocator_warning;        // plimsoll::torch::allocator_report_line() at the end: another CPU
+                                        // allocator replaced plimsoll's during the run ("" when none did)
   std::string trace_path;               // empty when the trace was temporary
   std::string html_path;
   int rank = 0;

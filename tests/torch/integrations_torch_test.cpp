@@ -9,11 +9,14 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <c10/core/CPUAllocator.h>
+#include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
 
 #include "devices.hpp"
 #include "plimsoll/error.hpp"
 #include "plimsoll/torch.hpp"
+#include "plimsoll/torch_error.hpp"
 
 namespace {
 
@@ -240,9 +243,13 @@ TEST_F(TorchCpuAllocator, TooSmallALimitGivesPlimsollsOutOfMemoryReport) {
                                          torch::kFloat32);
     FAIL() << "32 MiB fit in an 8 MiB device";
   } catch (const c10::OutOfMemoryError& e) {
-    const std::string message = e.what();
+    // PyTorch raises c10's OutOfMemoryError as torch.cuda.OutOfMemoryError: a host OOM must not be one.
+    FAIL() << "a host out-of-memory surfaced as c10::OutOfMemoryError: " << e.msg();
+  } catch (const pt::HostOutOfMemoryError& e) {
+    const std::string message = e.msg();
     EXPECT_NE(message.find("plimsoll: out of memory on cpu/2"), std::string::npos) << message;
     EXPECT_NE(message.find("limit"), std::string::npos) << message;
+    EXPECT_EQ(std::string(e.what_without_backtrace()).find("plimsoll: out of memory on cpu/2"), 0U);
   }
   EXPECT_EQ(usage(small_device()).ooms, before.ooms + 1);
   torch::Tensor fits = torch::ones({kFloats}, torch::kFloat32);  // the device still works
@@ -296,6 +303,70 @@ TEST(TorchCpuAllocatorByName, InstallsOnAGlobalDeviceAndRefusesNonHostDevices) {
   EXPECT_THROW(pt::DeviceScope("sim:1GiB"), plimsoll::InvalidArgument);
   EXPECT_THROW(pt::install("sim:1GiB"), plimsoll::InvalidArgument);
   EXPECT_NE(pt::current_device(), nullptr);
+}
+
+// PyTorch's profiler with memory profiling on sees plimsoll's CPU allocations and frees, with their sizes, as it
+// sees DefaultCPUAllocator's.
+TEST_F(TorchCpuAllocator, ProfilerWithMemoryProfilingSeesTheCpuBytes) {
+  namespace profiler = torch::autograd::profiler;
+  profiler::enableProfilerLegacy(profiler::ProfilerConfig(profiler::ProfilerState::CPU, /*report_input_shapes=*/false,
+                                                          /*profile_memory=*/true));
+  {
+    torch::Tensor t = torch::empty({kFloats}, torch::kFloat32);
+    EXPECT_TRUE(plimsoll::torch_test::owns(main_device(), t.data_ptr()));
+  }
+  const profiler::thread_event_lists events = profiler::disableProfilerLegacy();
+  std::int64_t allocated = 0;
+  std::int64_t freed = 0;
+  for (const auto& thread_events : events) {
+    for (const auto& event : thread_events) {
+      if (event.kind() != profiler::EventKind::MemoryAlloc) continue;
+      if (event.cpuMemoryUsage() == static_cast<std::int64_t>(kBytes)) ++allocated;
+      if (event.cpuMemoryUsage() == -static_cast<std::int64_t>(kBytes)) ++freed;
+    }
+  }
+  EXPECT_EQ(allocated, 1);
+  EXPECT_EQ(freed, 1);
+}
+
+// Without a profiler listening, nothing is reported and nothing changes (the common case pays one check).
+TEST_F(TorchCpuAllocator, NoProfilerNoReports) {
+  EXPECT_FALSE(c10::memoryProfilingEnabled());
+  torch::Tensor t = torch::ones({kFloats}, torch::kFloat32);
+  EXPECT_EQ(t.sum().item<float>(), static_cast<float>(kFloats));
+}
+
+// A library that installs its own CPU allocator after plimsoll, with a higher priority, is noticed and named.
+class OtherCpuAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(std::size_t bytes) const override {
+    void* ptr = c10::GetDefaultCPUAllocator()->raw_allocate(bytes);
+    return {ptr, ptr, &free_it, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &free_it; }
+
+ private:
+  static void free_it(void* ptr) { c10::GetDefaultCPUAllocator()->raw_deallocate(ptr); }
+};
+
+TEST_F(TorchCpuAllocator, AnotherAllocatorInstalledLaterWithAHigherPriorityIsDetected) {
+  EXPECT_FALSE(pt::installed_allocator_overridden());
+  EXPECT_EQ(pt::allocator_report_line(), "");
+  static OtherCpuAllocator other;  // c10 keeps the pointer: static lifetime
+  c10::SetAllocator(c10::DeviceType::CPU, &other, 100);
+  EXPECT_TRUE(pt::installed());
+  EXPECT_TRUE(pt::installed_allocator_overridden());
+  EXPECT_NE(pt::allocator_report_line().find("another CPU allocator replaced plimsoll's"), std::string::npos);
+  torch::Tensor bypassing = torch::empty({kFloats}, torch::kFloat32);
+  EXPECT_FALSE(plimsoll::torch_test::owns(main_device(), bypassing.data_ptr()));
+
+  // A lower priority than the other library's cannot take the place back, and says so; a higher one does.
+  EXPECT_THROW(pt::install(main_device(), 50), plimsoll::InvalidState);
+  pt::install(main_device(), 200);
+  EXPECT_FALSE(pt::installed_allocator_overridden());
+  EXPECT_EQ(pt::allocator_report_line(), "");
+  torch::Tensor ours = torch::empty({kFloats}, torch::kFloat32);
+  EXPECT_TRUE(plimsoll::torch_test::owns(main_device(), ours.data_ptr()));
 }
 
 }  // namespace

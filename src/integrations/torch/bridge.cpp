@@ -16,6 +16,11 @@ void* allocate(Allocator& device, std::size_t bytes, std::uint16_t tag) { return
 
 void deallocate(Allocator& device, void* ptr) { device.deallocate(ptr); }
 
+Totals totals(const Allocator& device) {
+  const MemoryUsage usage = device.usage();
+  return Totals{usage.in_use_bytes, usage.reserved_bytes};
+}
+
 Allocator& global_device(std::string_view name) { return Runtime::global().device(name); }
 
 Allocator& require_host(Allocator& device) {

@@ -19,6 +19,12 @@ inline constexpr std::size_t kAlignment = 256;
 void* allocate(Allocator& device, std::size_t bytes, std::uint16_t tag);
 /// Allocator::deallocate; throws plimsoll::InvalidFree for an address that is not live.
 void deallocate(Allocator& device, void* ptr);
+/// Allocator::usage(): the device's totals, for c10's memory reporting.
+struct Totals {
+  std::uint64_t in_use_bytes = 0;
+  std::uint64_t reserved_bytes = 0;
+};
+Totals totals(const Allocator& device);
 /// Runtime::global().device(name).
 Allocator& global_device(std::string_view name);
 /// Returns `device` when it is a host device ("cpu", "cpu/K"); throws plimsoll::InvalidArgument for a simulated or

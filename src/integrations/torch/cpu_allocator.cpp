@@ -8,6 +8,7 @@
 #include <string>
 
 #include <c10/core/Allocator.h>
+#include <c10/core/Device.h>
 #include <c10/core/alignment.h>
 #include <c10/util/Exception.h>
 
@@ -17,6 +18,7 @@
 #include "plimsoll/error.hpp"
 #include "plimsoll/oom.hpp"
 #include "plimsoll/torch.hpp"
+#include "plimsoll/torch_error.hpp"
 
 namespace plimsoll::torch {
 namespace {
@@ -46,21 +48,39 @@ OwnerTable& owners() {
   return *table;
 }
 
+// PyTorch's profiler (profile_memory=True) and c10's memory-usage reporting learn of CPU memory only from the
+// allocator: DefaultCPUAllocator reports every allocation and free through c10::reportMemoryUsageToProfiler, so
+// plimsoll does too, with its device's totals (in use, reserved) where libtorch's reporter has only its own count.
+// memoryProfilingEnabled() is a thread-local read, so allocations pay nothing more while no profiler listens.
+void report_to_profiler(void* ptr, std::int64_t bytes, const Allocator& device) noexcept {
+  try {
+    if (!c10::memoryProfilingEnabled()) return;
+    const bridge::Totals totals = bridge::totals(device);
+    c10::reportMemoryUsageToProfiler(ptr, bytes, static_cast<std::int64_t>(totals.in_use_bytes),
+                                     static_cast<std::int64_t>(totals.reserved_bytes),
+                                     c10::Device(c10::DeviceType::CPU));
+  } catch (...) {
+    // A profiler that fails to record must not fail the allocation or the free it watches.
+  }
+}
+
 // The deleter of every DataPtr the allocator returns, and its raw_deleter(). Never throws: libtorch calls it from
 // destructors. A pointer the table does not know is reported and left alone rather than freed into a wrong device.
 void free_cpu(void* ptr) {
   if (ptr == nullptr) return;
-  Allocator* owner = owners().take(ptr);
-  if (owner == nullptr) {
+  const OwnerTable::Owner owner = owners().take(ptr);
+  if (owner.device == nullptr) {
     std::fprintf(stderr, "plimsoll: libtorch freed %p, which plimsoll's CPU allocator did not allocate; ignored\n",
                  ptr);
     return;
   }
   try {
-    bridge::deallocate(*owner, ptr);
+    bridge::deallocate(*owner.device, ptr);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "plimsoll: freeing a libtorch tensor failed: %s\n", e.what());
+    return;
   }
+  report_to_profiler(ptr, -static_cast<std::int64_t>(owner.bytes), *owner.device);
 }
 
 class CpuAllocator final : public c10::Allocator {
@@ -72,16 +92,20 @@ class CpuAllocator final : public c10::Allocator {
     try {
       ptr = bridge::allocate(*device, bytes, effective_tag());
     } catch (const plimsoll::OutOfMemory& oom) {
-      C10_THROW_ERROR(OutOfMemoryError, oom.what());  // plimsoll's whole report, as torch's OOM type
+      // What a failed CPU allocation raises in libtorch (a c10::Error, RuntimeError in Python), never c10's
+      // OutOfMemoryError, which Python raises as torch.cuda.OutOfMemoryError. The message is plimsoll's report.
+      throw HostOutOfMemoryError(c10::SourceLocation{__func__, __FILE__, static_cast<std::uint32_t>(__LINE__)},
+                                 oom.what());
     } catch (const plimsoll::Error& e) {
       C10_THROW_ERROR(Error, e.what());
     }
     try {
-      owners().insert(ptr, device);
+      owners().insert(ptr, device, bytes);
     } catch (...) {
       bridge::deallocate(*device, ptr);
       throw;
     }
+    report_to_profiler(ptr, static_cast<std::int64_t>(bytes), *device);
     return {ptr, ptr, &free_cpu, c10::Device(c10::DeviceType::CPU)};
   }
 
@@ -112,7 +136,18 @@ void install(Allocator& default_device, std::uint8_t priority) {
   Installation& state = installation();
   std::lock_guard<std::mutex> lock(state.mutex);
   g_default_device.store(&bridge::require_host(default_device), std::memory_order_release);
-  if (state.installed) return;
+  if (state.installed && c10::GetAllocator(c10::DeviceType::CPU) == &cpu_allocator()) return;
+  if (state.installed) {
+    // Another library replaced plimsoll since (installed_allocator_overridden): take the place back, if this
+    // priority allows; uninstall() still restores what was there before plimsoll's first install.
+    c10::SetAllocator(c10::DeviceType::CPU, &cpu_allocator(), priority);
+    if (c10::GetAllocator(c10::DeviceType::CPU) != &cpu_allocator()) {
+      throw InvalidState("plimsoll::torch::install: another CPU allocator replaced plimsoll's with a priority above " +
+                         std::to_string(priority) + "; pass a higher priority (up to 255)");
+    }
+    state.priority = priority;
+    return;
+  }
   c10::Allocator* previous = c10::GetAllocator(c10::DeviceType::CPU);
   c10::SetAllocator(c10::DeviceType::CPU, &cpu_allocator(), priority);
   if (c10::GetAllocator(c10::DeviceType::CPU) != &cpu_allocator()) {
@@ -140,6 +175,19 @@ bool installed() noexcept {
   Installation& state = installation();
   std::lock_guard<std::mutex> lock(state.mutex);
   return state.installed;
+}
+
+bool installed_allocator_overridden() noexcept {
+  Installation& state = installation();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  return state.installed && c10::GetAllocator(c10::DeviceType::CPU) != &cpu_allocator();
+}
+
+std::string allocator_report_line() {
+  if (!installed_allocator_overridden()) return {};
+  return "plimsoll: another CPU allocator replaced plimsoll's in libtorch (set later with a higher priority): CPU "
+         "tensors made since then are neither counted nor limited by plimsoll; call "
+         "plimsoll::torch::install(device, 255) after the library that installs it";
 }
 
 Allocator* current_device() noexcept {

@@ -1,5 +1,5 @@
 #pragma once
-// Address -> owning plimsoll device, for libtorch's deleter, which gets the data pointer alone (raw_deleter()
+// Address -> owning plimsoll device and size, for libtorch's deleter, which gets the data pointer alone (raw_deleter()
 // contract: the DataPtr's context is the data pointer itself, so the context cannot name the owner).
 //
 // Invariant: a pointer is in the table from the moment the CPU allocator hands it to libtorch until its deleter
@@ -21,19 +21,26 @@ namespace plimsoll::torch {
 
 class OwnerTable {
  public:
-  void insert(const void* ptr, Allocator* owner) {
+  /// The device that allocated a pointer, and the bytes asked for (which c10's memory reporting wants back at the
+  /// free, as DefaultCPUAllocator's reporter keeps them).
+  struct Owner {
+    Allocator* device = nullptr;
+    std::size_t bytes = 0;
+  };
+
+  void insert(const void* ptr, Allocator* owner, std::size_t bytes) {
     Shard& s = shard(ptr);
     std::lock_guard<std::mutex> lock(s.mutex);
-    s.owners[ptr] = owner;
+    s.owners[ptr] = Owner{owner, bytes};
   }
 
-  /// Removes `ptr` and returns its owner; nullptr when the table does not know it.
-  Allocator* take(const void* ptr) {
+  /// Removes `ptr` and returns its owner; a null device when the table does not know it.
+  Owner take(const void* ptr) {
     Shard& s = shard(ptr);
     std::lock_guard<std::mutex> lock(s.mutex);
     auto found = s.owners.find(ptr);
-    if (found == s.owners.end()) return nullptr;
-    Allocator* owner = found->second;
+    if (found == s.owners.end()) return Owner{};
+    const Owner owner = found->second;
     s.owners.erase(found);
     return owner;
   }
@@ -42,7 +49,7 @@ class OwnerTable {
   static constexpr std::size_t kShards = 64;
   struct alignas(64) Shard {
     std::mutex mutex;
-    std::unordered_map<const void*, Allocator*> owners;
+    std::unordered_map<const void*, Owner> owners;
   };
 
   Shard& shard(const void* ptr) {
