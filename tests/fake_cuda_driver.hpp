@@ -69,10 +69,13 @@ struct Counters {
   std::uint64_t ctx_pop = 0;
   std::uint64_t primary_retain = 0;
   std::uint64_t primary_release = 0;
+  std::uint64_t event_create = 0;
+  std::uint64_t event_record = 0;
+  std::uint64_t event_query = 0;
 };
 
 /// Which call an injected failure hits.
-enum class Call { create, map, set_access, unmap };
+enum class Call { create, map, set_access, unmap, event_create, event_record };
 
 class Driver;
 
@@ -143,6 +146,8 @@ class Driver {
     streams_.push_back(std::unique_ptr<Stream>(new Stream(*this)));
     return *streams_.back();
   }
+  /// The legacy default stream (the null CUstream): cuEventRecord on nullptr records on it.
+  Stream& default_stream() noexcept { return *default_stream_; }
   /// Whether a thread is waiting in cuCtxSynchronize right now.
   bool synchronizing() const {
     const std::lock_guard lock(mutex_);
@@ -272,7 +277,7 @@ class Driver {
   std::condition_variable streams_done_;  // notified when a stream completes work
   Options options_;
   Counters counters_;
-  Failure failures_[4];
+  Failure failures_[6];
   std::uint64_t used_ = 0;
   cu::MemHandle next_handle_ = 0x1000;
   int synchronizing_ = 0;
@@ -285,6 +290,7 @@ class Driver {
   std::map<std::uintptr_t, Mapping> mappings_;
   std::map<std::uintptr_t, PlainRegion> plain_;
   std::vector<std::unique_ptr<Stream>> streams_;
+  Stream* default_stream_ = nullptr;  // owned by streams_
   std::set<Event*> events_;
 };
 
@@ -316,6 +322,8 @@ inline Driver::Driver(Options options) : options_(options) {
   Driver* expected = nullptr;
   if (!current_.compare_exchange_strong(expected, this))
     throw std::logic_error("only one fake_cuda::Driver may exist at a time");
+  streams_.push_back(std::unique_ptr<Stream>(new Stream(*this)));
+  default_stream_ = streams_.back().get();
 
   api_.init = [](unsigned int) { return cu::kSuccess; };
   api_.device_get_count = [](int* count) {
@@ -415,6 +423,8 @@ inline Driver::Driver(Options options) : options_(options) {
   }
   api_.event_create = [](cu::Event* event, unsigned int) {
     const std::lock_guard lock(current().mutex_);
+    ++current().counters_.event_create;
+    if (cu::Result result = cu::kSuccess; current().injected(Call::event_create, result)) return result;
     auto* created = new Event;
     current().events_.insert(created);
     *event = reinterpret_cast<cu::Event>(created);
@@ -632,9 +642,11 @@ inline cu::Result Driver::ctx_synchronize() {
 
 inline cu::Result Driver::event_record(cu::Event event, cu::Stream stream) {
   const std::lock_guard lock(mutex_);
+  ++counters_.event_record;
+  if (cu::Result result = cu::kSuccess; injected(Call::event_record, result)) return result;
   auto* recorded = reinterpret_cast<Event*>(event);
-  auto* on = reinterpret_cast<Stream*>(stream);
-  if (events_.count(recorded) == 0 || on == nullptr) return kErrorInvalidHandle;
+  auto* on = stream == nullptr ? default_stream_ : reinterpret_cast<Stream*>(stream);
+  if (events_.count(recorded) == 0) return kErrorInvalidHandle;
   recorded->stream = on;
   recorded->target = on->submitted_;
   return cu::kSuccess;
@@ -642,6 +654,7 @@ inline cu::Result Driver::event_record(cu::Event event, cu::Stream stream) {
 
 inline cu::Result Driver::event_query(cu::Event event) {
   const std::lock_guard lock(mutex_);
+  ++counters_.event_query;
   auto* queried = reinterpret_cast<Event*>(event);
   if (events_.count(queried) == 0) return kErrorInvalidHandle;
   if (queried->stream == nullptr || queried->stream->completed_ >= queried->target) return cu::kSuccess;

@@ -1,6 +1,6 @@
 // libplimsoll_torch_cuda.so as PyTorch loads it: dlopen, dlsym of the CUDAPluggableAllocator entry points.
 // Without a usable CUDA device (CI, this machine) plimsoll_torch_malloc must return NULL, say why once on
-// stderr, and not crash; and the library must export its three C functions and nothing else.
+// stderr, and not crash; and the library must export its five C functions and nothing else.
 #include <dlfcn.h>
 #include <sys/types.h>
 
@@ -23,6 +23,8 @@ using ::testing::HasSubstr;
 using Malloc = void* (*)(ssize_t, int, plimsoll_cuda_stream);
 using Free = void (*)(void*, ssize_t, int, plimsoll_cuda_stream);
 using StatsJson = const char* (*)(int);
+using EmptyCache = long long (*)(int);
+using ResetPeak = int (*)(int);
 
 std::string run(const std::string& command) {
   std::string output;
@@ -55,7 +57,9 @@ TEST(TorchCudaSo, ExportsOnlyTheAllocatorEntryPoints) {
     if (line.size() > 19 && line[17] != 'A' && line[17] != 'w' && line[17] != 'U') exported.push_back(line.substr(19));
   }
   EXPECT_THAT(exported, ::testing::UnorderedElementsAre("plimsoll_torch_malloc", "plimsoll_torch_free",
-                                                        "plimsoll_torch_cuda_stats_json"))
+                                                        "plimsoll_torch_cuda_stats_json",
+                                                        "plimsoll_torch_cuda_empty_cache",
+                                                        "plimsoll_torch_cuda_reset_peak"))
       << symbols;
 }
 
@@ -86,6 +90,12 @@ TEST(TorchCudaSo, MallocWithoutACudaDeviceReturnsNullAndSaysWhyOnce) {
   EXPECT_THAT(said, HasSubstr("returning NULL to PyTorch for cuda:0"));
   EXPECT_EQ(said.find("returning NULL"), said.rfind("returning NULL")) << "said once, not per call:\n" << said;
   EXPECT_EQ(stats_json(0), nullptr) << "no device was created";
+  auto empty_cache = reinterpret_cast<EmptyCache>(::dlsym(library, "plimsoll_torch_cuda_empty_cache"));
+  auto reset_peak = reinterpret_cast<ResetPeak>(::dlsym(library, "plimsoll_torch_cuda_reset_peak"));
+  ASSERT_NE(empty_cache, nullptr);
+  ASSERT_NE(reset_peak, nullptr);
+  EXPECT_EQ(empty_cache(0), -1) << "no device was created";
+  EXPECT_EQ(reset_peak(0), -1);
   EXPECT_EQ(torch_malloc(-1, 0, nullptr), nullptr);
   // Not dlclosed: the runtime it created lives until the process exits, as under PyTorch.
 }
