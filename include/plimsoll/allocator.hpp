@@ -104,6 +104,8 @@ class Allocator {
   struct Impl;
 
  private:
+  void* allocate_with_streams(std::size_t bytes, const void* stream, Tag tag);
+
   std::unique_ptr<Impl> impl_;
 };
 

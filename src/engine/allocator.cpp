@@ -192,6 +192,16 @@ struct Allocator::Impl {
 
   std::uint64_t parked_bytes() const { return streams ? streams->counters().parked_bytes : 0; }
 
+  // A free without its stream on a device with streams: a parked block is a double free; a live one forgets
+  // its recorded streams, and the next unmap (possibly the heap's release threshold, at once) must wait for the
+  // whole device, since nothing says which streams still use it.
+  void before_unordered_free(std::uint64_t addr) {
+    if (streams->is_parked(addr)) throw_bad_free(addr);
+    if (!heap->find_live(addr)) return;
+    streams->forget_streams(addr);
+    if (backings::StreamEvents* events = backing->stream_events()) events->note_unordered_free();
+  }
+
   std::vector<TagStats> tag_stats() const {
     std::vector<TagStats> out;
     for (std::size_t i = 0; i < tags.size(); ++i) {
@@ -261,22 +271,34 @@ Allocator::~Allocator() {
   if (events != nullptr && impl_->heap->live_allocations() != 0) events->note_unordered_free();
 }
 
+// Host and simulated devices (no streams) take exactly the path they took before streams existed: the stream
+// checks sit before the lock, on a pointer fixed at construction, so they cost one predicted branch.
 void* Allocator::try_allocate(std::size_t bytes, Tag tag) noexcept {
-  std::unique_lock guard(impl_->lock);
-  if (impl_->streams != nullptr) [[unlikely]]
+  if (impl_->streams != nullptr) [[unlikely]] {
+    std::unique_lock guard(impl_->lock);
     return reinterpret_cast<void*>(impl_->allocate_streamed(guard, bytes, tag, nullptr));
+  }
+  std::lock_guard guard(impl_->lock);
   return reinterpret_cast<void*>(impl_->allocate(bytes, tag));
 }
 
 void* Allocator::allocate(std::size_t bytes, Tag tag) {
+  if (impl_->streams != nullptr) [[unlikely]] return allocate_with_streams(bytes, nullptr, tag);
+  OomDetails numbers;
+  {
+    std::lock_guard guard(impl_->lock);
+    if (std::uint64_t addr = impl_->allocate(bytes, tag)) return reinterpret_cast<void*>(addr);
+    numbers = impl_->oom_numbers(bytes, tag);
+  }
+  throw OutOfMemory(explain_oom(std::move(numbers)));
+}
+
+void* Allocator::allocate_with_streams(std::size_t bytes, const void* stream, Tag tag) {
   OomDetails numbers;
   {
     std::unique_lock guard(impl_->lock);
-    if (impl_->streams != nullptr) [[unlikely]] {
-      if (std::uint64_t addr = impl_->allocate_streamed(guard, bytes, tag, nullptr)) return reinterpret_cast<void*>(addr);
-    } else if (std::uint64_t addr = impl_->allocate(bytes, tag)) {
-      return reinterpret_cast<void*>(addr);
-    }
+    const auto* handle = static_cast<const engine::StreamHandle*>(stream);
+    if (std::uint64_t addr = impl_->allocate_streamed(guard, bytes, tag, handle)) return reinterpret_cast<void*>(addr);
     numbers = impl_->oom_numbers(bytes, tag);
   }
   throw OutOfMemory(explain_oom(std::move(numbers)));
@@ -289,16 +311,8 @@ void* Allocator::try_allocate(std::size_t bytes, Stream stream, Tag tag) noexcep
 }
 
 void* Allocator::allocate(std::size_t bytes, Stream stream, Tag tag) {
-  OomDetails numbers;
-  {
-    std::unique_lock guard(impl_->lock);
-    const std::uint64_t addr = impl_->streams == nullptr
-                                   ? impl_->allocate(bytes, tag)
-                                   : impl_->allocate_streamed(guard, bytes, tag, &stream.handle);
-    if (addr != 0) return reinterpret_cast<void*>(addr);
-    numbers = impl_->oom_numbers(bytes, tag);
-  }
-  throw OutOfMemory(explain_oom(std::move(numbers)));
+  if (impl_->streams == nullptr) return allocate(bytes, tag);
+  return allocate_with_streams(bytes, &stream.handle, tag);
 }
 
 void Allocator::deallocate(void* ptr, Stream stream) {
@@ -332,14 +346,7 @@ void Allocator::deallocate(void* ptr) {
   if (ptr == nullptr) return;
   const auto addr = reinterpret_cast<std::uint64_t>(ptr);
   std::lock_guard guard(impl_->lock);
-  if (impl_->streams != nullptr) [[unlikely]] {
-    if (impl_->streams->is_parked(addr)) impl_->throw_bad_free(addr);
-    if (impl_->heap->find_live(addr)) {
-      impl_->streams->forget_streams(addr);
-      // Before the heap may unmap (a release threshold): the next unmap waits for the whole device.
-      if (backings::StreamEvents* events = impl_->backing->stream_events()) events->note_unordered_free();
-    }
-  }
+  if (impl_->streams != nullptr) [[unlikely]] impl_->before_unordered_free(addr);
   const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
   engine::Heap::Freed freed;
   if (!impl_->heap->deallocate(addr, freed)) impl_->throw_bad_free(addr);
