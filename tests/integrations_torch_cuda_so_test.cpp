@@ -35,6 +35,13 @@ std::string run(const std::string& command) {
   return output;
 }
 
+// Where the build put the library, unless PLIMSOLL_TORCH_CUDA_SO names another copy (scripts/gpu-check.sh runs
+// this test from a bundle built elsewhere).
+std::string library_path() {
+  const char* path = std::getenv("PLIMSOLL_TORCH_CUDA_SO");
+  return path != nullptr && *path != '\0' ? path : PLIMSOLL_TORCH_CUDA_SO;
+}
+
 bool cuda_device_configured() {
   // A machine with a GPU (and, once the runtime wiring lands, cuda:0) would hand out memory: skip the
   // "no device" expectations there rather than fail.
@@ -45,7 +52,7 @@ bool cuda_device_configured() {
 }
 
 TEST(TorchCudaSo, ExportsOnlyTheAllocatorEntryPoints) {
-  const std::string symbols = run(std::string("nm -D --defined-only ") + PLIMSOLL_TORCH_CUDA_SO + " 2>&1");
+  const std::string symbols = run("nm -D --defined-only " + library_path() + " 2>&1");
   ASSERT_THAT(symbols, HasSubstr("plimsoll_torch_malloc"));
   std::vector<std::string> exported;
   std::size_t at = 0;
@@ -70,7 +77,7 @@ TEST(TorchCudaSo, MallocWithoutACudaDeviceReturnsNullAndSaysWhyOnce) {
   ::unsetenv("PLIMSOLL_VISIBLE_DEVICES");
   ::unsetenv("PLIMSOLL_TORCH_RECORD");
   ::setenv("PLIMSOLL_CPU_FALLBACK", "0", 1);
-  void* library = ::dlopen(PLIMSOLL_TORCH_CUDA_SO, RTLD_NOW | RTLD_LOCAL);
+  void* library = ::dlopen(library_path().c_str(), RTLD_NOW | RTLD_LOCAL);
   ASSERT_NE(library, nullptr) << ::dlerror();
   auto torch_malloc = reinterpret_cast<Malloc>(::dlsym(library, "plimsoll_torch_malloc"));
   auto torch_free = reinterpret_cast<Free>(::dlsym(library, "plimsoll_torch_free"));
