@@ -13,7 +13,7 @@
 set -uo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$repo_root"
+cd "$repo_root" || exit 4
 out="${OUT:-$repo_root/gpu-check-out}"
 mkdir -p "$out"
 checks="$out/checks.jsonl"
@@ -25,55 +25,13 @@ budget_s=480  # steps start only within the first 8 minutes; the last one is cap
 python="$(command -v python3 || true)"
 say() { printf 'gpu-check: %s\n' "$*" >&2; }
 
+report() { "$python" scripts/gpu_check_report.py "$@"; }
 # record NAME STATUS DETAIL [SECONDS]: one line of checks.jsonl (status pass, fail or skip).
 record() {
-  local name="$1" status="$2" detail="$3" seconds="${4:-0}"
-  "$python" -c 'import json,sys; print(json.dumps({"name":sys.argv[1],"status":sys.argv[2],"detail":sys.argv[3],"seconds":float(sys.argv[4])}))' \
-    "$name" "$status" "$detail" "$seconds" >>"$checks"
-  say "$status: $name: $detail"
+  report record "$checks" "$1" "$2" "$3" "${4:-0}"
+  say "$2: $1: $3"
 }
-
-finish() {
-  local status="$1" gpu="${2:-}" driver="${3:-}"
-  "$python" - "$checks" "$out" "$status" "$gpu" "$driver" "$bundle" <<'PYTHON'
-import json, sys, datetime, os
-checks_path, out, status, gpu, driver, bundle = sys.argv[1:7]
-checks = [json.loads(line) for line in open(checks_path) if line.strip()]
-benchmarks = []
-for name in ("replay-plimsoll.jsonl", "replay-torch.jsonl"):
-    path = os.path.join(out, name)
-    if os.path.exists(path):
-        benchmarks += [json.loads(line) for line in open(path) if line.strip().startswith("{")]
-manifest = open(os.path.join(bundle, "MANIFEST")).read() if os.path.exists(os.path.join(bundle, "MANIFEST")) else ""
-not_built = [
-    "the smallest memory limit at which each trace replays without OOM (needs one process per limit: a search)",
-    "cudaMalloc/cudaFree and cudaMallocAsync timed from C++ (the Python replay includes Python's call overhead)",
-    "ResNet-50 / 1.05 x peak-live training under PLIMSOLL_MEMORY_LIMIT vs set_per_process_memory_fraction",
-    "the fake-driver tests with their hooks replaced by real streams (they run here on the fake, as in CI)",
-]
-result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "status": status,
-          "gpu": gpu, "driver": driver, "bundle": manifest.strip().splitlines(), "checks": checks,
-          "benchmarks": benchmarks, "not_built": not_built}
-json.dump(result, open(os.path.join(out, "gpu-check.json"), "w"), indent=1)
-lines = [f"# plimsoll GPU acceptance run: {status}", "", f"GPU: {gpu or 'none'}; driver {driver or 'none'}; "
-         f"{result['date']}", "", "| check | status | detail | s |", "|---|---|---|---|"]
-for c in checks:
-    lines.append(f"| {c['name']} | {c['status']} | {c['detail'].replace('|', '/')} | {c['seconds']:.0f} |")
-if benchmarks:
-    lines += ["", "| benchmark | trace | allocator | streams | ns median | ns p99 | peak reserved | peak used (cuMemGetInfo) | peak live |",
-              "|---|---|---|---|---|---|---|---|---|"]
-    for b in benchmarks:
-        if "skipped" in b:
-            continue
-        lines.append(f"| {b.get('bench','torch replay')} | {b.get('trace')} | {b.get('allocator', b.get('mode'))} | "
-                     f"{b.get('streams', 1)} | {b.get('ns_median', b.get('p50_ns', ''))} | "
-                     f"{b.get('ns_p99', b.get('p99_ns', ''))} | {b.get('peak_reserved_bytes', b.get('peak_reserved', ''))} | "
-                     f"{b.get('peak_device_used_bytes', '')} | {b.get('trace_peak_live_bytes', b.get('peak_live', ''))} |")
-lines += ["", "Not built yet: " + "; ".join(not_built)]
-open(os.path.join(out, "gpu-check.md"), "w").write("\n".join(lines) + "\n")
-print("\n".join(lines))
-PYTHON
-}
+finish() { report finish "$checks" "$out" "$1" "${2:-}" "${3:-}" "$bundle"; }
 
 if [[ -z "$python" ]]; then
   echo "gpu-check: python3 is not on PATH; it writes the JSON and markdown results" >&2
@@ -151,7 +109,10 @@ for test in gpu_cuda_streams_test backings_cuda_vmm_test runtime_cuda_devices_te
 done
 
 # 3. compute-sanitizer memcheck on the multi-stream real-driver test.
-sanitizer="$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1 || true)"
+sanitizer="$(command -v compute-sanitizer || true)"
+for candidate in /usr/local/cuda*/bin/compute-sanitizer; do
+  [[ -z "$sanitizer" && -x "$candidate" ]] && sanitizer="$candidate"
+done
 if [[ -z "$sanitizer" ]]; then
   record "compute-sanitizer memcheck" skip "compute-sanitizer is not installed (not on PATH, not in /usr/local/cuda*/bin)"
 elif step "compute-sanitizer memcheck" 240; then
@@ -175,7 +136,7 @@ if step "PyTorch: empty_cache, reset_peak, stats, OOM" 90; then
   began=$SECONDS
   torch_step torch-calls "$step_limit" calls --so "$so"
   case $torch_code in
-    0) record "PyTorch: empty_cache, reset_peak, stats, OOM" pass "$(echo "$torch_out" | "$python" -c 'import json,sys; d=json.load(sys.stdin); print("torch", d["torch"], "on", d["gpu"])')" $((SECONDS - began)) ;;
+    0) record "PyTorch: empty_cache, reset_peak, stats, OOM" pass "$(report torch-line "$torch_out")" $((SECONDS - began)) ;;
     77) record "PyTorch: empty_cache, reset_peak, stats, OOM" skip "$torch_out" $((SECONDS - began)) ;;
     *) record "PyTorch: empty_cache, reset_peak, stats, OOM" fail "exit $torch_code: ${torch_out:-see torch-calls.stderr}" $((SECONDS - began)) ;;
   esac
@@ -191,13 +152,7 @@ if step "PyTorch: same losses as its own allocator" 180; then
   elif [[ $native_code -ne 0 || $plimsoll_code -ne 0 ]]; then
     record "PyTorch: same losses as its own allocator" fail "exit $native_code/$plimsoll_code; see torch-*.stderr" $((SECONDS - began))
   else
-    verdict="$("$python" -c 'import json,sys
-n, p = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-diff = max(abs(a - b) for a, b in zip(n["losses"], p["losses"]))
-same = diff == 0 and n["held_out_accuracy"] == p["held_out_accuracy"]
-print(("pass" if same else "fail") + f"|{len(p['losses'])} steps, max loss difference {diff:.3g}, held-out accuracy "
-      f"{n['held_out_accuracy']:.4f} vs {p['held_out_accuracy']:.4f}, step {p['step_ms_median']:.2f} ms vs "
-      f"{n['step_ms_median']:.2f} ms ({p['step_ms_median'] / n['step_ms_median']:.3f}x PyTorch)")' "$native" "$plimsoll")"
+    verdict="$(report compare-training "$native" "$plimsoll")"
     record "PyTorch: same losses as its own allocator" "${verdict%%|*}" "${verdict#*|}" $((SECONDS - began))
   fi
 fi
@@ -211,7 +166,7 @@ for trace in resnet50-b32 gpt-6-512-b8; do
     began=$SECONDS
     if timeout "$step_limit" "$bundle/bin/plimsoll_replay_bench" --allocator plimsoll-on_demand --device cuda:0 \
          --trace "$traces/$trace.trace" --reps 10 --label plimsoll-cuda >>"$out/replay-plimsoll.jsonl" 2>"$out/replay-$trace.stderr"; then
-      record "C++ replay $trace on cuda:0" pass "$(tail -1 "$out/replay-plimsoll.jsonl" | "$python" -c 'import json,sys; d=json.load(sys.stdin); print(f"{d[\"p50_ns\"]:.0f} ns median, {d[\"p99_ns\"]:.0f} ns p99 per call; peak reserved {d[\"peak_reserved\"]}, live {d[\"peak_live\"]}")')" $((SECONDS - began))
+      record "C++ replay $trace on cuda:0" pass "$(report replay-line "$(tail -1 "$out/replay-plimsoll.jsonl")")" $((SECONDS - began))
     else
       record "C++ replay $trace on cuda:0" fail "see replay-$trace.stderr" $((SECONDS - began))
     fi
