@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backings/cuda_vmm_backing.hpp"
+#include "backings/pinned_host_backing.hpp"
 #include "devices/cuda_driver.hpp"
 #include "plimsoll/allocator.hpp"
 
@@ -34,6 +35,7 @@ struct TestCalls {
   cu::Result (*memset_d32_async)(cu::DevicePtr, unsigned int, std::size_t, cu::Stream) = nullptr;
   cu::Result (*memcpy_dtoh)(void*, cu::DevicePtr, std::size_t) = nullptr;
   cu::Result (*ctx_set_current)(cu::Context) = nullptr;
+  cu::Result (*memcpy_htod_async)(cu::DevicePtr, const void*, std::size_t, cu::Stream) = nullptr;
 };
 
 template <class F>
@@ -59,7 +61,8 @@ class RealDriver : public ::testing::Test {
                 bind(library, "cuStreamSynchronize", calls_.stream_synchronize) &&
                 bind(library, "cuMemsetD32Async", calls_.memset_d32_async) &&
                 bind(library, "cuMemcpyDtoH_v2", calls_.memcpy_dtoh) &&
-                bind(library, "cuCtxSetCurrent", calls_.ctx_set_current));
+                bind(library, "cuCtxSetCurrent", calls_.ctx_set_current) &&
+                bind(library, "cuMemcpyHtoDAsync_v2", calls_.memcpy_htod_async));
     ASSERT_EQ(api_->device_get(&device_, 0), cu::kSuccess);
     ASSERT_EQ(api_->primary_ctx_retain(&context_, device_), cu::kSuccess);
     ASSERT_EQ(calls_.ctx_set_current(context_), cu::kSuccess);  // as PyTorch's thread has it
@@ -159,6 +162,35 @@ TEST_F(RealDriver, RandomMultiStreamWorkloadWithTrimsEndsWithoutADriverError) {
   allocator_->trim();
   EXPECT_EQ(allocator_->stats().reserved_bytes, 0u);
   EXPECT_EQ(allocator_->stats().parked_bytes, 0u);
+}
+
+TEST_F(RealDriver, PinnedHostBuffersCopyAsynchronouslyAndWaitForTheirCopy) {
+  if (!api_->has_host_register()) GTEST_SKIP() << "the driver lacks cuMemHostRegister";
+  DeviceDescription description;
+  description.name = "cpu-pinned";
+  description.hardware = "pinned host memory";
+  description.limit_bytes = 256 * MiB;
+  Allocator pinned(description, std::make_unique<backings::PinnedHostBacking>(*api_, device_, 1024 * MiB));
+  ASSERT_TRUE(pinned.stream_ordered());
+  cu::Stream copies = new_stream();
+  cu::Stream other = new_stream();
+  const std::uint64_t bytes = 64 * MiB;
+  void* target = allocator_->allocate(bytes, Stream{copies});
+  auto* staging = static_cast<std::uint32_t*>(pinned.allocate(bytes, Stream{copies}));
+  for (std::uint64_t i = 0; i < bytes / 4; ++i) staging[i] = 0x5a5a0000u + static_cast<std::uint32_t>(i % 1000);
+  for (int i = 0; i < 8; ++i)  // a few copies, so the stream is busy for a while
+    ASSERT_EQ(calls_.memcpy_htod_async(reinterpret_cast<cu::DevicePtr>(target), staging, bytes, copies), cu::kSuccess);
+  pinned.deallocate(staging, Stream{copies});
+  void* elsewhere = pinned.allocate(bytes, Stream{other});
+  if (pinned.stats().parked_bytes > 0) {
+    EXPECT_NE(elsewhere, static_cast<void*>(staging)) << "a staging buffer reused while its copy still reads it";
+  }
+  ASSERT_EQ(calls_.stream_synchronize(copies), cu::kSuccess);
+  EXPECT_EQ(read_word(target, 4 * 999), 0x5a5a0000u + 999u);
+  pinned.deallocate(elsewhere, Stream{other});
+  allocator_->deallocate(target, Stream{copies});
+  pinned.trim();
+  EXPECT_EQ(pinned.stats().reserved_bytes, 0u);
 }
 
 }  // namespace
