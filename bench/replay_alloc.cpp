@@ -9,6 +9,7 @@
 #include <exception>
 #include <iostream>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,7 @@ struct Options {
   std::string label;
   std::string record_path;  // plimsoll only: record every event to this trace file while replaying
   bool call_sites = false;
+  std::string device = "cpu";  // plimsoll only: cuda:0 replays on a GPU (host time per call, device memory)
 };
 
 struct Measurement {
@@ -138,7 +140,10 @@ int run(const Options& options) {
 
   const auto growth = plimsoll::parse_growth(options.allocator.substr(std::string("plimsoll-").size()));
   plimsoll::Runtime runtime(plimsoll_config(growth));
-  plimsoll::Allocator& device = runtime.device("cpu");
+  plimsoll::Allocator& device = runtime.device(options.device);
+  if (options.touch && device.description().name.rfind("cpu", 0) != 0)
+    throw std::runtime_error("--touch writes through the pointers, which only host memory allows; drop --touch for " +
+                             options.device);
   plimsoll::bench::PlimsollTarget target{device};
   std::shared_ptr<plimsoll::Recording> recording;
   if (!options.record_path.empty()) {
@@ -159,6 +164,7 @@ int run(const Options& options) {
   line["call_sites"] = options.call_sites;
   line["maps"] = stats.maps;
   line["unmaps"] = stats.unmaps;
+  line["device"] = device.description().name;
   std::cout << line.dump() << '\n';
   return 0;
 }
@@ -180,6 +186,7 @@ int main(int argc, char** argv) {
   app.add_option("--label", options.label, "name to report instead of --allocator (e.g. jemalloc)");
   app.add_option("--record", options.record_path, "plimsoll only: record every event to this trace file");
   app.add_flag("--call-sites", options.call_sites, "with --record: capture the call site of every allocation");
+  app.add_option("--device", options.device, "plimsoll only: the device to replay on (default cpu; cuda:0 on a GPU)");
   CLI11_PARSE(app, argc, argv);
 
   try {

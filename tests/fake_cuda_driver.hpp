@@ -68,10 +68,15 @@ struct Counters {
   std::uint64_t ctx_pop = 0;
   std::uint64_t primary_retain = 0;
   std::uint64_t primary_release = 0;
+  std::uint64_t event_create = 0;
+  std::uint64_t event_record = 0;
+  std::uint64_t event_query = 0;
+  std::uint64_t host_register = 0;
+  std::uint64_t host_unregister = 0;
 };
 
 /// Which call an injected failure hits.
-enum class Call { create, map, set_access, unmap };
+enum class Call { create, map, set_access, unmap, event_create, event_record, host_register };
 
 class Driver;
 
@@ -142,6 +147,15 @@ class Driver {
     streams_.push_back(std::unique_ptr<Stream>(new Stream(*this)));
     return *streams_.back();
   }
+  /// Host bytes page-locked by cuMemHostRegister and not unregistered.
+  std::uint64_t registered_bytes() const {
+    const std::lock_guard lock(mutex_);
+    std::uint64_t bytes = 0;
+    for (const auto& [addr, length] : registered_) bytes += length;
+    return bytes;
+  }
+  /// The legacy default stream (the null CUstream): cuEventRecord on nullptr records on it.
+  Stream& default_stream() noexcept { return *default_stream_; }
   /// Whether a thread is waiting in cuCtxSynchronize right now.
   bool synchronizing() const {
     const std::lock_guard lock(mutex_);
@@ -271,7 +285,7 @@ class Driver {
   std::condition_variable streams_done_;  // notified when a stream completes work
   Options options_;
   Counters counters_;
-  Failure failures_[4];
+  Failure failures_[7];
   std::uint64_t used_ = 0;
   cu::MemHandle next_handle_ = 0x1000;
   int synchronizing_ = 0;
@@ -284,6 +298,8 @@ class Driver {
   std::map<std::uintptr_t, Mapping> mappings_;
   std::map<std::uintptr_t, PlainRegion> plain_;
   std::vector<std::unique_ptr<Stream>> streams_;
+  Stream* default_stream_ = nullptr;  // owned by streams_
+  std::map<std::uintptr_t, std::uint64_t> registered_;  // cuMemHostRegister'd ranges: start -> bytes
   std::set<Event*> events_;
 };
 
@@ -315,6 +331,8 @@ inline Driver::Driver(Options options) : options_(options) {
   Driver* expected = nullptr;
   if (!current_.compare_exchange_strong(expected, this))
     throw std::logic_error("only one fake_cuda::Driver may exist at a time");
+  streams_.push_back(std::unique_ptr<Stream>(new Stream(*this)));
+  default_stream_ = streams_.back().get();
 
   api_.init = [](unsigned int) { return cu::kSuccess; };
   api_.device_get_count = [](int* count) {
@@ -406,6 +424,8 @@ inline Driver::Driver(Options options) : options_(options) {
   }
   api_.event_create = [](cu::Event* event, unsigned int) {
     const std::lock_guard lock(current().mutex_);
+    ++current().counters_.event_create;
+    if (cu::Result result = cu::kSuccess; current().injected(Call::event_create, result)) return result;
     auto* created = new Event;
     current().events_.insert(created);
     *event = reinterpret_cast<cu::Event>(created);
@@ -418,6 +438,34 @@ inline Driver::Driver(Options options) : options_(options) {
     auto* destroyed = reinterpret_cast<Event*>(event);
     if (current().events_.erase(destroyed) == 0) return kErrorInvalidHandle;
     delete destroyed;
+    return cu::kSuccess;
+  };
+  // cuMemHostRegister: the range must be mapped host memory (checked: the fake reads every page's first byte)
+  // overlapping no registered range (CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED); cuMemHostUnregister takes exactly
+  // a registered start (else CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED), as on the real driver.
+  api_.mem_host_register = [](void* pointer, std::size_t bytes, unsigned int) {
+    Driver& d = current();
+    if (!d.has_context()) return kErrorInvalidContext;
+    const std::lock_guard lock(d.mutex_);
+    ++d.counters_.host_register;
+    if (cu::Result result = cu::kSuccess; d.injected(Call::host_register, result)) return result;
+    const auto start = reinterpret_cast<std::uintptr_t>(pointer);
+    if (pointer == nullptr || bytes == 0) return cu::kErrorInvalidValue;
+    const auto next = d.registered_.lower_bound(start);
+    if ((next != d.registered_.end() && next->first < start + bytes) ||
+        (next != d.registered_.begin() && std::prev(next)->first + std::prev(next)->second > start))
+      return cu::Result{712};  // CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
+    for (std::uint64_t offset = 0; offset < bytes; offset += 4096)
+      static_cast<void>(*static_cast<volatile const char*>(static_cast<char*>(pointer) + offset));
+    d.registered_.emplace(start, bytes);
+    return cu::kSuccess;
+  };
+  api_.mem_host_unregister = [](void* pointer) {
+    Driver& d = current();
+    if (!d.has_context()) return kErrorInvalidContext;
+    const std::lock_guard lock(d.mutex_);
+    ++d.counters_.host_unregister;
+    if (d.registered_.erase(reinterpret_cast<std::uintptr_t>(pointer)) == 0) return cu::Result{713};
     return cu::kSuccess;
   };
   // Cross-stream ordering is not modelled: the wait is accepted and nothing more.
@@ -623,9 +671,11 @@ inline cu::Result Driver::ctx_synchronize() {
 
 inline cu::Result Driver::event_record(cu::Event event, cu::Stream stream) {
   const std::lock_guard lock(mutex_);
+  ++counters_.event_record;
+  if (cu::Result result = cu::kSuccess; injected(Call::event_record, result)) return result;
   auto* recorded = reinterpret_cast<Event*>(event);
-  auto* on = reinterpret_cast<Stream*>(stream);
-  if (events_.count(recorded) == 0 || on == nullptr) return kErrorInvalidHandle;
+  auto* on = stream == nullptr ? default_stream_ : reinterpret_cast<Stream*>(stream);
+  if (events_.count(recorded) == 0) return kErrorInvalidHandle;
   recorded->stream = on;
   recorded->target = on->submitted_;
   return cu::kSuccess;
@@ -633,6 +683,7 @@ inline cu::Result Driver::event_record(cu::Event event, cu::Stream stream) {
 
 inline cu::Result Driver::event_query(cu::Event event) {
   const std::lock_guard lock(mutex_);
+  ++counters_.event_query;
   auto* queried = reinterpret_cast<Event*>(event);
   if (events_.count(queried) == 0) return kErrorInvalidHandle;
   if (queried->stream == nullptr || queried->stream->completed_ >= queried->target) return cu::kSuccess;

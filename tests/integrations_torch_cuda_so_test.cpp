@@ -1,6 +1,6 @@
 // libplimsoll_torch_cuda.so as PyTorch loads it: dlopen, dlsym of the CUDAPluggableAllocator entry points.
 // Without a usable CUDA device (CI, this machine) plimsoll_torch_malloc must return NULL, say why once on
-// stderr, and not crash; and the library must export its three C functions and nothing else.
+// stderr, and not crash; and the library must export its five C functions and nothing else.
 #include <dlfcn.h>
 #include <sys/types.h>
 
@@ -23,6 +23,8 @@ using ::testing::HasSubstr;
 using Malloc = void* (*)(ssize_t, int, plimsoll_cuda_stream);
 using Free = void (*)(void*, ssize_t, int, plimsoll_cuda_stream);
 using StatsJson = const char* (*)(int);
+using EmptyCache = long long (*)(int);
+using ResetPeak = int (*)(int);
 
 std::string run(const std::string& command) {
   std::string output;
@@ -31,6 +33,13 @@ std::string run(const std::string& command) {
   std::array<char, 4096> buffer{};
   while (std::fgets(buffer.data(), static_cast<int>(buffer.size()), pipe.get()) != nullptr) output += buffer.data();
   return output;
+}
+
+// Where the build put the library, unless PLIMSOLL_TORCH_CUDA_SO names another copy (scripts/gpu-check.sh runs
+// this test from a bundle built elsewhere).
+std::string library_path() {
+  const char* path = std::getenv("PLIMSOLL_TORCH_CUDA_SO");
+  return path != nullptr && *path != '\0' ? path : PLIMSOLL_TORCH_CUDA_SO;
 }
 
 bool cuda_device_configured() {
@@ -43,7 +52,7 @@ bool cuda_device_configured() {
 }
 
 TEST(TorchCudaSo, ExportsOnlyTheAllocatorEntryPoints) {
-  const std::string symbols = run(std::string("nm -D --defined-only ") + PLIMSOLL_TORCH_CUDA_SO + " 2>&1");
+  const std::string symbols = run("nm -D --defined-only " + library_path() + " 2>&1");
   ASSERT_THAT(symbols, HasSubstr("plimsoll_torch_malloc"));
   std::vector<std::string> exported;
   std::size_t at = 0;
@@ -55,7 +64,9 @@ TEST(TorchCudaSo, ExportsOnlyTheAllocatorEntryPoints) {
     if (line.size() > 19 && line[17] != 'A' && line[17] != 'w' && line[17] != 'U') exported.push_back(line.substr(19));
   }
   EXPECT_THAT(exported, ::testing::UnorderedElementsAre("plimsoll_torch_malloc", "plimsoll_torch_free",
-                                                        "plimsoll_torch_cuda_stats_json"))
+                                                        "plimsoll_torch_cuda_stats_json",
+                                                        "plimsoll_torch_cuda_empty_cache",
+                                                        "plimsoll_torch_cuda_reset_peak"))
       << symbols;
 }
 
@@ -66,7 +77,7 @@ TEST(TorchCudaSo, MallocWithoutACudaDeviceReturnsNullAndSaysWhyOnce) {
   ::unsetenv("PLIMSOLL_VISIBLE_DEVICES");
   ::unsetenv("PLIMSOLL_TORCH_RECORD");
   ::setenv("PLIMSOLL_CPU_FALLBACK", "0", 1);
-  void* library = ::dlopen(PLIMSOLL_TORCH_CUDA_SO, RTLD_NOW | RTLD_LOCAL);
+  void* library = ::dlopen(library_path().c_str(), RTLD_NOW | RTLD_LOCAL);
   ASSERT_NE(library, nullptr) << ::dlerror();
   auto torch_malloc = reinterpret_cast<Malloc>(::dlsym(library, "plimsoll_torch_malloc"));
   auto torch_free = reinterpret_cast<Free>(::dlsym(library, "plimsoll_torch_free"));
@@ -86,6 +97,12 @@ TEST(TorchCudaSo, MallocWithoutACudaDeviceReturnsNullAndSaysWhyOnce) {
   EXPECT_THAT(said, HasSubstr("returning NULL to PyTorch for cuda:0"));
   EXPECT_EQ(said.find("returning NULL"), said.rfind("returning NULL")) << "said once, not per call:\n" << said;
   EXPECT_EQ(stats_json(0), nullptr) << "no device was created";
+  auto empty_cache = reinterpret_cast<EmptyCache>(::dlsym(library, "plimsoll_torch_cuda_empty_cache"));
+  auto reset_peak = reinterpret_cast<ResetPeak>(::dlsym(library, "plimsoll_torch_cuda_reset_peak"));
+  ASSERT_NE(empty_cache, nullptr);
+  ASSERT_NE(reset_peak, nullptr);
+  EXPECT_EQ(empty_cache(0), -1) << "no device was created";
+  EXPECT_EQ(reset_peak(0), -1);
   EXPECT_EQ(torch_malloc(-1, 0, nullptr), nullptr);
   // Not dlclosed: the runtime it created lives until the process exits, as under PyTorch.
 }

@@ -16,7 +16,7 @@ using ::testing::StartsWith;
 
 constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
 constexpr const char* kAcceptedForms =
-    "expected cpu, cuda:N or sim:SIZE (e.g. sim:16GiB), optionally /K for logical device K";
+    "expected cpu, cpu-pinned, cuda:N or sim:SIZE (e.g. sim:16GiB), optionally /K for logical device K";
 
 std::string rejection_of(const std::string& text) {
   try {
@@ -45,6 +45,26 @@ TEST(DeviceNameParse, Cpu) {
   EXPECT_EQ(name.kind, DeviceKind::cpu);
   EXPECT_EQ(name.logical, -1);
   EXPECT_EQ(name, cpu());
+}
+
+TEST(DeviceNameParse, CpuPinned) {
+  const DeviceName name = DeviceName::parse("cpu-pinned");
+  EXPECT_EQ(name.kind, DeviceKind::cpu);
+  EXPECT_TRUE(name.pinned);
+  EXPECT_EQ(name.str(), "cpu-pinned");
+  EXPECT_NE(name, DeviceName::parse("cpu")) << "pinned and pageable host memory are different devices";
+  const DeviceName logical = DeviceName::parse("cpu-pinned/1");
+  EXPECT_EQ(logical.logical, 1);
+  EXPECT_EQ(logical.physical(), name);
+  EXPECT_EQ(logical.str(), "cpu-pinned/1");
+  EXPECT_THROW(DeviceName::parse("cpu-pinnedx"), InvalidArgument);
+  EXPECT_THROW(DeviceName::parse("cpu-pinned:0"), InvalidArgument);
+  try {
+    DeviceName::parse("pinned");
+    FAIL();
+  } catch (const InvalidArgument& error) {
+    EXPECT_THAT(error.what(), HasSubstr("cpu-pinned"));
+  }
 }
 
 TEST(DeviceNameParse, CudaWithIndex) {

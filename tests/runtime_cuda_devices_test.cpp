@@ -277,4 +277,53 @@ TEST(RuntimeCudaDevices, NoDriverStillSaysWhy) {
               HasSubstr("cuda:0 is not available: no CUDA driver (libcuda.so.1 not found)"));
 }
 
+// cpu-pinned: host memory page-locked through the driver (tests/backings_pinned_host_test.cpp has the backing).
+TEST(RuntimeCudaDevices, CpuPinnedIsPageLockedWithAShareOfTheHostAsItsDefaultLimit) {
+  Driver driver(fake_gpu());
+  auto runtime = runtime_on(driver, quiet_config());
+  plimsoll::Allocator& pinned = runtime->device("cpu-pinned");
+  EXPECT_EQ(pinned.description().name, "cpu-pinned");
+  EXPECT_EQ(pinned.description().hardware, "pinned host memory");
+  EXPECT_EQ(pinned.description().limit_bytes, 16 * kGiB / 8) << "an eighth of the host by default";
+  EXPECT_NE(&pinned, &runtime->device("cpu")) << "a device of its own";
+  ASSERT_TRUE(pinned.stream_ordered());
+  plimsoll::fake_cuda::Stream& copies = driver.create_stream();
+  void* batch = pinned.allocate(4 * kMiB, plimsoll::Stream{copies.handle()});
+  std::memset(batch, 3, 4 * kMiB);
+  EXPECT_EQ(driver.registered_bytes(), pinned.stats().reserved_bytes);
+  EXPECT_GE(driver.registered_bytes(), 4 * kMiB);
+  pinned.deallocate(batch, plimsoll::Stream{copies.handle()});
+  pinned.trim();
+  EXPECT_EQ(driver.registered_bytes(), 0u);
+  bool listed = false;
+  for (const plimsoll::DeviceListing& row : runtime->list_devices()) {
+    if (row.name != "cpu-pinned") continue;
+    listed = true;
+    EXPECT_EQ(row.limit_bytes, 16 * kGiB / 8);
+    EXPECT_THAT(row.details, HasSubstr("cuMemHostRegister"));
+  }
+  EXPECT_TRUE(listed);
+}
+
+TEST(RuntimeCudaDevices, CpuPinnedTakesItsOwnLimitAndReportsOutOfMemoryByName) {
+  Driver driver(fake_gpu());
+  Config config = quiet_config();
+  config.device_policies["cpu-pinned"].memory_limit = 64 * kMiB;
+  auto runtime = runtime_on(driver, config);
+  plimsoll::Allocator& pinned = runtime->device("cpu-pinned");
+  EXPECT_EQ(pinned.description().limit_bytes, 64 * kMiB);
+  EXPECT_THAT(error_of<plimsoll::OutOfMemory>([&] { pinned.allocate(80 * kMiB); }), HasSubstr("cpu-pinned"));
+  EXPECT_EQ(driver.registered_bytes(), pinned.stats().reserved_bytes) << "nothing half-registered";
+}
+
+TEST(RuntimeCudaDevices, CpuPinnedWithoutADriverSaysWhyAndIsNotListed) {
+  auto runtime = std::make_unique<Runtime>(quiet_config());
+  plimsoll::GpuScan scan;
+  scan.unavailable_reason = "no CUDA driver (libcuda.so.1 not found)";
+  runtime->inject_hardware(scan, fake_host());
+  EXPECT_THAT(error_of<DeviceUnavailable>([&] { runtime->device("cpu-pinned"); }),
+              AllOf(HasSubstr("cpu-pinned is not available"), HasSubstr("cuMemHostRegister"), HasSubstr("use cpu")));
+  for (const plimsoll::DeviceListing& row : runtime->list_devices()) EXPECT_NE(row.name, "cpu-pinned");
+}
+
 }  // namespace

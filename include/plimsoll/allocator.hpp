@@ -37,6 +37,14 @@ inline constexpr Tag kUntagged = 0;
 Tag intern_tag(std::string_view name);
 std::string_view tag_name(Tag tag);
 
+/// A CUDA stream (a CUstream or cudaStream_t; nullptr is the legacy default stream), opaque to plimsoll. On a
+/// CUDA device, memory freed on a stream is reused at once by that stream and by the others once the stream's
+/// work queued before the free has completed (docs/engine.md, "CUDA backings and streams"). Host and simulated
+/// devices run in program order and ignore streams.
+struct Stream {
+  void* handle = nullptr;
+};
+
 class Allocator {
  public:
   /// A device over an explicit backing. Most code gets its allocators from Runtime instead.
@@ -52,7 +60,23 @@ class Allocator {
   /// Like allocate, but returns nullptr instead of throwing (the OOM is still counted in stats()).
   void* try_allocate(std::size_t bytes, Tag tag = kUntagged) noexcept;
   /// Throws InvalidFree (with the address) for an address that is not live; nothing is changed then.
+  /// Without a stream, a CUDA device cannot know which streams still use the block: it is free at once, and the
+  /// next unmap of cached memory waits for the whole device (cuCtxSynchronize) first. Prefer the stream overload.
   void deallocate(void* ptr);
+
+  /// `stream`: where the memory is first used. May take a block freed on `stream` whose work is still queued.
+  void* allocate(std::size_t bytes, Stream stream, Tag tag = kUntagged);
+  void* try_allocate(std::size_t bytes, Stream stream, Tag tag = kUntagged) noexcept;
+  /// `stream`: where the memory was last used (its allocation stream, unless record_stream says more). The block
+  /// is parked behind an event on `stream`: `stream` may reuse it at once, every stream once the event completed.
+  void deallocate(void* ptr, Stream stream);
+  /// The live allocation at `ptr` is also used on `stream` (torch's record_stream): when it is freed, nobody
+  /// reuses it before the work queued on `stream` up to the free has completed. Throws InvalidArgument for a
+  /// pointer that is not a live allocation. No effect on host and simulated devices.
+  void record_stream(void* ptr, Stream stream);
+  /// Whether this device orders reuse by streams (a CUDA device whose driver has events); false on host and
+  /// simulated devices, which ignore streams.
+  bool stream_ordered() const noexcept;
   /// True when `ptr` is the start of a live allocation of this device.
   bool owns(const void* ptr) const;
 
@@ -64,8 +88,11 @@ class Allocator {
   /// fragmentation and at who holds what; it walks the whole heap, so it is not for hot paths.
   std::string snapshot() const;
 
-  /// Returns cached free memory to the backing; returns the bytes released.
+  /// Returns cached free memory to the backing; returns the bytes released. On a CUDA device it first waits for
+  /// the work queued before every parked free (stream-ordered reuse), so that their blocks can go too.
   std::uint64_t trim();
+  /// Peak in-use and reserved bytes (and each tag's peak) start again from the current values.
+  void reset_peaks();
   Stats stats() const;
   /// In-use and reserved bytes alone, for sampling after every operation (timelines): two counters read under
   /// the lock, where stats() also searches the heap for its largest free block and scans host page tables.
@@ -77,6 +104,8 @@ class Allocator {
   struct Impl;
 
  private:
+  void* allocate_with_streams(std::size_t bytes, const void* stream, Tag tag);
+
   std::unique_ptr<Impl> impl_;
 };
 

@@ -12,12 +12,14 @@ enum class DeviceKind { cpu, cuda, sim };
 
 /// A device as a user names it. `cuda:N` counts among the devices CUDA shows (after CUDA_VISIBLE_DEVICES),
 /// like torch's `cuda:N`. `sim:SIZE` is a simulated device of SIZE bytes: synthetic addresses, nothing touched.
+/// `cpu-pinned` is host memory page-locked through the CUDA driver (staging buffers for copies to a GPU).
 /// A suffix `/K` names logical device K carved out of that physical device: `cpu/1`, `cuda:0/0`, `sim:8GiB/1`.
 struct DeviceName {
   DeviceKind kind = DeviceKind::cpu;
   int index = 0;                 // cuda only
   std::uint64_t sim_bytes = 0;   // sim only
   int logical = -1;              // -1: the physical device itself
+  bool pinned = false;           // cpu only: `cpu-pinned`, page-locked host memory (docs/cuda.md, "Pinned host memory")
 
   DeviceName physical() const { DeviceName p = *this; p.logical = -1; return p; }
 

@@ -19,6 +19,8 @@
 
 namespace plimsoll {
 
+class Allocator;
+
 /// The seed of one sample's randomness, mixed from the pipeline's seed, the epoch and the sample's dataset index.
 /// It depends on nothing else, so augmentation is the same whatever the number of workers or the delivery order.
 std::uint64_t sample_seed(std::uint64_t seed, std::uint64_t epoch, std::uint64_t index) noexcept;
@@ -73,6 +75,11 @@ struct PipelineOptions {
   /// Grow the number of buffers from 2 until the consumer waits less than 1% of its step time, or the bounds stop
   /// it; metrics().autotune says what it chose and why.
   bool autotune = false;
+  /// Where batch buffers live: null for the C heap; runtime.device("cpu-pinned") builds batches in page-locked
+  /// memory, so copies to a GPU run as DMA, asynchronously (release each batch with release_when(copy done), e.g.
+  /// a cudaEventQuery of an event recorded after the copy). Must be host memory (cpu, cpu-pinned or one of their
+  /// logical devices) and outlive every batch. Buffers are allocated once (tag "pipeline batches") and reused.
+  Allocator* buffer_device = nullptr;
 };
 
 /// Bytes of one batch buffer for these options: each field's batch_size x sample_fields[i] bytes, rounded up to a

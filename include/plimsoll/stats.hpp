@@ -32,6 +32,9 @@ struct Stats {
   std::uint64_t maps = 0;                // map calls on the backing
   std::uint64_t unmaps = 0;
   std::uint64_t live_allocations = 0;
+  // CUDA devices: blocks the program freed on a stream whose queued work may still use them, not counted in
+  // in_use_bytes. Their stream may reuse them now, every other stream once the work completed.
+  std::uint64_t parked_bytes = 0;
   // Address space the device's heap reserved up front (what `top` counts as VIRT for a host device): a span
   // larger than the limit, so the heap can grow in place. It costs no memory until mapped.
   std::uint64_t address_space_bytes = 0;

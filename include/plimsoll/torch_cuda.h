@@ -17,11 +17,19 @@ typedef void* plimsoll_cuda_stream; /* a cudaStream_t (CUstream); NULL is the le
  * on `stream`. NULL when out of memory or the device is unavailable: PyTorch then raises its OutOfMemoryError,
  * and plimsoll's report is on stderr. */
 void* plimsoll_torch_malloc(ssize_t size, int device, plimsoll_cuda_stream stream);
-/* Frees `ptr` once the work queued on `stream` before this call has completed (conservative mode). */
+/* Frees `ptr`, last used on `stream`: reused at once by allocations on `stream` (stream order), by other streams
+ * once the work queued on `stream` before this call has completed. */
 void plimsoll_torch_free(void* ptr, ssize_t size, int device, plimsoll_cuda_stream stream);
 /* The device's counters as a JSON object ({"device":"cuda:0","in_use_bytes":...}), or NULL when the device was
  * never used. Valid until the calling thread's next call of this function. */
 const char* plimsoll_torch_cuda_stats_json(int device);
+/* torch.cuda.empty_cache() for plimsoll (which PyTorch's own call does not reach through a pluggable allocator):
+ * waits for the work queued before pending frees, then gives every cached granule of cuda:`device` back to the
+ * driver. Returns the bytes given back, or -1 when the device was never used. */
+long long plimsoll_torch_cuda_empty_cache(int device);
+/* torch.cuda.reset_peak_memory_stats(): the device's peaks start again from the current values. 0, or -1 when the
+ * device was never used. */
+int plimsoll_torch_cuda_reset_peak(int device);
 
 #ifdef __cplusplus
 }

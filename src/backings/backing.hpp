@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "backings/stream_events.hpp"
+
 namespace plimsoll::backings {
 
 struct BackingMemory {
@@ -38,6 +40,8 @@ class Backing {
   /// Whether the memory can be read and written by this process (false for the simulated device).
   virtual bool touchable() const noexcept = 0;
   virtual std::string describe() const = 0;
+  /// The device's events, for stream-ordered reuse; nullptr (the default) where memory is used in program order.
+  virtual StreamEvents* stream_events() noexcept { return nullptr; }
 };
 
 }  // namespace plimsoll::backings

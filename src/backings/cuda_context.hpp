@@ -27,6 +27,7 @@ class CudaPrimaryContext {
   CudaPrimaryContext& operator=(const CudaPrimaryContext&) = delete;
 
   cuda_driver::Device device() const noexcept { return device_; }
+  cuda_driver::Context handle() const noexcept { return context_; }
   /// cuMemGetInfo in this context: the whole device, other processes' use included. Throws Error on failure.
   BackingMemory memory() const;
 

@@ -36,6 +36,7 @@ std::uint64_t checked_granularity(std::uint64_t granularity) {
 CudaRegionBacking::CudaRegionBacking(const cu::Api& api, cu::Device device, std::uint64_t granularity)
     : api_(checked_api(api, device)),
       context_(api_, device),
+      events_(api_.has_events() ? std::make_unique<CudaStreamEvents>(api_, context_) : nullptr),
       granularity_(checked_granularity(granularity)),
       ledger_(granularity_) {}
 

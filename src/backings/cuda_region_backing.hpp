@@ -5,12 +5,14 @@
 // reserves 4x its limit and would be refused). Nothing is given back before the heap goes.
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <map>
 #include <mutex>
 #include <string>
 
 #include "backings/backing.hpp"
 #include "backings/cuda_context.hpp"
+#include "backings/cuda_stream_events.hpp"
 #include "backings/granules.hpp"
 #include "backings/mapping_ledger.hpp"
 #include "devices/cuda_driver.hpp"
@@ -40,11 +42,15 @@ class CudaRegionBacking final : public Backing {
   std::uint64_t granularity() const noexcept override { return granularity_; }
   BackingMemory memory() const override;  // cuMemGetInfo
   bool touchable() const noexcept override { return false; }
+  /// The device's events (nullptr when the driver lacks them): blocks freed on a stream wait for their own
+  /// events instead of the whole device.
+  StreamEvents* stream_events() noexcept override { return events_.get(); }
   std::string describe() const override;
 
  private:
   const cuda_driver::Api& api_;
   const CudaPrimaryContext context_;
+  const std::unique_ptr<CudaStreamEvents> events_;  // after context_, which it uses
   const std::uint64_t granularity_;
   mutable std::mutex mutex_;
   MappingLedger ledger_;

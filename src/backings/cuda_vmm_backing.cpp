@@ -55,6 +55,7 @@ std::uint64_t query_granularity(const cu::Api& api, const CudaPrimaryContext& co
 CudaVmmBacking::CudaVmmBacking(const cu::Api& api, cu::Device device)
     : api_(checked_api(api, device)),
       context_(api_, device),
+      events_(api_.has_events() ? std::make_unique<CudaStreamEvents>(api_, context_) : nullptr),
       prop_(cu::device_allocation_prop(device)),
       granularity_(query_granularity(api_, context_, prop_)),
       ledger_(granularity_) {}
@@ -165,12 +166,15 @@ void CudaVmmBacking::unmap(std::uintptr_t addr, std::uint64_t bytes) noexcept {
   const std::lock_guard lock(mutex_);
   if (auto problem = ledger_.unmap_problem(addr, bytes); !problem.empty()) abort_on_contract_violation("CUDA", problem);
   const CudaPrimaryContext::Scope scope(context_, "unmap memory", std::nothrow);
-  // Conservative until blocks carry the events of the streams that used them (docs/cuda.md): the heap only
-  // trims free memory, but a kernel queued before the free may still be reading it, and unmapping under a
-  // running kernel is a fault on the GPU, not an error code.
-  if (const cu::Result result = api_.ctx_synchronize(); result != cu::kSuccess)
-    abort_on_driver_failure(
-        fmt::format("cuCtxSynchronize before unmapping {:#x} failed: {}", addr, api_.error_name(result)));
+  // A kernel queued before a block was freed may still be reading it, and unmapping under a running kernel is a
+  // fault on the GPU, not an error code. Blocks freed on a stream reach the heap's free space only once their
+  // events completed (src/engine/stream_order.hpp), so the granules are idle; a block freed without its stream
+  // (or a driver without events) leaves only the whole device to wait for.
+  if (events_ == nullptr || events_->take_unordered_frees()) {
+    if (const cu::Result result = api_.ctx_synchronize(); result != cu::kSuccess)
+      abort_on_driver_failure(
+          fmt::format("cuCtxSynchronize before unmapping {:#x} failed: {}", addr, api_.error_name(result)));
+  }
   for (std::uint64_t offset = 0; offset < bytes; offset += granularity_) unmap_granule(addr + offset);
   ledger_.record_unmap(addr, bytes);
   mapped_bytes_.fetch_sub(bytes);

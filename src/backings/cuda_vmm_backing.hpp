@@ -6,12 +6,14 @@
 // the heap unmaps whatever granules it trims, in any grouping, and only per-granule mappings allow that.
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 
 #include "backings/backing.hpp"
 #include "backings/cuda_context.hpp"
+#include "backings/cuda_stream_events.hpp"
 #include "backings/mapping_ledger.hpp"
 #include "devices/cuda_driver.hpp"
 
@@ -47,7 +49,10 @@ class CudaVmmBacking final : public Backing {
   std::uint64_t granularity() const noexcept override { return granularity_; }
   /// cuMemGetInfo: the whole device, other processes' use included.
   BackingMemory memory() const override;
-  bool touchable() const noexcept override { return false; }  // device memory: the host cannot dereference it
+  bool touchable() const noexcept override { return false; }
+  /// The device's events (nullptr when the driver lacks them): blocks freed on a stream wait for their own
+  /// events instead of the whole device.
+  StreamEvents* stream_events() noexcept override { return events_.get(); }  // device memory: the host cannot dereference it
   std::string describe() const override;
 
   std::uint64_t mapped_bytes() const noexcept { return mapped_bytes_.load(); }
@@ -63,6 +68,7 @@ class CudaVmmBacking final : public Backing {
 
   const cuda_driver::Api& api_;
   const CudaPrimaryContext context_;
+  const std::unique_ptr<CudaStreamEvents> events_;  // after context_, which it uses
   const cuda_driver::MemAllocationProp prop_;  // pinned memory on this device, no export handle
   const std::uint64_t granularity_;            // recommended granularity, at least the minimum; a power of two
   mutable std::mutex mutex_;                   // the runtime may share one backing between logical devices

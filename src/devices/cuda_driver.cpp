@@ -64,6 +64,10 @@ bool Api::has_events() const noexcept {
          stream_wait_event != nullptr;
 }
 
+bool Api::has_host_register() const noexcept {
+  return mem_host_register != nullptr && mem_host_unregister != nullptr && ctx_synchronize != nullptr;
+}
+
 std::optional<Api> load(std::string& why) {
   // Never dlclose'd: the driver keeps threads and at-exit hooks that must not outlive its code, and a second
   // dlopen of a loaded library only bumps a reference count, so each scan reloading it costs nothing.
@@ -111,6 +115,8 @@ std::optional<Api> load(std::string& why) {
   bind(library, "cuMemFree_v2", api.mem_free);
   bind(library, "cuMemHostAlloc", api.mem_host_alloc);
   bind(library, "cuMemFreeHost", api.mem_free_host);
+  bind(library, "cuMemHostRegister_v2", api.mem_host_register);
+  bind(library, "cuMemHostUnregister", api.mem_host_unregister);
   bind(library, "cuCtxSynchronize", api.ctx_synchronize);
   bind(library, "cuMemAddressReserve", api.mem_address_reserve);
   bind(library, "cuMemAddressFree", api.mem_address_free);

@@ -44,6 +44,7 @@ constexpr int kMemAccessProtReadWrite = 0x3;         // CU_MEM_ACCESS_FLAGS_PROT
 constexpr int kMemAllocGranularityMinimum = 0x0;     // CU_MEM_ALLOC_GRANULARITY_MINIMUM
 constexpr int kMemAllocGranularityRecommended = 0x1; // CU_MEM_ALLOC_GRANULARITY_RECOMMENDED
 constexpr unsigned int kMemHostAllocPortable = 0x1;  // CU_MEMHOSTALLOC_PORTABLE: pinned for every context
+constexpr unsigned int kMemHostRegisterPortable = 0x1;  // CU_MEMHOSTREGISTER_PORTABLE: pinned for every context
 constexpr unsigned int kEventDisableTiming = 0x2;    // CU_EVENT_DISABLE_TIMING: the cheap kind, for ordering only
 
 /// CUmemLocation_v1: { CUmemLocationType type; int id; }.
@@ -99,6 +100,9 @@ struct Api {
   Result (*mem_free)(DevicePtr pointer) = nullptr;                      // cuMemFree_v2
   Result (*mem_host_alloc)(void** pointer, std::size_t bytes, unsigned int flags) = nullptr;
   Result (*mem_free_host)(void* pointer) = nullptr;
+  // Pinned host memory (the cpu-pinned device): page-locks mapped host granules so copies to the GPU are DMA.
+  Result (*mem_host_register)(void* pointer, std::size_t bytes, unsigned int flags) = nullptr;  // cuMemHostRegister_v2
+  Result (*mem_host_unregister)(void* pointer) = nullptr;
   Result (*ctx_synchronize)() = nullptr;  // waits for every stream of the current context
 
   // Virtual memory management (CUDA 10.2+; drivers before that lack the symbols).
@@ -129,6 +133,7 @@ struct Api {
   bool has_vmm() const noexcept;
   bool has_plain_memory() const noexcept;
   bool has_events() const noexcept;
+  bool has_host_register() const noexcept;
 };
 
 /// Loads the driver. On failure returns nothing and sets `why` to a sentence for GpuScan::unavailable_reason.

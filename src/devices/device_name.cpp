@@ -12,7 +12,7 @@ namespace plimsoll {
 namespace {
 
 constexpr std::string_view kAcceptedForms =
-    "expected cpu, cuda:N or sim:SIZE (e.g. sim:16GiB), optionally /K for logical device K";
+    "expected cpu, cpu-pinned, cuda:N or sim:SIZE (e.g. sim:16GiB), optionally /K for logical device K";
 
 [[noreturn]] void reject(std::string_view text, std::string_view problem = {}) {
   if (problem.empty()) throw InvalidArgument(fmt::format("invalid device \"{}\": {}", text, kAcceptedForms));
@@ -48,6 +48,9 @@ DeviceName DeviceName::parse(std::string_view text) {
   constexpr std::string_view kSim = "sim:";
   if (base == "cpu") {
     name.kind = DeviceKind::cpu;
+  } else if (base == "cpu-pinned") {
+    name.kind = DeviceKind::cpu;
+    name.pinned = true;
   } else if (base.starts_with(kCuda)) {
     const auto index = parse_index(base.substr(kCuda.size()));
     if (!index) reject(text, "the GPU index after cuda: must be a whole number such as cuda:0");
@@ -71,7 +74,7 @@ std::string DeviceName::str() const {
   std::string text;
   switch (kind) {
     case DeviceKind::cpu:
-      text = "cpu";
+      text = pinned ? "cpu-pinned" : "cpu";
       break;
     case DeviceKind::cuda:
       text = fmt::format("cuda:{}", index);

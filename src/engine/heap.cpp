@@ -217,6 +217,39 @@ bool Heap::deallocate(std::uint64_t addr, Freed& freed) {
   return true;
 }
 
+bool Heap::live_block(std::uint64_t addr, BlockView& view) const {
+  const BlockIndex index = live_.find(addr);
+  if (index == kNoBlock) return false;
+  const Block& b = blocks_[index];
+  view = BlockView{b.addr, b.size, b.requested, b.tag, b.free, b.small, b.page};
+  return true;
+}
+
+void Heap::relabel(std::uint64_t addr, std::uint64_t requested, std::uint16_t tag) {
+  Block& block = blocks_[live_.find(addr)];
+  counters_.requested = counters_.requested - block.requested + requested;
+  block.requested = requested;
+  block.tag = tag;
+}
+
+std::uint64_t Heap::split_live(std::uint64_t addr, std::uint64_t keep) {
+  const BlockIndex index = live_.find(addr);
+  Block& block = blocks_[index];
+  const BlockIndex rest = blocks_.make(Block{.addr = block.addr + keep, .size = block.size - keep, .prev = index,
+                                             .next = block.next, .free = false, .small = block.small});
+  Block& kept = blocks_[index];  // make() may have moved the pool
+  if (kept.next != kNoBlock) blocks_[kept.next].prev = rest;
+  kept.next = rest;
+  kept.size = keep;
+  live_.insert(blocks_[rest].addr, rest);
+  return blocks_[rest].addr;
+}
+
+void Heap::reset_peaks() {
+  counters_.peak_in_use = counters_.in_use;
+  counters_.peak_mapped = granules_.mapped_bytes();
+}
+
 void Heap::free_large(BlockIndex index) {
   Block& block = blocks_[index];
   block.free = true;

@@ -77,6 +77,20 @@ class Heap {
   /// Frees a live allocation; false, with nothing changed, when addr is not one.
   bool deallocate(std::uint64_t addr, Freed& freed);
 
+  // For stream-ordered reuse (src/engine/stream_order.hpp), which keeps freed blocks live in the heap while their
+  // streams' work is pending and hands them out again itself. None of these changes placement.
+
+  /// The live block at addr (false when addr is not one).
+  bool live_block(std::uint64_t addr, BlockView& view) const;
+  /// Sets a live block's requested bytes and tag (a parked block has 0 and 0; a reused one its new request).
+  void relabel(std::uint64_t addr, std::uint64_t requested, std::uint16_t tag);
+  /// Splits the live block at addr after `keep` bytes (a multiple of kQuantum, below its size): the rest becomes
+  /// a live block of its own (requested 0, untagged) in the same span, so it can be freed on its own. Returns
+  /// the rest's address. Live bytes are unchanged.
+  std::uint64_t split_live(std::uint64_t addr, std::uint64_t keep);
+  /// Peaks start again from the current values (torch.cuda.reset_peak_memory_stats).
+  void reset_peaks();
+
   /// Unmaps every whole granule that lies inside a free block; returns the bytes given back.
   std::uint64_t release_cached();
 

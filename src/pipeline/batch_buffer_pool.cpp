@@ -4,6 +4,8 @@
 #include <new>
 #include <utility>
 
+#include "plimsoll/allocator.hpp"
+
 namespace plimsoll::pipeline_detail {
 namespace {
 
@@ -11,6 +13,17 @@ namespace {
 constexpr std::size_t kBufferAlignment = 64;
 
 }  // namespace
+
+void BufferDeleter::operator()(std::byte* bytes) const noexcept {
+  if (device == nullptr) {
+    std::free(bytes);
+    return;
+  }
+  try {
+    device->deallocate(bytes);
+  } catch (...) {  // cannot happen: the pool frees each buffer it allocated once
+  }
+}
 
 Buffer* BatchBufferPool::try_acquire() {
   if (!idle_.empty()) {
@@ -27,7 +40,14 @@ Buffer* BatchBufferPool::try_acquire() {
   }
   if (all_.size() >= limit_) return nullptr;
   auto buffer = std::make_unique<Buffer>();
-  buffer->bytes.reset(static_cast<std::byte*>(std::aligned_alloc(kBufferAlignment, buffer_bytes_)));
+  if (device_ != nullptr) {
+    // The device's blocks are 256-byte aligned, more than the cache line asked of the C heap below.
+    static const Tag tag = intern_tag("pipeline batches");
+    buffer->bytes = std::unique_ptr<std::byte, BufferDeleter>(
+        static_cast<std::byte*>(device_->allocate(buffer_bytes_, tag)), BufferDeleter{device_});
+  } else {
+    buffer->bytes.reset(static_cast<std::byte*>(std::aligned_alloc(kBufferAlignment, buffer_bytes_)));
+  }
   if (!buffer->bytes) throw std::bad_alloc();
   all_.push_back(std::move(buffer));
   // Room for every buffer in either list, so give_back and park never allocate: they run in Batch's destructor.

@@ -13,23 +13,31 @@
 #include <memory>
 #include <vector>
 
+namespace plimsoll {
+class Allocator;
+}
+
 namespace plimsoll::pipeline_detail {
 
-struct FreeDeleter {
-  void operator()(std::byte* bytes) const noexcept { std::free(bytes); }
+/// Gives a buffer back to where it came from: the C heap, or the pipeline's buffer device.
+struct BufferDeleter {
+  Allocator* device = nullptr;
+  void operator()(std::byte* bytes) const noexcept;
 };
 
 struct Buffer {
-  std::unique_ptr<std::byte, FreeDeleter> bytes;
+  std::unique_ptr<std::byte, BufferDeleter> bytes;
   std::function<bool()> copy_done;  ///< Set while parked.
 };
 
 class BatchBufferPool {
  public:
-  BatchBufferPool(std::uint64_t buffer_bytes, std::size_t limit) : buffer_bytes_(buffer_bytes), limit_(limit) {}
+  /// `device`: where buffers are allocated (null: the C heap); it must outlive the pool.
+  BatchBufferPool(std::uint64_t buffer_bytes, std::size_t limit, Allocator* device = nullptr)
+      : buffer_bytes_(buffer_bytes), limit_(limit), device_(device) {}
 
   /// An idle buffer, a parked one whose copy has completed, or a new one while under the limit; null when none.
-  /// Throws std::bad_alloc when the host is out of memory.
+  /// Throws std::bad_alloc when the host is out of memory, OutOfMemory when the buffer device is.
   Buffer* try_acquire();
   void give_back(Buffer* buffer);
   void park(Buffer* buffer, std::function<bool()> copy_done);
@@ -46,6 +54,7 @@ class BatchBufferPool {
  private:
   std::uint64_t buffer_bytes_;
   std::size_t limit_;
+  Allocator* device_ = nullptr;
   std::vector<std::unique_ptr<Buffer>> all_;  // owns every buffer; buffers are never freed before the pool
   std::vector<Buffer*> idle_;
   std::vector<Buffer*> parked_;

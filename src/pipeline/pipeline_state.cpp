@@ -6,6 +6,7 @@
 
 #include "pipeline/checked_math.hpp"
 #include "pipeline/pipeline_state.hpp"
+#include "plimsoll/allocator.hpp"
 #include "plimsoll/size.hpp"
 
 namespace plimsoll::pipeline_detail {
@@ -36,6 +37,10 @@ void check_shape(const PipelineOptions& options, const std::vector<SampleStage>&
   if (stages.empty()) throw InvalidArgument("pipeline: no stages; give at least one callable that fills a sample");
   for (std::size_t i = 0; i < stages.size(); ++i)
     if (!stages[i]) throw InvalidArgument(fmt::format("pipeline: stage {} is an empty std::function", i));
+  if (options.buffer_device != nullptr && options.buffer_device->description().name.rfind("cpu", 0) != 0)
+    throw InvalidArgument(fmt::format("pipeline: buffer_device is {}, but workers write batches through host "
+                                      "pointers; give cpu-pinned (for copies to a GPU) or cpu",
+                                      options.buffer_device->description().name));
   if (options.drop_last && options.dataset_size < options.batch_size)
     throw InvalidArgument(fmt::format(
         "pipeline: drop_last with {} samples and batch_size {} leaves no batch at all; lower batch_size or turn "
@@ -93,11 +98,11 @@ State::State(PipelineOptions options_in, std::vector<SampleStage> stages_in, Col
                                         : checked_multiply(batches_per_epoch, options.epochs, "pipeline: batches")),
       field_offsets(offsets_of(options)),
       scratch_bytes(checked_multiply(options.scratch_bytes, options.workers, "pipeline: scratch bytes")),
-      pool(field_offsets.back(), buffer_cap(options, field_offsets.back(), scratch_bytes)),
+      pool(field_offsets.back(), buffer_cap(options, field_offsets.back(), scratch_bytes), options.buffer_device),
       autotune(pool.limit(), options.workers) {
   if (options.autotune && pool.limit() > DepthAutotune::kStartDepth) {
     // Autotune starts low and grows, so the pool is built with the start depth and raised later.
-    pool = BatchBufferPool(field_offsets.back(), DepthAutotune::kStartDepth);
+    pool = BatchBufferPool(field_offsets.back(), DepthAutotune::kStartDepth, options.buffer_device);
   }
   peak_bytes = bytes_held();
 }

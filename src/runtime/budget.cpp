@@ -78,6 +78,8 @@ Budget compute_budget(const std::string& device, const PhysicalMemory& memory, c
   } else if (memory.kind == DeviceKind::cuda) {
     // A GPU shared with other processes: take what is free now, never what they hold.
     budget.limit_bytes = saturating_minus(std::min(memory.free_bytes, memory.ceiling_bytes), budget.reserve_bytes);
+  } else if (memory.pinned) {
+    budget.limit_bytes = std::min(budget.capacity_bytes, memory.ceiling_bytes / kPinnedDefaultShareDivisor);
   } else {
     budget.limit_bytes = budget.capacity_bytes;
   }

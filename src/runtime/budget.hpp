@@ -18,7 +18,13 @@ struct PhysicalMemory {
   // of RAM and the cgroup limit, since the cgroup kills the process before RAM runs out.
   std::uint64_t ceiling_bytes = 0;
   int compute_major = 0;  // cuda: the compute capability's major version, for the default reserve; 0: unknown
+  bool pinned = false;    // cpu-pinned: page-locked host memory, limited by default to a share of the host's
 };
+
+/// cpu-pinned's default limit is the host's capacity (RAM, or the cgroup limit) divided by this. Page-locked
+/// memory cannot be swapped or reclaimed, so the kernel can no longer make room for everything else in the
+/// process (and the machine); staging buffers for copies to a GPU need a few batches, not most of RAM.
+inline constexpr std::uint64_t kPinnedDefaultShareDivisor = 8;
 
 /// The reserve when the policy sets none. cuda: TensorFlow's per-compute-capability floor (gpu_device.cc,
 /// MinSystemMemory: 225 MiB below 2 GiB; 500 MiB up to 6.x, 1050 MiB for 7.x, 1536 MiB from 8.0), at least 5%
@@ -36,7 +42,7 @@ struct Budget {
 /// The reserve: the policy's, else default_reserve_for(memory). The limit's rules, in order:
 ///   memory_limit when set; else memory_fraction * ceiling; else
 ///   cuda: free - reserve (what is free now, so another process's memory is left alone, as TensorFlow does);
-///   sim and cpu: ceiling - reserve. The host's MemAvailable is not used: it moves with the page cache,
+///   sim and cpu: ceiling - reserve; cpu-pinned: at most ceiling / kPinnedDefaultShareDivisor. The host's MemAvailable is not used: it moves with the page cache,
 ///   and on-demand growth only takes what it uses.
 /// A limit above ceiling - reserve throws InvalidArgument naming both numbers and the fix.
 Budget compute_budget(const std::string& device, const PhysicalMemory& memory, const Policy& policy);

@@ -25,7 +25,7 @@ void add_note(DeviceListing& row, const std::string& note) {
 
 void add_device(std::vector<DeviceListing>& rows, const Config& config, const PhysicalDevice& physical,
                 bool driver_loaded) {
-  const std::string unbuildable = missing_backing_reason(physical.name.kind, driver_loaded);
+  const std::string unbuildable = missing_backing_reason(physical.name, driver_loaded);
   const std::vector<LogicalDeviceConfig>* split = nullptr;
   try {
     split = find_logical_split(config, physical.name);
@@ -98,6 +98,8 @@ std::vector<DeviceListing> list_devices(const Config& config, const VisibleGpus&
                                         const std::vector<DeviceName>& created, bool driver_loaded) {
   std::vector<DeviceListing> rows;
   add_device(rows, config, describe_host(host), driver_loaded);
+  // Pinned host memory is page-locked through the driver, so it is listed where a driver and a GPU are.
+  if (driver_loaded && !gpus.gpus.empty()) add_device(rows, config, describe_pinned_host(host), driver_loaded);
   for (const GpuInfo& gpu : gpus.gpus) add_device(rows, config, describe_gpu(gpu), driver_loaded);
 
   std::vector<std::uint64_t> sim_sizes;

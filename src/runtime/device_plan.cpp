@@ -22,7 +22,7 @@ std::optional<PhysicalDevice> find_physical(const VisibleGpus& gpus, const HostI
                                             const DeviceName& physical) {
   switch (physical.kind) {
     case DeviceKind::cpu:
-      return describe_host(host);
+      return physical.pinned ? describe_pinned_host(host) : describe_host(host);
     case DeviceKind::sim:
       return describe_sim(physical.sim_bytes);
     case DeviceKind::cuda:

@@ -5,6 +5,7 @@
 #include "backings/cuda_backing.hpp"
 #include "backings/granules.hpp"
 #include "backings/host_backing.hpp"
+#include "backings/pinned_host_backing.hpp"
 #include "backings/sim_backing.hpp"
 #include "plimsoll/error.hpp"
 #include "plimsoll/size.hpp"
@@ -22,6 +23,15 @@ PhysicalDevice describe_host(const HostInfo& host) {
   device.details = host.cgroup_limit_bytes
                        ? fmt::format("cgroup memory limit {}", format_size(*host.cgroup_limit_bytes))
                        : std::string("no cgroup memory limit");
+  return device;
+}
+
+PhysicalDevice describe_pinned_host(const HostInfo& host) {
+  PhysicalDevice device = describe_host(host);
+  device.name.pinned = true;
+  device.hardware = "pinned host memory";
+  device.memory.pinned = true;
+  device.details = "page-locked with cuMemHostRegister; " + device.details;
   return device;
 }
 
@@ -60,7 +70,27 @@ std::string missing_backing_reason(DeviceKind kind, bool driver_loaded) {
   return {};
 }
 
+std::string missing_backing_reason(const DeviceName& name, bool driver_loaded) {
+  if (name.kind == DeviceKind::cpu && name.pinned && !driver_loaded) {
+    return "no CUDA driver is loaded, and pinned host memory is page-locked through it (cuMemHostRegister); use "
+           "cpu, or run where the NVIDIA driver is installed";
+  }
+  return missing_backing_reason(name.kind, driver_loaded);
+}
+
 namespace {
+
+DeviceBacking make_pinned_backing(const PhysicalDevice& device, const cuda_driver::Api& driver) {
+  cuda_driver::Device handle = 0;
+  if (const cuda_driver::Result result = driver.device_get(&handle, 0); result != cuda_driver::kSuccess) {
+    throw DeviceUnavailable(fmt::format("cpu-pinned is not available: the CUDA driver has no GPU to register host "
+                                        "memory with (cuDeviceGet(0): {}); use cpu",
+                                        driver.error_name(result)));
+  }
+  return DeviceBacking{std::make_unique<backings::PinnedHostBacking>(driver, handle, device.memory.ceiling_bytes),
+                       true, {}};
+}
+
 
 DeviceBacking make_gpu_backing(const PhysicalDevice& device, const cuda_driver::Api& driver) {
   cuda_driver::Device handle = 0;
@@ -79,6 +109,11 @@ DeviceBacking make_gpu_backing(const PhysicalDevice& device, const cuda_driver::
 DeviceBacking make_backing(const PhysicalDevice& device, const cuda_driver::Api* driver) {
   switch (device.memory.kind) {
     case DeviceKind::cpu:
+      if (device.name.pinned) {
+        if (driver != nullptr) return make_pinned_backing(device, *driver);
+        throw DeviceUnavailable(fmt::format("{} is not available: {}", device.name.str(),
+                                            missing_backing_reason(device.name, false)));
+      }
       // The runtime's view of the host (possibly injected by tests) bounds the backing, not a second scan.
       return DeviceBacking{
           std::make_unique<backings::HostBacking>(backings::kDefaultGranularity, device.memory.ceiling_bytes), true,

@@ -29,6 +29,8 @@ struct DeviceBacking {
 };
 
 PhysicalDevice describe_host(const HostInfo& host);
+/// cpu-pinned: the host's memory, page-locked through the CUDA driver.
+PhysicalDevice describe_pinned_host(const HostInfo& host);
 /// `gpu.ordinal` is plimsoll's cuda:N (after PLIMSOLL_VISIBLE_DEVICES).
 PhysicalDevice describe_gpu(const GpuInfo& gpu);
 PhysicalDevice describe_sim(std::uint64_t bytes);
@@ -40,5 +42,7 @@ DeviceBacking make_backing(const PhysicalDevice& device, const cuda_driver::Api*
 /// Why the device cannot be backed (a GPU listed with no driver loaded: hardware injected by a test), or
 /// empty when it can.
 std::string missing_backing_reason(DeviceKind kind, bool driver_loaded);
+/// The same for a device name: cpu-pinned also needs the driver (it registers the memory with it).
+std::string missing_backing_reason(const DeviceName& name, bool driver_loaded);
 
 }  // namespace plimsoll::runtime

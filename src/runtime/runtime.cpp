@@ -93,7 +93,7 @@ struct Runtime::Impl {
     if (!physical) {
       missing = runtime::why_gpu_missing(gpus, name.index, environment_value("CUDA_VISIBLE_DEVICES"));
     } else {
-      missing = runtime::missing_backing_reason(name.kind, driver.has_value());
+      missing = runtime::missing_backing_reason(name, driver.has_value());
     }
     if (!missing.empty()) return fall_back_or_throw(key, missing, gpus);
 

@@ -61,6 +61,8 @@ class SharedBackingView final : public backings::Backing {
     return shared_.backing_->host_pages();
   }
   bool touchable() const noexcept override { return shared_.backing_->touchable(); }
+  // The events object is thread-safe on its own and fixed at construction.
+  backings::StreamEvents* stream_events() noexcept override { return shared_.backing_->stream_events(); }
   std::string describe() const override {
     std::lock_guard lock(shared_.mutex_);
     return shared_.backing_->describe() + " (shared by logical devices)";

@@ -1,6 +1,6 @@
 // libplimsoll_torch_cuda.so: the two C functions torch.cuda.memory.CUDAPluggableAllocator loads (docs/pytorch.md).
 // Each device's memory comes from Runtime::global().device("cuda:N"), configured by plimsoll's environment
-// variables, through a per-device StreamOrderedFrees. No exception leaves this file: a failure prints
+// variables; stream order is the engine's (torch_device.hpp). No exception leaves this file: a failure prints
 // plimsoll's message on stderr and malloc returns NULL, which PyTorch turns into its OutOfMemoryError.
 #include "plimsoll/torch_cuda.h"
 
@@ -10,15 +10,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <set>
 #include <string>
 #include <utility>
 
 #include <fmt/format.h>
 
-#include "devices/cuda_driver.hpp"
-#include "integrations/torch_cuda/stream_ordered_frees.hpp"
+#include "integrations/torch_cuda/torch_device.hpp"
 #include "plimsoll/allocator.hpp"
 #include "plimsoll/recording.hpp"
 #include "plimsoll/runtime.hpp"
@@ -29,11 +27,8 @@
 namespace plimsoll::torch_cuda {
 namespace {
 
-namespace cu = cuda_driver;
-
 struct DeviceState {
   Allocator* allocator = nullptr;
-  std::unique_ptr<StreamOrderedFrees> frees;
 };
 
 /// Process-wide state, never destroyed (like Runtime::global()): PyTorch frees tensors during interpreter
@@ -42,7 +37,6 @@ struct State {
   std::mutex mutex;  // guards everything below; held only to find or create a device, never while allocating
   // Invariant: a device's entry, once made, never changes or goes away (callers keep the pointer unlocked).
   std::map<int, DeviceState> devices;
-  std::optional<cu::Api> api;  // loaded on the first device's creation
   std::shared_ptr<Recording> recording;  // PLIMSOLL_TORCH_RECORD, opened with the first device
   std::set<std::string> said;            // messages already printed once
 };
@@ -100,18 +94,13 @@ DeviceState* device_state(int device) noexcept {
                                        device, allocator.description().name, device));
         return nullptr;
       }
-      if (!s.api) {
-        std::string why;
-        s.api = cu::load(why);
-        if (!s.api) {
-          say_once_locked(s, "cannot load the CUDA driver for stream-ordered frees: " + why);
-          return nullptr;
-        }
-        if (!s.api->has_events()) {
-          s.api.reset();
-          say_once_locked(s, "the CUDA driver lacks cuEventCreate/cuEventRecord/cuEventQuery; update the driver");
-          return nullptr;
-        }
+      if (!allocator.stream_ordered()) {
+        // Without events a freed block would be handed to another stream while kernels may still use it.
+        say_once_locked(s, fmt::format("cuda:{}: the CUDA driver lacks cuEventCreate/cuEventRecord/cuEventQuery, "
+                                       "which stream-ordered reuse needs (libplimsoll_torch_cuda: returning NULL "
+                                       "to PyTorch for cuda:{}); update the driver",
+                                       device, device));
+        return nullptr;
       }
       if (const char* path = std::getenv("PLIMSOLL_TORCH_RECORD"); path != nullptr && *path != '\0') {
         if (s.recording == nullptr) {
@@ -122,7 +111,6 @@ DeviceState* device_state(int device) noexcept {
       }
       DeviceState created;
       created.allocator = &allocator;
-      created.frees = std::make_unique<StreamOrderedFrees>(allocator, *s.api);
       return &s.devices.emplace(device, std::move(created)).first->second;
     } catch (const std::exception& error) {
       say_once_locked(s, fmt::format("{} (libplimsoll_torch_cuda: returning NULL to PyTorch for cuda:{}, which "
@@ -147,8 +135,7 @@ extern "C" PLIMSOLL_TORCH_CUDA_EXPORT void* plimsoll_torch_malloc(ssize_t size, 
   DeviceState* state = device_state(device);
   if (state == nullptr) return nullptr;
   std::string why;
-  void* ptr = state->frees->allocate(static_cast<std::size_t>(size),
-                                     static_cast<plimsoll::cuda_driver::Stream>(stream), &why);
+  void* ptr = plimsoll::torch_cuda::torch_malloc(*state->allocator, static_cast<std::size_t>(size), stream, why);
   if (ptr == nullptr) plimsoll::torch_cuda::say(std::move(why), device);
   return ptr;
 }
@@ -159,31 +146,50 @@ extern "C" PLIMSOLL_TORCH_CUDA_EXPORT void plimsoll_torch_free(void* ptr, ssize_
   DeviceState* state = device_state(device);
   if (state == nullptr) return;  // nothing was ever allocated there
   std::string why;
-  state->frees->deallocate(ptr, static_cast<plimsoll::cuda_driver::Stream>(stream), &why);
-  if (!why.empty()) plimsoll::torch_cuda::say(std::move(why), device);
+  if (!plimsoll::torch_cuda::torch_free(*state->allocator, ptr, stream, why)) plimsoll::torch_cuda::say(std::move(why), device);
 }
+
+namespace plimsoll::torch_cuda {
+namespace {
+/// The device's state if the library already created it; nullptr otherwise (the calls below never create one).
+DeviceState* existing_device(int device) {
+  State& s = state();
+  const std::lock_guard lock(s.mutex);
+  const auto found = s.devices.find(device);
+  return found == s.devices.end() ? nullptr : &found->second;
+}
+}  // namespace
+}  // namespace plimsoll::torch_cuda
 
 extern "C" PLIMSOLL_TORCH_CUDA_EXPORT const char* plimsoll_torch_cuda_stats_json(int device) {
   try {
-    plimsoll::torch_cuda::State& s = plimsoll::torch_cuda::state();
-    DeviceState* state = nullptr;
-    {
-      const std::lock_guard lock(s.mutex);
-      const auto found = s.devices.find(device);
-      if (found == s.devices.end()) return nullptr;
-      state = &found->second;
-    }
-    const plimsoll::Stats stats = state->allocator->stats();
+    DeviceState* state = plimsoll::torch_cuda::existing_device(device);
+    if (state == nullptr) return nullptr;
     thread_local std::string json;
-    json = fmt::format(
-        "{{\"device\":\"cuda:{}\",\"in_use_bytes\":{},\"peak_in_use_bytes\":{},\"reserved_bytes\":{},"
-        "\"peak_reserved_bytes\":{},\"limit_bytes\":{},\"allocations\":{},\"frees\":{},\"ooms\":{},"
-        "\"live_allocations\":{},\"parked_frees\":{},\"events\":{}}}",
-        device, stats.in_use_bytes, stats.peak_in_use_bytes, stats.reserved_bytes, stats.peak_reserved_bytes,
-        stats.limit_bytes, stats.allocations, stats.frees, stats.ooms, stats.live_allocations,
-        state->frees->parked(), state->frees->events_created());
+    json = plimsoll::torch_cuda::stats_json(*state->allocator, device);
     return json.c_str();
   } catch (...) {
     return nullptr;
+  }
+}
+
+extern "C" PLIMSOLL_TORCH_CUDA_EXPORT long long plimsoll_torch_cuda_empty_cache(int device) {
+  try {
+    DeviceState* state = plimsoll::torch_cuda::existing_device(device);
+    if (state == nullptr) return -1;
+    return static_cast<long long>(plimsoll::torch_cuda::empty_cache(*state->allocator));
+  } catch (...) {
+    return -1;
+  }
+}
+
+extern "C" PLIMSOLL_TORCH_CUDA_EXPORT int plimsoll_torch_cuda_reset_peak(int device) {
+  try {
+    DeviceState* state = plimsoll::torch_cuda::existing_device(device);
+    if (state == nullptr) return -1;
+    state->allocator->reset_peaks();
+    return 0;
+  } catch (...) {
+    return -1;
   }
 }

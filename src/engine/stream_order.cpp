@@ -1,0 +1,214 @@
+#include "engine/stream_order.hpp"
+
+#include <algorithm>
+
+namespace plimsoll::engine {
+
+using backings::EventState;
+
+StreamOrder::StreamOrder(Heap& heap, backings::StreamEvents& events) : heap_(heap), events_(events) {}
+
+StreamOrder::~StreamOrder() {
+  for (EventHandle event : free_events_) events_.destroy_event(event);
+  for (StreamQueue& queue : queues_)
+    for (Batch& batch : queue.batches) events_.destroy_event(batch.event);
+  for (CrossParked& entry : cross_)
+    for (EventHandle event : entry.events) events_.destroy_event(event);
+}
+
+StreamQueue* StreamOrder::find_queue(StreamHandle stream) {
+  if (last_queue_ < queues_.size() && queues_[last_queue_].stream == stream) return &queues_[last_queue_];
+  for (std::size_t i = 0; i < queues_.size(); ++i) {
+    if (queues_[i].stream == stream) {
+      last_queue_ = i;
+      return &queues_[i];
+    }
+  }
+  return nullptr;
+}
+
+StreamQueue& StreamOrder::queue(StreamHandle stream) {
+  if (StreamQueue* found = find_queue(stream)) return *found;
+  queues_.push_back(StreamQueue{.stream = stream, .batches = {}, .small_fits = {}, .large_fits = {}});
+  last_queue_ = queues_.size() - 1;
+  return queues_.back();
+}
+
+Batch* StreamOrder::find_batch(StreamQueue& queue, std::uint64_t sequence) {
+  const auto found = std::lower_bound(queue.batches.begin(), queue.batches.end(), sequence,
+                                      [](const Batch& batch, std::uint64_t s) { return batch.sequence < s; });
+  return found != queue.batches.end() && found->sequence == sequence ? &*found : nullptr;
+}
+
+EventHandle StreamOrder::take_event() {
+  if (!free_events_.empty()) {
+    const EventHandle event = free_events_.back();
+    free_events_.pop_back();
+    return event;
+  }
+  const EventHandle event = events_.create_event();
+  if (event != nullptr) ++counters_.events_created;
+  return event;
+}
+
+void StreamOrder::give_back_event(EventHandle event) {
+  if (event != nullptr) free_events_.push_back(event);
+}
+
+void StreamOrder::park(const BlockView& block, StreamHandle stream) {
+  if (!extra_streams_.empty()) {
+    if (const auto found = extra_streams_.find(block.addr); found != extra_streams_.end()) {
+      std::vector<StreamHandle> others = std::move(found->second);
+      extra_streams_.erase(found);
+      std::erase(others, stream);
+      if (!others.empty()) return park_cross(block, stream, others);
+    }
+  }
+  StreamQueue& q = queue(stream);
+  if (q.batches.empty() || q.batches.back().event != nullptr) 
+    q.batches.push_back(Batch{.sequence = next_sequence_++, .event = nullptr, .blocks = {}});
+  Batch& batch = q.batches.back();
+  batch.blocks.push_back(block.addr);
+  parked_.emplace(block.addr, ParkedBlock{.size = block.size, .stream = stream, .sequence = batch.sequence,
+                                          .small = block.small});
+  (block.small ? q.small_fits : q.large_fits).emplace(block.size, block.addr);
+  counters_.parked_bytes += block.size;
+  ++counters_.parked_blocks;
+  ++counters_.parks;
+}
+
+void StreamOrder::park_cross(const BlockView& block, StreamHandle stream, const std::vector<StreamHandle>& others) {
+  ++counters_.parks;
+  CrossParked entry{.addr = block.addr, .sequence = next_sequence_++, .events = {}};
+  bool recorded = true;
+  for (std::size_t i = 0; i <= others.size() && recorded; ++i) {
+    const EventHandle event = take_event();
+    recorded = event != nullptr && events_.record(event, i == 0 ? stream : others[i - 1]);
+    if (event != nullptr) entry.events.push_back(event);
+  }
+  if (!recorded) {  // no event for one of its streams: wait for all of them, then the block is idle
+    ++counters_.fallbacks;
+    events_.synchronize_device();
+    for (EventHandle event : entry.events) give_back_event(event);
+    Heap::Freed freed;
+    heap_.deallocate(block.addr, freed);
+    ++counters_.released;
+    return;
+  }
+  parked_.emplace(block.addr, ParkedBlock{.size = block.size, .stream = stream, .sequence = entry.sequence,
+                                          .small = block.small, .cross = true});
+  cross_.push_back(std::move(entry));
+  counters_.parked_bytes += block.size;
+  ++counters_.parked_blocks;
+}
+
+std::uint64_t StreamOrder::reuse(std::uint64_t size, bool small, StreamHandle stream) {
+  if (parked_.empty()) return 0;
+  StreamQueue* q = find_queue(stream);
+  if (q == nullptr) return 0;
+  auto& fits = small ? q->small_fits : q->large_fits;
+  const auto found = fits.lower_bound({size, 0});
+  if (found == fits.end()) return 0;
+  const auto [block_size, addr] = *found;
+  fits.erase(found);
+  const auto parked = parked_.find(addr);
+  const std::uint64_t sequence = parked->second.sequence;
+  parked_.erase(parked);
+  counters_.parked_bytes -= block_size;
+  --counters_.parked_blocks;
+  ++counters_.reuses;
+  if (block_size > size) {  // the rest stays parked in the same batch, behind the same event
+    const std::uint64_t rest = heap_.split_live(addr, size);
+    find_batch(*q, sequence)->blocks.push_back(rest);
+    parked_.emplace(rest, ParkedBlock{.size = block_size - size, .stream = stream, .sequence = sequence,
+                                      .small = small});
+    fits.emplace(block_size - size, rest);
+    counters_.parked_bytes += block_size - size;
+    ++counters_.parked_blocks;
+  }
+  return addr;
+}
+
+void StreamOrder::release(std::uint64_t addr) {
+  const auto parked = parked_.find(addr);
+  const ParkedBlock block = parked->second;
+  parked_.erase(parked);
+  if (!block.cross) {
+    StreamQueue& q = *find_queue(block.stream);
+    (block.small ? q.small_fits : q.large_fits).erase({block.size, addr});
+  }
+  counters_.parked_bytes -= block.size;
+  --counters_.parked_blocks;
+  ++counters_.released;
+  Heap::Freed freed;
+  heap_.deallocate(addr, freed);
+}
+
+void StreamOrder::release_batch(StreamQueue& queue, Batch& batch) {
+  for (const std::uint64_t addr : batch.blocks) {
+    const auto parked = parked_.find(addr);
+    if (parked != parked_.end() && !parked->second.cross && parked->second.sequence == batch.sequence &&
+        parked->second.stream == queue.stream)
+      release(addr);
+  }
+  give_back_event(batch.event);
+}
+
+std::uint64_t StreamOrder::close_batches() {
+  for (StreamQueue& q : queues_) {
+    if (q.batches.empty() || q.batches.back().event != nullptr) continue;
+    Batch& open = q.batches.back();
+    const EventHandle event = take_event();
+    if (event != nullptr && events_.record(event, q.stream)) {
+      open.event = event;
+      continue;
+    }
+    // No event: wait for the whole device; then every block of the batch is idle.
+    give_back_event(event);
+    ++counters_.fallbacks;
+    events_.synchronize_device();
+    Batch done = std::move(open);
+    q.batches.pop_back();
+    release_batch(q, done);
+  }
+  return next_sequence_;
+}
+
+std::size_t StreamOrder::poll() {
+  if (parked_.empty()) return 0;
+  const std::uint64_t released_before = counters_.released;
+  close_batches();
+  for (StreamQueue& q : queues_) {
+    while (!q.batches.empty()) {
+      // A failed query is a sticky device error: the event will never say done, and no kernel is left to use
+      // the blocks either (the context is lost for every stream), so they are released rather than held forever.
+      if (events_.query(q.batches.front().event) == EventState::pending) break;
+      Batch done = std::move(q.batches.front());
+      q.batches.pop_front();
+      release_batch(q, done);
+    }
+  }
+  std::erase_if(cross_, [&](CrossParked& entry) {
+    for (EventHandle event : entry.events)
+      if (events_.query(event) == EventState::pending) return false;
+    for (EventHandle event : entry.events) give_back_event(event);
+    release(entry.addr);
+    return true;
+  });
+  return counters_.released - released_before;
+}
+
+bool StreamOrder::pending_before(std::uint64_t sequence) const {
+  for (const StreamQueue& q : queues_)
+    if (!q.batches.empty() && q.batches.front().sequence < sequence) return true;
+  for (const CrossParked& entry : cross_)
+    if (entry.sequence < sequence) return true;
+  return false;
+}
+
+void StreamOrder::record_stream(std::uint64_t addr, StreamHandle stream) {
+  std::vector<StreamHandle>& streams = extra_streams_[addr];
+  if (std::find(streams.begin(), streams.end(), stream) == streams.end()) streams.push_back(stream);
+}
+
+}  // namespace plimsoll::engine

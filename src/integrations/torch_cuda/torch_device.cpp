@@ -1,0 +1,58 @@
+#include "integrations/torch_cuda/torch_device.hpp"
+
+#include <exception>
+
+#include <fmt/format.h>
+
+#include "plimsoll/error.hpp"
+#include "plimsoll/stats.hpp"
+
+namespace plimsoll::torch_cuda {
+
+void* torch_malloc(Allocator& allocator, std::size_t bytes, void* stream, std::string& why) noexcept {
+  try {
+    // allocate() (not try_allocate) so that plimsoll's full report (what is held, by whom, the fix) is kept. It
+    // waits for parked frees before it gives up.
+    return allocator.allocate(bytes, Stream{stream});
+  } catch (const std::exception& error) {
+    try {
+      why = error.what();
+    } catch (...) {
+    }
+  } catch (...) {
+  }
+  return nullptr;
+}
+
+bool torch_free(Allocator& allocator, void* ptr, void* stream, std::string& why) noexcept {
+  try {
+    allocator.deallocate(ptr, Stream{stream});
+    return true;
+  } catch (const std::exception& error) {
+    try {
+      why = error.what();
+    } catch (...) {
+    }
+  } catch (...) {
+  }
+  return false;
+}
+
+std::string stats_json(const Allocator& allocator, int device) {
+  const Stats s = allocator.stats();
+  return fmt::format(
+      "{{\"device\":\"cuda:{}\",\"in_use_bytes\":{},\"peak_in_use_bytes\":{},\"reserved_bytes\":{},"
+      "\"peak_reserved_bytes\":{},\"parked_bytes\":{},\"limit_bytes\":{},\"allocations\":{},\"frees\":{},"
+      "\"ooms\":{},\"live_allocations\":{},\"maps\":{},\"unmaps\":{},"
+      "\"allocated_bytes.all.current\":{},\"allocated_bytes.all.peak\":{},\"allocated_bytes.all.allocated\":{},"
+      "\"reserved_bytes.all.current\":{},\"reserved_bytes.all.peak\":{},\"active_bytes.all.current\":{},"
+      "\"requested_bytes.all.current\":{},\"allocation.all.current\":{},\"num_ooms\":{}}}",
+      device, s.in_use_bytes, s.peak_in_use_bytes, s.reserved_bytes, s.peak_reserved_bytes, s.parked_bytes,
+      s.limit_bytes, s.allocations, s.frees, s.ooms, s.live_allocations, s.maps, s.unmaps, s.in_use_bytes,
+      s.peak_in_use_bytes, s.allocations, s.reserved_bytes, s.peak_reserved_bytes, s.in_use_bytes + s.parked_bytes,
+      s.requested_bytes, s.live_allocations, s.ooms);
+}
+
+std::uint64_t empty_cache(Allocator& allocator) { return allocator.trim(); }
+
+}  // namespace plimsoll::torch_cuda

@@ -1,0 +1,26 @@
+#pragma once
+// What libplimsoll_torch_cuda.so's C functions do for one device, over its Allocator, so that the library
+// (torch-free, testable on the fake driver) holds the logic and torch_cuda.cpp only finds the device and
+// translates. Stream order is the engine's (docs/engine.md, "CUDA backings and streams"): a block freed on a
+// stream is reused at once on that stream, as PyTorch's own allocator does, and by other streams once the work
+// queued before the free has completed.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "plimsoll/allocator.hpp"
+
+namespace plimsoll::torch_cuda {
+
+/// `bytes` on `stream`; nullptr with plimsoll's out-of-memory report (or other failure) in `why`. Never throws.
+void* torch_malloc(Allocator& allocator, std::size_t bytes, void* stream, std::string& why) noexcept;
+/// Frees `ptr` on `stream`; false with the reason in `why` (not a live block: freed twice, never allocated here).
+bool torch_free(Allocator& allocator, void* ptr, void* stream, std::string& why) noexcept;
+/// The device's counters as one JSON object: plimsoll's names and the keys of torch.cuda.memory_stats() that
+/// have a plimsoll counterpart ("allocated_bytes.all.current", "reserved_bytes.all.peak", ...).
+std::string stats_json(const Allocator& allocator, int device);
+/// torch.cuda.empty_cache for this device: waits for the work queued before the parked frees, then gives every
+/// cached granule back to the driver. Returns the bytes released.
+std::uint64_t empty_cache(Allocator& allocator);
+
+}  // namespace plimsoll::torch_cuda

@@ -1,0 +1,84 @@
+// What libplimsoll_torch_cuda.so does per device (src/integrations/torch_cuda/torch_device.hpp), on the fake CUDA
+// driver: same-stream frees reused at once as PyTorch's allocator does, other streams after the event, a bad free
+// refused with the reason, the out-of-memory report kept, stats with PyTorch's key names, empty_cache giving the
+// cache back (after waiting for pending frees) and reset_peak.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "fake_cuda_device.hpp"
+#include "integrations/torch_cuda/torch_device.hpp"
+
+namespace plimsoll::torch_cuda {
+namespace {
+
+using ::testing::HasSubstr;
+constexpr std::size_t MiB = std::size_t{1} << 20;
+
+TEST(TorchCudaDevice, SameStreamFreesAreReusedAtOnceOtherStreamsWait) {
+  fake_cuda::Driver driver;
+  auto allocator = fake_cuda::fake_cuda_allocator(driver, 32 * MiB);
+  ASSERT_TRUE(allocator->stream_ordered());
+  fake_cuda::Stream& compute = driver.create_stream();
+  fake_cuda::Stream& copy = driver.create_stream();
+  std::string why;
+  void* x = torch_malloc(*allocator, 8 * MiB, compute.handle(), why);
+  ASSERT_NE(x, nullptr) << why;
+  compute.hold();
+  compute.launch();
+  ASSERT_TRUE(torch_free(*allocator, x, compute.handle(), why)) << why;
+  EXPECT_EQ(torch_malloc(*allocator, 8 * MiB, compute.handle(), why), x) << "same stream: at once";
+  void* y = torch_malloc(*allocator, 2 * MiB, copy.handle(), why);
+  EXPECT_NE(y, nullptr);
+  compute.release();
+  EXPECT_TRUE(torch_free(*allocator, x, compute.handle(), why));
+  EXPECT_TRUE(torch_free(*allocator, y, copy.handle(), why));
+  EXPECT_FALSE(torch_free(*allocator, y, copy.handle(), why));
+  EXPECT_THAT(why, HasSubstr("freed already"));
+}
+
+TEST(TorchCudaDevice, OutOfMemoryKeepsPlimsollsReport) {
+  fake_cuda::Driver driver;
+  auto allocator = fake_cuda::fake_cuda_allocator(driver, 8 * MiB);
+  fake_cuda::Stream& stream = driver.create_stream();
+  std::string why;
+  EXPECT_EQ(torch_malloc(*allocator, 16 * MiB, stream.handle(), why), nullptr);
+  EXPECT_THAT(why, HasSubstr("cuda:0"));
+  EXPECT_THAT(why, HasSubstr("limit"));
+}
+
+TEST(TorchCudaDevice, StatsUsePyTorchsNamesEmptyCacheAndResetPeakWork) {
+  fake_cuda::Driver driver;
+  auto allocator = fake_cuda::fake_cuda_allocator(driver, 32 * MiB);
+  fake_cuda::Stream& stream = driver.create_stream();
+  std::string why;
+  void* a = torch_malloc(*allocator, 10 * MiB, stream.handle(), why);
+  void* b = torch_malloc(*allocator, 4 * MiB, stream.handle(), why);
+  stream.hold();
+  stream.launch();
+  torch_free(*allocator, a, stream.handle(), why);
+  auto stats = nlohmann::json::parse(stats_json(*allocator, 0));
+  EXPECT_EQ(stats["device"], "cuda:0");
+  EXPECT_EQ(stats["allocated_bytes.all.current"], 4 * MiB);
+  EXPECT_EQ(stats["allocated_bytes.all.peak"], 14 * MiB);
+  EXPECT_EQ(stats["parked_bytes"], 10 * MiB);
+  EXPECT_EQ(stats["active_bytes.all.current"], 14 * MiB) << "parked blocks are still active on their stream";
+  EXPECT_GE(stats["reserved_bytes.all.current"].get<std::uint64_t>(), 14 * MiB);
+  EXPECT_EQ(stats["allocation.all.current"], 1);
+
+  stream.release();
+  const std::uint64_t released = empty_cache(*allocator);
+  EXPECT_GE(released, 10 * MiB) << "the parked block came back and its granules went";
+  EXPECT_EQ(driver.mapped_bytes(), allocator->stats().reserved_bytes);
+  EXPECT_EQ(driver.counters().ctx_synchronize, 0u) << "stream frees need no device synchronization";
+
+  allocator->reset_peaks();
+  stats = nlohmann::json::parse(stats_json(*allocator, 0));
+  EXPECT_EQ(stats["allocated_bytes.all.peak"], 4 * MiB);
+  EXPECT_EQ(stats["reserved_bytes.all.peak"], stats["reserved_bytes.all.current"]);
+  torch_free(*allocator, b, stream.handle(), why);
+}
+
+}  // namespace
+}  // namespace plimsoll::torch_cuda
