@@ -60,6 +60,21 @@ TEST(EngineStreams, SameStreamReusesAFreedBlockAtOnceOthersWaitForItsEvent) {
   for (void* ptr : {on_b, still_not, now}) allocator->deallocate(ptr, on(b));
 }
 
+TEST(EngineStreams, TrimAfterTheLastParkedBlockWasReusedReturns) {
+  // The batch that parked the block outlives it (the block was reused on its own stream): trim, the destructor and
+  // PyTorch's empty_cache wait for such batches, which must end when their event does, not hang.
+  fake_cuda::Driver driver;
+  auto allocator = fake_cuda_allocator(driver, 32 * MiB);
+  fake_cuda::Stream& a = driver.create_stream();
+  void* first = allocator->allocate(4 * MiB, on(a));
+  allocator->deallocate(first, on(a));
+  void* again = allocator->allocate(4 * MiB, on(a));
+  EXPECT_EQ(again, first);
+  allocator->trim();
+  EXPECT_EQ(allocator->stats().parked_bytes, 0u);
+  allocator->deallocate(again, on(a));
+}
+
 TEST(EngineStreams, FreesOfOneStreamShareOneEventAndEventsArePooled) {
   fake_cuda::Driver driver;
   auto allocator = fake_cuda_allocator(driver, 32 * MiB);

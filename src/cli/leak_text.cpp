@@ -46,8 +46,8 @@ std::string leak_verdict_line(const LeakReport& report) {
     case LeakVerdict::too_few_steps:
       if (report.steps == 0) {
         return "no verdict: the trace has no 'step N begin' / 'step N end' markers and its allocations do not "
-               "repeat step after step; record with plimsoll::step() (or add the markers) so the leak watch can see "
-               "steps";
+               "repeat step after step; mark steps with plimsoll::step() in C++ or plimsoll.step() in Python (or add the "
+               "markers) so the leak watch can see them";
       }
       return fmt::format("no verdict: {} steps; more than {} are needed to tell a leak from warm-up", report.steps,
                          telemetry::LeakWatch::kMinSteps);

@@ -199,6 +199,9 @@ int run(const RunArgs& args) {
     status = error.status;
   } catch (const plimsoll::Error& error) {
     fmt::print(stderr, "plimsoll run: error: {}\n", error.what());
+  } catch (const std::exception& error) {
+    // Not bad input but a fault of plimsoll's own: still a distinct status, and the folder below still removed.
+    fmt::print(stderr, "plimsoll run: internal error: {}\n", error.what());
   }
   std::error_code ignored;
   std::filesystem::remove_all(run_dir, ignored);

@@ -181,7 +181,7 @@ int report_run(const RunOutputs& args, const ChildEnd& end, const std::string& r
       plimsoll::telemetry::write_output_file(args.html, plimsoll::telemetry::timeline_html({recorder.finish(result)}),
                                              "--html");
     }
-    if (!args.json.empty()) plimsoll::telemetry::write_output_file(args.json, out.dump(2) + "\n", "--json");
+    if (!args.json.empty()) plimsoll::telemetry::write_output_file(args.json, out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", "--json");
   } catch (const plimsoll::Error& error) {
     fmt::print(stderr, "plimsoll run: error: {}\n", error.what());
     status = kRunUsageStatus;

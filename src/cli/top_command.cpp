@@ -35,7 +35,7 @@ void add_top_command(CLI::App& app) {
       bool unreadable = false;
       for (const auto& reading : readings) unreadable = unreadable || !reading.snapshot;
       if (options->json) {
-        fmt::print("{}\n", plimsoll::cli::top_json(readings, dir).dump(2));
+        fmt::print("{}\n", plimsoll::cli::top_json(readings, dir).dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
       } else {
         if (!options->once && ::isatty(STDOUT_FILENO)) fmt::print("\x1b[H\x1b[2J");
         fmt::print("{}", plimsoll::cli::top_text(readings, dir));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <new>
+#include <thread>
 #include <utility>
 
 #include "plimsoll/allocator.hpp"
@@ -54,6 +55,27 @@ Buffer* BatchBufferPool::try_acquire() {
   idle_.reserve(all_.size());
   parked_.reserve(all_.size());
   return all_.back().get();
+}
+
+BatchBufferPool& BatchBufferPool::operator=(BatchBufferPool&& other) noexcept {
+  wait_for_parked_copies();
+  buffer_bytes_ = other.buffer_bytes_;
+  limit_ = other.limit_;
+  device_ = other.device_;
+  all_ = std::move(other.all_);
+  idle_ = std::move(other.idle_);
+  parked_ = std::move(other.parked_);
+  return *this;
+}
+
+void BatchBufferPool::wait_for_parked_copies() noexcept {
+  for (Buffer* buffer : parked_) {
+    try {
+      while (!buffer->copy_done()) std::this_thread::yield();
+    } catch (...) {
+      // A copy_done that throws cannot say when its copy ends; the buffer is freed as the pipeline ends, as before.
+    }
+  }
 }
 
 void BatchBufferPool::give_back(Buffer* buffer) { idle_.push_back(buffer); }

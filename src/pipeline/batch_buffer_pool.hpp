@@ -35,6 +35,12 @@ class BatchBufferPool {
   /// `device`: where buffers are allocated (null: the C heap); it must outlive the pool.
   BatchBufferPool(std::uint64_t buffer_bytes, std::size_t limit, Allocator* device = nullptr)
       : buffer_bytes_(buffer_bytes), limit_(limit), device_(device) {}
+  /// Waits until every parked buffer's copy_done() is true before the buffers are freed: a copy still reading a
+  /// buffer (an asynchronous host-to-device copy out of pinned memory) must not see it reused by the next pool.
+  ~BatchBufferPool() { wait_for_parked_copies(); }
+  BatchBufferPool(BatchBufferPool&&) noexcept = default;
+  /// Waits for this pool's parked copies as the destructor does, then takes `other`'s buffers.
+  BatchBufferPool& operator=(BatchBufferPool&& other) noexcept;
 
   /// An idle buffer, a parked one whose copy has completed, or a new one while under the limit; null when none.
   /// Throws std::bad_alloc when the host is out of memory, OutOfMemory when the buffer device is.
@@ -58,6 +64,8 @@ class BatchBufferPool {
   std::vector<std::unique_ptr<Buffer>> all_;  // owns every buffer; buffers are never freed before the pool
   std::vector<Buffer*> idle_;
   std::vector<Buffer*> parked_;
+
+  void wait_for_parked_copies() noexcept;
 };
 
 }  // namespace plimsoll::pipeline_detail

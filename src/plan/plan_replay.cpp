@@ -110,7 +110,8 @@ std::unique_ptr<Target> make_target(PlanAllocator allocator, const Trace& step,
       // No limit: a simulated device far larger than the step needs (nothing is touched, only counted).
       const std::uint64_t unlimited = std::max<std::uint64_t>(std::uint64_t{64} << 30, 4 * step.peak_live_bytes);
       const std::uint64_t bytes = device_bytes.value_or(unlimited);
-      return std::make_unique<EngineTarget>((bytes + kGranule - 1) / kGranule * kGranule, step.slots);
+      // Whole granules, rounded down: a device of 23 MiB holds 11 granules, not 12 (at least one, for tiny devices).
+      return std::make_unique<EngineTarget>(std::max(kGranule, bytes / kGranule * kGranule), step.slots);
     }
     case PlanAllocator::pytorch:
       return std::make_unique<ModelTarget<CudaCachingModel>>(CudaCachingModel({device_bytes}),

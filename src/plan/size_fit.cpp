@@ -14,7 +14,12 @@ namespace {
 constexpr double kRelativeTolerance = 0.005;
 constexpr double kByteTolerance = 64;
 
-std::uint64_t non_negative(double bytes) { return bytes <= 0 ? 0 : static_cast<std::uint64_t>(std::llround(bytes)); }
+// Saturates far above any device (2^62 bytes) instead of overflowing: StepModel::rebuild refuses such a step.
+std::uint64_t non_negative(double bytes) {
+  constexpr double kCeiling = 4611686018427387904.0;  // 2^62
+  if (!(bytes > 0)) return 0;
+  return bytes >= kCeiling ? std::uint64_t{1} << 62 : static_cast<std::uint64_t>(std::llround(bytes));
+}
 
 }  // namespace
 

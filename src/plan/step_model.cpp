@@ -265,7 +265,17 @@ Trace StepModel::rebuild(std::uint64_t batch) const {
   trace.slots = static_cast<std::uint32_t>(sequence.allocations.size());
   trace.events.reserve(sequence.ops.size() + 2 * sequence.segments());
   std::vector<std::uint64_t> bytes(sequence.allocations.size());
-  for (std::size_t a = 0; a < bytes.size(); ++a) bytes[a] = source.fits[a].bytes_at(batch);
+  // A batch so large that the step's sizes together pass 1 EiB is no device's: refuse it rather than overflow.
+  constexpr std::uint64_t kLargestStep = std::uint64_t{1} << 60;
+  std::uint64_t total = 0;
+  for (std::size_t a = 0; a < bytes.size(); ++a) {
+    bytes[a] = source.fits[a].bytes_at(batch);
+    if (__builtin_add_overflow(total, bytes[a], &total) || total > kLargestStep) {
+      throw InvalidArgument(fmt::format("batch {}: the step rebuilt at that size would allocate more than {} in all; "
+                                        "give a batch size a real device could hold",
+                                        batch, format_size(kLargestStep)));
+    }
+  }
 
   std::uint64_t live = 0;
   const auto add_marker = [&trace](std::string text) {

@@ -64,7 +64,7 @@ std::string leak_report_json(const Trace& trace, const LeakReport& report) {
     groups.push_back(std::move(entry));
   }
   out["groups"] = std::move(groups);
-  return out.dump();
+  return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string replay_result_json(const ReplayResult& result) {
@@ -86,7 +86,7 @@ std::string replay_result_json(const ReplayResult& result) {
   line["oom_event"] = result.oom_event ? nlohmann::ordered_json(*result.oom_event) : nlohmann::ordered_json();
   line["ops"] = result.ops;
   line["ns_per_op"] = result.ns_per_op;
-  return line.dump();
+  return line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace plimsoll::telemetry

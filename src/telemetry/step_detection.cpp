@@ -254,9 +254,12 @@ std::vector<std::size_t> step_starts(const std::vector<std::uint64_t>& symbols, 
   while (true) {
     const std::size_t next = starts.back();
     if (next < period - std::min(period, slack) + kMinPeriod) break;
-    const std::size_t predicted = next - period;
-    const std::size_t lowest = predicted > slack ? predicted - slack : 0;
-    const std::size_t highest = std::min(predicted + slack, next - kMinPeriod);
+    // The previous step should start one period earlier, give or take the slack; that can be before the trace's first
+    // event (a short warm-up), so the prediction is signed.
+    const auto predicted = static_cast<std::ptrdiff_t>(next) - static_cast<std::ptrdiff_t>(period);
+    const auto signed_slack = static_cast<std::ptrdiff_t>(slack);
+    const std::size_t lowest = predicted > signed_slack ? static_cast<std::size_t>(predicted - signed_slack) : 0;
+    const std::size_t highest = std::min(static_cast<std::size_t>(predicted + signed_slack), next - kMinPeriod);
     std::size_t best = 0;
     std::size_t best_equal = 0;
     std::size_t best_distance = 0;
@@ -264,7 +267,8 @@ std::vector<std::size_t> step_starts(const std::vector<std::uint64_t>& symbols, 
       // A step opens like the next one from its very first events; the rest of the opening may differ a little.
       if (!equal_stretch(symbols, start, next, std::min(kExactOpening, opening))) continue;
       const std::size_t equal = matching(symbols, start, next, std::min(opening, next - start));
-      const std::size_t distance = start > predicted ? start - predicted : predicted - start;
+      const auto offset = static_cast<std::ptrdiff_t>(start) - predicted;
+      const auto distance = static_cast<std::size_t>(offset < 0 ? -offset : offset);
       if (equal > best_equal || (equal == best_equal && distance < best_distance)) {
         best = start;
         best_equal = equal;

@@ -332,6 +332,38 @@ class Module(unittest.TestCase):
         self.assertEqual(done.returncode, 0, done.stderr)
 
 
+    def test_a_device_is_recorded_by_one_recording_at_a_time(self):
+        # Under run, the program's own recording must not take the host device from the run's (its leak watch would
+        # then see nothing); a bad device name leaves nothing attached.
+        status, report, err = run([], [script('''
+            import numpy as np, os, tempfile, plimsoll
+            folder = tempfile.mkdtemp()
+            try:
+                plimsoll.record(os.path.join(folder, "mine.plimsoll"))
+                raise SystemExit("a second recording of cpu was allowed")
+            except plimsoll.InvalidState as error:
+                assert "plimsoll run --record" in str(error), error
+            kept = []
+            for step in range(8):
+                kept.append(np.ones(1 << 16)); plimsoll.step()
+        ''')])
+        self.assertEqual(status, 0, err)
+        self.assertTrue(report["leak"], report)
+
+    def test_a_bad_device_name_leaves_no_device_recorded(self):
+        done = subprocess.run([PYTHON, script('''
+            import os, tempfile, plimsoll
+            folder = tempfile.mkdtemp()
+            try:
+                plimsoll.record(os.path.join(folder, "bad.plimsoll"), devices=("cpu", "nowhere"))
+                raise SystemExit("a bad device name was accepted")
+            except plimsoll.Error:
+                pass
+            with plimsoll.record(os.path.join(folder, "good.plimsoll"), devices=("cpu",)):
+                pass  # cpu was not left attached to the failed recording
+        ''')], capture_output=True, text=True, env={**os.environ, "PLIMSOLL_LOG": "false"})
+        self.assertEqual(done.returncode, 0, done.stderr)
+
     @unittest.skipUnless(HAVE_TORCH, "torch is not installed (python3-torch)")
     def test_device_and_tag_scopes_route_tensors(self):
         done = subprocess.run([PYTHON, script("""

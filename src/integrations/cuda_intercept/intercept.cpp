@@ -4,8 +4,13 @@
 // libcuda.so.1 (our dlsym hands back the wrapper for a driver entry point), and through cuGetProcAddress (ours hands
 // back the wrapper for the entry point the real one returned), which is how the CUDA runtime finds every call.
 #include <dlfcn.h>
+#include <link.h>
 
+#include <atomic>
+#include <cstdio>
+#include <exception>
 #include <memory>
+#include <optional>
 
 #include "real_driver.hpp"
 #include "sharing/driver_governor.hpp"
@@ -29,30 +34,69 @@ sharing::DriverGovernor& governor() {
   return *instance;
 }
 
+// The wrappers are called from C (libcudart, the framework): nothing may unwind into them. A fault of plimsoll's own
+// (the ledger's lock failing, memory exhausted while writing the report) is said once on stderr; an admission that
+// faults is refused (a cap that a fault could pass would not be a cap), bookkeeping after the driver's own call is
+// skipped (the job keeps what the driver gave it).
+void report_fault(const char* call, const char* what) noexcept {
+  static std::atomic<bool> said{false};
+  if (said.exchange(true)) return;
+  std::fprintf(stderr, "plimsoll: the CUDA interposer failed inside %s (%s); its accounting may be off from here on\n",
+               call, what);
+}
+
+template <typename Body>
+void guarded(const char* call, Body&& body) noexcept {
+  try {
+    body();
+  } catch (const std::exception& error) {
+    report_fault(call, error.what());
+  } catch (...) {
+    report_fault(call, "an unknown exception");
+  }
+}
+
 // An allocation returning an address: admitted on the calling context's device, then made, then remembered.
 template <typename Allocate>
-cu::Result allocate(cu::DevicePtr* pointer, std::uint64_t bytes, const char* call, Allocate&& make) {
-  sharing::DriverGovernor& g = governor();
-  const auto device = g.governed() ? g.current_device() : std::nullopt;
+cu::Result allocate(cu::DevicePtr* pointer, std::uint64_t bytes, const char* call, Allocate&& make) noexcept {
+  sharing::DriverGovernor* g = nullptr;
+  std::optional<int> device;
+  cu::Result refused = cu::kSuccess;
+  bool faulted = true;
+  guarded(call, [&] {
+    g = &governor();
+    device = g->governed() ? g->current_device() : std::nullopt;
+    if (device) refused = g->admit(*device, bytes, call);
+    faulted = false;
+  });
+  if (faulted) return cu::kErrorOutOfMemory;
   if (!device) return make();  // not governed, or no context (the driver says so itself)
-  if (const cu::Result refused = g.admit(*device, bytes, call); refused != cu::kSuccess) return refused;
+  if (refused != cu::kSuccess) return refused;
   const cu::Result result = make();
-  if (result != cu::kSuccess || pointer == nullptr) {
-    g.cancel(*device, bytes);
-    return result;
-  }
-  g.remember(*pointer, *device, bytes, false);
+  guarded(call, [&] {
+    if (result != cu::kSuccess || pointer == nullptr) {
+      g->cancel(*device, bytes);
+    } else {
+      g->remember(*pointer, *device, bytes, false);
+    }
+  });
   return result;
 }
 
 template <typename Free>
-cu::Result release(std::uint64_t key, bool is_handle, Free&& free) {
-  sharing::DriverGovernor& g = governor();
-  const auto charged = g.take(key, is_handle);
+cu::Result release(std::uint64_t key, bool is_handle, Free&& free) noexcept {
+  sharing::DriverGovernor* g = nullptr;
+  std::optional<sharing::Charged> charged;
+  guarded("a free", [&] {
+    g = &governor();
+    charged = g->take(key, is_handle);
+  });
   const cu::Result result = free();
   if (charged) {
-    if (result == cu::kSuccess) g.credit(*charged);
-    else g.remember(key, charged->device, charged->bytes, is_handle);
+    guarded("a free", [&] {
+      if (result == cu::kSuccess) g->credit(*charged);
+      else g->remember(key, charged->device, charged->bytes, is_handle);
+    });
   }
   return result;
 }
@@ -69,13 +113,20 @@ void measure_context(cu::Context context, bool push) {
 // A context creation: the GPU's context token around it, then its cost measured (`push`: the new context is not
 // current yet, as after cuDevicePrimaryCtxRetain).
 template <typename Create>
-cu::Result create_context(cu::Device device, bool push, cu::Context* context, Create&& create) {
-  sharing::DriverGovernor& g = governor();
-  if (!g.governed()) return create();
-  g.context_creating(device);
+cu::Result create_context(cu::Device device, bool push, cu::Context* context, Create&& create) noexcept {
+  sharing::DriverGovernor* g = nullptr;
+  bool governed = false;
+  guarded("a context's creation", [&] {
+    g = &governor();
+    governed = g->governed();
+    if (governed) g->context_creating(device);
+  });
+  if (!governed) return create();
   const cu::Result result = create();
-  if (result == cu::kSuccess && context != nullptr) measure_context(*context, push);
-  g.context_done(device);
+  guarded("a context's creation", [&] {
+    if (result == cu::kSuccess && context != nullptr) measure_context(*context, push);
+    g->context_done(device);
+  });
   return result;
 }
 
@@ -118,17 +169,29 @@ PLIMSOLL_EXPORT cu::Result cuMemAllocManaged(cu::DevicePtr* pointer, std::size_t
 PLIMSOLL_EXPORT cu::Result cuMemCreate(cu::MemHandle* handle, std::size_t bytes, const cu::MemAllocationProp* prop,
                                        unsigned long long flags) {
   PLIMSOLL_REAL(mem_create);
-  sharing::DriverGovernor& g = governor();
-  if (!g.governed() || prop == nullptr || prop->location.type != cu::kMemLocationTypeDevice)
-    return real_call(handle, bytes, prop, flags);
-  const int device = prop->location.id;
-  if (const cu::Result refused = g.admit(device, bytes, "cuMemCreate"); refused != cu::kSuccess) return refused;
+  sharing::DriverGovernor* g = nullptr;
+  bool governed = false;
+  bool faulted = true;
+  cu::Result refused = cu::kSuccess;
+  const bool on_device = prop != nullptr && prop->location.type == cu::kMemLocationTypeDevice;
+  const int device = on_device ? prop->location.id : -1;
+  guarded("cuMemCreate", [&] {
+    g = &governor();
+    governed = g->governed() && on_device;
+    if (governed) refused = g->admit(device, bytes, "cuMemCreate");
+    faulted = false;
+  });
+  if (faulted) return cu::kErrorOutOfMemory;
+  if (!governed) return real_call(handle, bytes, prop, flags);
+  if (refused != cu::kSuccess) return refused;
   const cu::Result result = real_call(handle, bytes, prop, flags);
-  if (result != cu::kSuccess || handle == nullptr) {
-    g.cancel(device, bytes);
-    return result;
-  }
-  g.remember(*handle, device, bytes, true);
+  guarded("cuMemCreate", [&] {
+    if (result != cu::kSuccess || handle == nullptr) {
+      g->cancel(device, bytes);
+    } else {
+      g->remember(*handle, device, bytes, true);
+    }
+  });
   return result;
 }
 PLIMSOLL_EXPORT cu::Result cuMemRelease(cu::MemHandle handle) {
@@ -167,22 +230,28 @@ PLIMSOLL_EXPORT cu::Result cuMemFreeAsync_ptsz(cu::DevicePtr pointer, cu::Stream
 PLIMSOLL_EXPORT cu::Result cuMemGetInfo_v2(std::size_t* free_bytes, std::size_t* total_bytes) {
   PLIMSOLL_REAL(mem_get_info);
   const cu::Result result = real_call(free_bytes, total_bytes);
-  sharing::DriverGovernor& g = governor();
-  if (result != cu::kSuccess || !g.governed() || free_bytes == nullptr || total_bytes == nullptr) return result;
-  if (const auto device = g.current_device()) {
-    if (const auto budget = g.memory_info(*device, *free_bytes)) {
-      *free_bytes = budget->first;
-      *total_bytes = budget->second;
+  if (result != cu::kSuccess || free_bytes == nullptr || total_bytes == nullptr) return result;
+  guarded("cuMemGetInfo", [&] {
+    sharing::DriverGovernor& g = governor();
+    if (!g.governed()) return;
+    if (const auto device = g.current_device()) {
+      if (const auto budget = g.memory_info(*device, *free_bytes)) {
+        *free_bytes = budget->first;
+        *total_bytes = budget->second;
+      }
     }
-  }
+  });
   return result;
 }
 PLIMSOLL_EXPORT cu::Result cuDeviceTotalMem_v2(std::size_t* bytes, cu::Device device) {
   PLIMSOLL_REAL(device_total_mem);
   const cu::Result result = real_call(bytes, device);
-  sharing::DriverGovernor& g = governor();
-  if (result != cu::kSuccess || !g.governed() || bytes == nullptr) return result;
-  if (const auto cap = g.total_memory(device)) *bytes = *cap;
+  if (result != cu::kSuccess || bytes == nullptr) return result;
+  guarded("cuDeviceTotalMem", [&] {
+    sharing::DriverGovernor& g = governor();
+    if (!g.governed()) return;
+    if (const auto cap = g.total_memory(device)) *bytes = *cap;
+  });
   return result;
 }
 
@@ -220,8 +289,21 @@ PLIMSOLL_EXPORT cu::Result cuGetProcAddress_v2(const char* symbol, void** functi
   if (result == cu::kSuccess && function != nullptr) *function = substitute(*function);
   return result;
 }
+// RTLD_NEXT means "after the object that called dlsym", and the caller glibc sees is now this library: asked as is,
+// it would hand a later preload (a profiler wrapping malloc) its own symbol back. So for RTLD_NEXT the objects
+// after the real caller are searched here, in load order.
 PLIMSOLL_EXPORT void* dlsym(void* handle, const char* symbol) {
-  return substitute_named(symbol, real_dlsym(handle, symbol));
+  if (handle != RTLD_NEXT) return substitute_named(symbol, real_dlsym(handle, symbol));
+  Dl_info info{};
+  link_map* caller = nullptr;
+  if (dladdr1(__builtin_return_address(0), &info, reinterpret_cast<void**>(&caller), RTLD_DL_LINKMAP) == 0 ||
+      caller == nullptr) {
+    return nullptr;
+  }
+  for (link_map* next = caller->l_next; next != nullptr; next = next->l_next) {
+    if (void* found = real_dlsym(next, symbol)) return substitute_named(symbol, found);
+  }
+  return nullptr;
 }
 
 namespace plimsoll::cuda_intercept {

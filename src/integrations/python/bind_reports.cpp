@@ -2,10 +2,14 @@
 // `_plimsoll`. The reports return what the command line's --json prints, built by the same library functions.
 #include <pybind11/stl.h>
 
+#include <cstdlib>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "bindings.hpp"
 #include "plimsoll/error.hpp"
@@ -26,21 +30,34 @@ namespace {
 
 py::object json_loads(const std::string& text) { return py::module_::import("json").attr("loads")(text); }
 
+// The devices some open PyRecording records. A device writes to one recording at a time, so a second recording
+// would silently take it from the first (under `plimsoll run`, from the run's own, whose leak watch would then see
+// nothing). Only touched with the GIL held.
+std::set<Allocator*>& recorded_devices() {
+  static std::set<Allocator*> devices;
+  return devices;
+}
+
 // A recording with the devices it is attached to (so close() can detach them).
 struct PyRecording {
   std::shared_ptr<Recording> recording;
   std::vector<Allocator*> devices;
 
-  void close() {
-    for (Allocator* device : devices) device->record_to(nullptr);
+  void detach() {
+    for (Allocator* device : devices) {
+      device->record_to(nullptr);
+      recorded_devices().erase(device);
+    }
     devices.clear();
+  }
+  void close() {
+    detach();
     recording->close();
   }
   // In a forked child: the file and the unwritten buffer are the parent's. Detach without writing anything, and
   // keep the recording alive for good so no destructor flushes the parent's events a second time.
   void abandon() {
-    for (Allocator* device : devices) device->record_to(nullptr);
-    devices.clear();
+    detach();
     new std::shared_ptr<Recording>(std::move(recording));  // deliberately never freed
     recording.reset();
   }
@@ -52,11 +69,25 @@ std::shared_ptr<PyRecording> open_recording(const std::string& path, const std::
   RecordingOptions options;
   options.call_sites = call_sites;
   if (buffer_bytes != 0) options.buffer_bytes = buffer_bytes;
-  out->recording = Recording::open(path, options);
+  // Every device is found and checked before anything is attached: a bad name leaves nothing half recorded.
+  std::vector<Allocator*> targets;
   for (const std::string& name : devices) {
     Allocator& device = Runtime::global().device(name);
-    device.record_to(out->recording);
-    out->devices.push_back(&device);
+    if (recorded_devices().count(&device) != 0) {
+      const bool under_run = std::getenv("PLIMSOLL_RUN_RECORD") != nullptr;
+      throw InvalidState(fmt::format(
+          "{} is already being recorded{}: a device writes to one recording at a time; {}", name,
+          under_run ? " by plimsoll run" : "",
+          under_run ? "keep the run's recording with `plimsoll run --record FILE` instead"
+                    : "close the other recording first (its close(), or leave its `with` block)"));
+    }
+    targets.push_back(&device);
+  }
+  out->recording = Recording::open(path, options);
+  for (Allocator* device : targets) {
+    device->record_to(out->recording);
+    recorded_devices().insert(device);
+    out->devices.push_back(device);
   }
   return out;
 }

@@ -90,6 +90,8 @@ std::string utf8_of(PyObject* text) {
     } else if (c < 0x800) {
       out += static_cast<char>(0xC0 | (c >> 6));
       out += static_cast<char>(0x80 | (c & 0x3F));
+    } else if (c >= 0xD800 && c <= 0xDFFF) {
+      out += "\xEF\xBF\xBD";  // a lone surrogate (a file name's undecodable byte): U+FFFD, so the text stays UTF-8
     } else if (c < 0x10000) {
       out += static_cast<char>(0xE0 | (c >> 12));
       out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));

@@ -44,7 +44,7 @@ std::string stats_json(const Allocator& allocator, int device) {
       "{{\"device\":\"cuda:{}\",\"in_use_bytes\":{},\"peak_in_use_bytes\":{},\"reserved_bytes\":{},"
       "\"peak_reserved_bytes\":{},\"parked_bytes\":{},\"limit_bytes\":{},\"allocations\":{},\"frees\":{},"
       "\"ooms\":{},\"live_allocations\":{},\"maps\":{},\"unmaps\":{},"
-      "\"allocated_bytes.all.current\":{},\"allocated_bytes.all.peak\":{},\"allocated_bytes.all.allocated\":{},"
+      "\"allocated_bytes.all.current\":{},\"allocated_bytes.all.peak\":{},\"allocation.all.allocated\":{},"
       "\"reserved_bytes.all.current\":{},\"reserved_bytes.all.peak\":{},\"active_bytes.all.current\":{},"
       "\"requested_bytes.all.current\":{},\"allocation.all.current\":{},\"num_ooms\":{}}}",
       device, s.in_use_bytes, s.peak_in_use_bytes, s.reserved_bytes, s.peak_reserved_bytes, s.parked_bytes,
