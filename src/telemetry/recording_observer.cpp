@@ -1,5 +1,9 @@
 // How a Recording watches an Allocator: the engine's observer interface (engine/allocation_observer.hpp), each
 // event appended to the trace under the device's id.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include "engine/allocation_observer.hpp"
