@@ -14,6 +14,11 @@
 
 namespace plimsoll {
 
+class Allocator;
+namespace engine {
+class AllocationObserver;
+}
+
 struct RecordingOptions {
   /// Capture the stack of every allocation and name its call site (the first frame outside plimsoll, libtorch
   /// and c10) in the trace. Costs a stack walk per allocation (docs/benchmarks.md has the figure); symbolizing
@@ -46,11 +51,15 @@ class Recording {
   /// Events written so far (allocations, frees, maps, unmaps, OOMs, markers).
   std::uint64_t events() const;
 
-  struct Impl;
-  Impl& impl() { return *impl_; }
+  struct Impl;  // the writer, src/telemetry/recorder.hpp
 
  private:
   explicit Recording(std::unique_ptr<Impl> impl);
+  // Allocator::record_to attaches through this: the observer appends the device's events to `recording` (and
+  // keeps it open). Names the device in the trace, so it takes the recording's lock: call it outside others.
+  friend class Allocator;
+  static std::shared_ptr<engine::AllocationObserver> observer_for(std::shared_ptr<Recording> recording,
+                                                                  std::string_view device_name);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -22,7 +22,7 @@ const cu::Api& checked_api(const cu::Api& api, cu::Device device) {
 }
 
 std::uint64_t checked_granularity(std::uint64_t granularity) {
-  if (!is_power_of_two(granularity))
+  if (!util::is_power_of_two(granularity))
     throw InvalidArgument(fmt::format("CUDA region granularity {} bytes is not a power of two", granularity));
   return granularity;
 }
@@ -57,11 +57,11 @@ std::uintptr_t CudaRegionBacking::reserve(std::uint64_t bytes) {
   std::uintptr_t base = raw;
   // The driver aligns large allocations to 2 MiB in practice but promises only 256 bytes; the heap's granule
   // arithmetic needs the base aligned, so a misaligned allocation is redone with a granule of slack.
-  if (!is_aligned(base, granularity_)) {
+  if (!util::is_aligned(base, granularity_)) {
     api_.mem_free(raw);
     if (bytes > std::numeric_limits<std::uint64_t>::max() - granularity_) return 0;
     if (api_.mem_alloc(&raw, bytes + granularity_) != cu::kSuccess) return 0;
-    base = round_up(raw, granularity_);
+    base = util::align_up(raw, granularity_);
   }
   ledger_.record_reserve(base, bytes);
   allocations_.emplace(base, raw);

@@ -39,7 +39,7 @@ std::uint64_t query_granularity(const cu::Api& api, const CudaPrimaryContext& co
                                         context.device(), api.error_name(result)));
   const std::uint64_t granularity = std::max<std::uint64_t>(minimum, recommended);
   // The heap's granule arithmetic is masks; every GPU so far reports 2 MiB.
-  if (!is_power_of_two(granularity))
+  if (!util::is_power_of_two(granularity))
     throw DeviceUnavailable(fmt::format("CUDA device {}: the driver's allocation granularity ({} bytes) is not a "
                                         "power of two, which plimsoll's heap needs",
                                         context.device(), granularity));

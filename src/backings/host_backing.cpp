@@ -21,7 +21,7 @@ std::uint64_t system_page_size() { return static_cast<std::uint64_t>(::sysconf(_
 
 std::uint64_t validated_granularity(std::uint64_t granularity) {
   const std::uint64_t page = system_page_size();
-  if (!is_power_of_two(granularity) || granularity < page)
+  if (!util::is_power_of_two(granularity) || granularity < page)
     throw InvalidArgument(fmt::format(
         "host backing granularity {} bytes is not a power-of-two multiple of the page size ({} bytes); "
         "use a power of two of at least {} bytes, such as 2 MiB", granularity, page, page));
@@ -71,7 +71,7 @@ std::uintptr_t HostBacking::reserve(std::uint64_t bytes) {
   void* raw = ::mmap(nullptr, padded, PROT_NONE, kAddressSpaceOnly, -1, 0);
   if (raw == MAP_FAILED) return 0;
   const auto raw_begin = reinterpret_cast<std::uintptr_t>(raw);
-  const std::uintptr_t base = round_up(raw_begin, granularity_);
+  const std::uintptr_t base = util::align_up(raw_begin, granularity_);
   const std::uintptr_t raw_end = raw_begin + padded;
   if (base > raw_begin) ::munmap(raw, base - raw_begin);
   if (raw_end > base + bytes) ::munmap(pointer(base + bytes), raw_end - (base + bytes));

@@ -12,9 +12,9 @@
 namespace plimsoll::backings {
 
 std::string MappingLedger::reserve_problem(std::uint64_t bytes) const {
-  if (bytes == 0 || !is_aligned(bytes, granularity_))
+  if (bytes == 0 || !util::is_aligned(bytes, granularity_))
     return fmt::format("reserve of {} bytes: the size must be a non-zero multiple of the granularity ({} bytes); "
-                       "round it up with round_up()", bytes, granularity_);
+                       "round it up with util::align_up()", bytes, granularity_);
   return {};
 }
 
@@ -32,7 +32,7 @@ std::string MappingLedger::unreserve_problem(std::uintptr_t base, std::uint64_t 
 std::string MappingLedger::alignment_problem(std::string_view what, std::uintptr_t addr,
                                              std::uint64_t bytes) const {
   if (bytes == 0) return fmt::format("{} of 0 bytes at {:#x}: ask for at least one granule", what, addr);
-  if (!is_aligned(addr, granularity_) || !is_aligned(bytes, granularity_))
+  if (!util::is_aligned(addr, granularity_) || !util::is_aligned(bytes, granularity_))
     return fmt::format("{} of {} bytes at {:#x}: address and size must be multiples of the granularity ({} bytes)",
                        what, bytes, addr, granularity_);
   if (addr + bytes < addr)

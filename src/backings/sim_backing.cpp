@@ -21,7 +21,7 @@ std::uint64_t validated_capacity(std::uint64_t capacity_bytes) {
 }
 
 std::uint64_t validated_granularity(std::uint64_t granularity) {
-  if (!is_power_of_two(granularity))
+  if (!util::is_power_of_two(granularity))
     throw InvalidArgument(fmt::format(
         "simulated device granularity {} bytes is not a power of two; use one such as 2 MiB", granularity));
   return granularity;
@@ -32,7 +32,7 @@ std::uint64_t validated_granularity(std::uint64_t granularity) {
 SimBacking::SimBacking(std::uint64_t capacity_bytes, std::uint64_t granularity)
     : capacity_(validated_capacity(capacity_bytes)),
       granularity_(validated_granularity(granularity)),
-      next_address_(round_up(kFirstAddress, granularity_)),
+      next_address_(util::align_up(kFirstAddress, granularity_)),
       ledger_(granularity_) {}
 
 std::uintptr_t SimBacking::reserve(std::uint64_t bytes) {

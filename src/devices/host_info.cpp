@@ -9,6 +9,7 @@
 #include "devices/proc_text.hpp"
 #include "plimsoll/device.hpp"
 #include "plimsoll/error.hpp"
+#include "util/checked_math.hpp"
 
 namespace plimsoll {
 namespace {
@@ -47,8 +48,7 @@ std::map<std::string_view, std::uint64_t> read_meminfo_fields(std::string_view m
 std::uint64_t saturating_sum(std::initializer_list<std::uint64_t> terms) {
   std::uint64_t sum = 0;
   for (std::uint64_t term : terms) {
-    sum = term > std::numeric_limits<std::uint64_t>::max() - sum ? std::numeric_limits<std::uint64_t>::max()
-                                                                  : sum + term;
+    sum = util::saturating_add(sum, term);
   }
   return sum;
 }

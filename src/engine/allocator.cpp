@@ -15,12 +15,12 @@
 #include <nlohmann/json.hpp>
 
 #include "backings/backing.hpp"
+#include "engine/allocation_observer.hpp"
 #include "engine/heap.hpp"
 #include "engine/stream_order.hpp"
 #include "util/spin_lock.hpp"
 #include "plimsoll/recording.hpp"
 #include "plimsoll/size.hpp"
-#include "telemetry/recorder.hpp"
 
 namespace plimsoll {
 
@@ -59,11 +59,11 @@ struct Allocator::Impl {
   std::array<RecentFree, kRecentFrees> recent{};
   std::size_t recent_next = 0;
   std::uint64_t ooms = 0;
-  // Recording (record_to): the attached trace writer, this device's id in it, and while call sites are captured,
-  // the site of each live allocation (for snapshot()).
-  std::shared_ptr<Recording> recording;
-  Recording::Impl* recorder = nullptr;
-  std::uint16_t recorder_device = 0;
+  // Recording (record_to): the attached observer (engine/allocation_observer.hpp; null: nothing observes, and
+  // the hot paths test only this pointer), whether it captures call sites, and while it does, the site of each
+  // live allocation (for snapshot()).
+  std::shared_ptr<engine::AllocationObserver> observer;
+  bool observe_call_sites = false;
   std::unordered_map<std::uint64_t, std::uint32_t> live_sites;
   // Stream-ordered reuse (src/engine/stream_order.hpp), on devices whose backing has events; null elsewhere, and
   // then streams are ignored. Declared after heap, which it refers to, so it goes first.
@@ -71,7 +71,7 @@ struct Allocator::Impl {
   std::uint64_t peak_live = 0;  // peak in-use bytes, parked blocks not counted (with streams)
 
   std::uint64_t allocate(std::size_t bytes, Tag tag) {
-    if (recorder != nullptr) [[unlikely]] return allocate_recorded(bytes, tag);
+    if (observer != nullptr) [[unlikely]] return allocate_recorded(bytes, tag);
     return allocate_unrecorded(bytes, tag);
   }
 
@@ -79,26 +79,26 @@ struct Allocator::Impl {
   // call on the way up, and the OOM path's release-then-retry is one net change from the outside.
   void record_mapping_change(std::uint64_t mapped_before) {
     const std::uint64_t mapped_after = heap->mapped_bytes();
-    if (mapped_after > mapped_before) recorder->map(recorder_device, mapped_after - mapped_before);
-    if (mapped_after < mapped_before) recorder->unmap(recorder_device, mapped_before - mapped_after);
+    if (mapped_after > mapped_before) observer->mapped(mapped_after - mapped_before);
+    if (mapped_after < mapped_before) observer->unmapped(mapped_before - mapped_after);
   }
 
   std::uint64_t allocate_recorded(std::size_t bytes, Tag tag) {
-    const std::uint32_t site = recorder->capturing_call_sites() ? recorder->capture_call_site() : 0;
+    const std::uint32_t site = observe_call_sites ? observer->capture_call_site() : 0;
     const std::uint64_t mapped_before = heap->mapped_bytes();
     const std::uint64_t addr = allocate_unrecorded(bytes, tag);
     record_mapping_change(mapped_before);
     if (addr == 0) {
-      recorder->oom(recorder_device, bytes, tag, site);
+      observer->out_of_memory(bytes, tag, site);
       return 0;
     }
-    recorder->allocate(recorder_device, addr, bytes, tag, site);
+    observer->allocated(addr, bytes, tag, site);
     if (site != 0) live_sites[addr] = site;
     return addr;
   }
 
   void record_free(std::uint64_t addr, std::uint64_t mapped_before) {
-    recorder->free(recorder_device, addr);
+    observer->freed(addr);
     record_mapping_change(mapped_before);
     if (!live_sites.empty()) live_sites.erase(addr);
   }
@@ -124,8 +124,7 @@ struct Allocator::Impl {
   // ---- Devices with streams (CUDA). The lock is held; `stream` null: the caller named none (no reuse).
 
   std::uint64_t allocate_on(std::size_t bytes, Tag tag, const engine::StreamHandle* stream, bool report_failure) {
-    const std::uint32_t site =
-        recorder != nullptr && recorder->capturing_call_sites() ? recorder->capture_call_site() : 0;
+    const std::uint32_t site = observer != nullptr && observe_call_sites ? observer->capture_call_site() : 0;
     const std::uint64_t mapped_before = heap->mapped_bytes();
     streams->poll();
     const std::uint64_t size = engine::Heap::round(bytes);
@@ -138,13 +137,13 @@ struct Allocator::Impl {
     } else {
       addr = allocate_unrecorded(bytes, tag, report_failure);
     }
-    if (recorder != nullptr) {
+    if (observer != nullptr) {
       record_mapping_change(mapped_before);
       if (addr != 0) {
-        recorder->allocate(recorder_device, addr, bytes, tag, site);
+        observer->allocated(addr, bytes, tag, site);
         if (site != 0) live_sites[addr] = site;
       } else if (report_failure) {
-        recorder->oom(recorder_device, bytes, tag, site);
+        observer->out_of_memory(bytes, tag, site);
       }
     }
     if (addr != 0) peak_live = std::max(peak_live, heap->counters().in_use - streams->counters().parked_bytes);
@@ -187,7 +186,7 @@ struct Allocator::Impl {
       back_off(polls);
       guard.lock();
     }
-    if (recorder != nullptr) record_mapping_change(mapped_before);
+    if (observer != nullptr) record_mapping_change(mapped_before);
   }
 
   std::uint64_t parked_bytes() const { return streams ? streams->counters().parked_bytes : 0; }
@@ -325,7 +324,7 @@ void Allocator::deallocate(void* ptr, Stream stream) {
   const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
   impl_->heap->relabel(addr, 0, 0);
   impl_->streams->park(block, stream.handle);
-  if (impl_->recorder != nullptr) impl_->record_free(addr, mapped_before);
+  if (impl_->observer != nullptr) impl_->record_free(addr, mapped_before);
   Impl::TagCounter& counter = impl_->tags[block.tag];
   counter.in_use -= block.size;
   --counter.live;
@@ -350,7 +349,7 @@ void Allocator::deallocate(void* ptr) {
   const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
   engine::Heap::Freed freed;
   if (!impl_->heap->deallocate(addr, freed)) impl_->throw_bad_free(addr);
-  if (impl_->recorder != nullptr) impl_->record_free(addr, mapped_before);
+  if (impl_->observer != nullptr) impl_->record_free(addr, mapped_before);
   Impl::TagCounter& counter = impl_->tags[freed.tag];
   counter.in_use -= freed.size;
   --counter.live;
@@ -377,17 +376,18 @@ std::uint64_t Allocator::trim() {
   if (impl_->streams != nullptr) impl_->wait_for_parked(guard);
   const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
   const std::uint64_t released = impl_->heap->release_cached();
-  if (impl_->recorder != nullptr) impl_->record_mapping_change(mapped_before);
+  if (impl_->observer != nullptr) impl_->record_mapping_change(mapped_before);
   return released;
 }
 
 void Allocator::record_to(std::shared_ptr<Recording> recording) {
-  // Interned before taking the device lock: the recording takes its own lock for it.
-  const std::uint16_t device = recording ? recording->impl().device_id(impl_->description.name) : 0;
+  // Made before taking the device lock: naming the device in the trace takes the recording's own lock.
+  std::shared_ptr<engine::AllocationObserver> observer =
+      recording ? Recording::observer_for(std::move(recording), impl_->description.name) : nullptr;
+  const bool call_sites = observer != nullptr && observer->wants_call_sites();
   std::lock_guard guard(impl_->lock);
-  impl_->recording = std::move(recording);
-  impl_->recorder = impl_->recording ? &impl_->recording->impl() : nullptr;
-  impl_->recorder_device = device;
+  impl_->observer.swap(observer);  // the previous observer goes after the lock is released
+  impl_->observe_call_sites = call_sites;
   impl_->live_sites.clear();
 }
 
@@ -413,7 +413,7 @@ std::string Allocator::snapshot() const {
       entry["requested_bytes"] = block.requested;
       entry["tag"] = block.tag == kUntagged ? "untagged" : std::string(tag_name(block.tag));
       if (const auto site = impl_->live_sites.find(block.addr); site != impl_->live_sites.end()) {
-        entry["call_site"] = impl_->recorder->describe_call_site(site->second);
+        entry["call_site"] = impl_->observer->describe_call_site(site->second);
       }
     }
     blocks.push_back(std::move(entry));

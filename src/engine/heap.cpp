@@ -7,24 +7,23 @@
 
 #include "plimsoll/error.hpp"
 #include "plimsoll/size.hpp"
+#include "util/checked_math.hpp"
 
 namespace plimsoll::engine {
 
 namespace {
 constexpr std::uint64_t kMaxAddressSpace = 1ull << 46;  // 64 TiB: far below any 48-bit address space
 
-std::uint64_t round_down(std::uint64_t value, std::uint64_t to) { return value / to * to; }
-std::uint64_t round_up(std::uint64_t value, std::uint64_t to) { return (value + to - 1) / to * to; }
 }  // namespace
 
 Heap::Heap(backings::Backing& backing, HeapOptions options) : backing_(backing), options_(options) {
   const std::uint64_t granule = backing_.granularity();
   if (options_.small_page % granule != 0 && granule % options_.small_page != 0)
     throw InvalidArgument("small_page must divide or be a multiple of the backing's granularity");
-  const std::uint64_t limit = std::max(round_down(options_.limit, granule), granule);
+  const std::uint64_t limit = std::max(util::round_down(options_.limit, granule), granule);
   span_bytes_ = options_.preallocate
                     ? limit
-                    : std::min(round_up(limit, granule) * options_.address_space_factor, kMaxAddressSpace);
+                    : std::min(util::round_up(limit, granule) * options_.address_space_factor, kMaxAddressSpace);
   base_ = backing_.reserve(span_bytes_);
   if (base_ == 0)
     throw Error("cannot reserve " + format_size(span_bytes_) + " of address space on " + backing_.describe() +

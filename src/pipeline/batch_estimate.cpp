@@ -6,17 +6,17 @@
 
 #include <fmt/format.h>
 
-#include "pipeline/checked_math.hpp"
 #include "plimsoll/error.hpp"
 #include "plimsoll/estimate.hpp"
 #include "plimsoll/size.hpp"
+#include "util/checked_math.hpp"
 
 namespace plimsoll {
 namespace {
 
 // `count` batches of `batch_bytes`, or an error naming the count (`what`) to lower.
 std::uint64_t batches_bytes(std::uint64_t count, std::uint64_t batch_bytes, std::string_view what) {
-  const auto bytes = pipeline::checked_multiply(count, batch_bytes);
+  const auto bytes = util::checked_multiply(count, batch_bytes);
   if (!bytes) {
     throw InvalidArgument(fmt::format("{} {} x {} per batch is 2^64 bytes or more; lower the {}", what, count,
                                       format_size(batch_bytes), what));
@@ -37,8 +37,8 @@ std::uint64_t one_batch_bytes(const BatchPipeline& pipeline) {
     }
   }
   if (pipeline.batch == 0) throw InvalidArgument("batch size 0: a batch holds at least one sample; give 1 or more");
-  const auto sample_bytes = pipeline::checked_multiply(pipeline.sample.elements(), dtype_bytes(pipeline.dtype));
-  const auto bytes = sample_bytes ? pipeline::checked_multiply(*sample_bytes, pipeline.batch) : std::nullopt;
+  const auto sample_bytes = util::checked_multiply(pipeline.sample.elements(), dtype_bytes(pipeline.dtype));
+  const auto bytes = sample_bytes ? util::checked_multiply(*sample_bytes, pipeline.batch) : std::nullopt;
   if (!bytes) {
     throw InvalidArgument(fmt::format("a batch of {} samples of shape {} in {} is 2^64 bytes or more; lower the "
                                       "batch size or the shape",
@@ -57,8 +57,8 @@ BatchEstimate estimate_batch(const BatchPipeline& pipeline) {
   estimate.consumer_bytes = estimate.batch_bytes;
 
   // Without the queue: what the pipeline holds however shallow its queue is.
-  const auto fixed_bytes = pipeline::checked_add(estimate.in_flight_bytes, estimate.consumer_bytes);
-  const auto total = fixed_bytes ? pipeline::checked_add(*fixed_bytes, estimate.queue_bytes) : std::nullopt;
+  const auto fixed_bytes = util::checked_add(estimate.in_flight_bytes, estimate.consumer_bytes);
+  const auto total = fixed_bytes ? util::checked_add(*fixed_bytes, estimate.queue_bytes) : std::nullopt;
   if (!total) {
     throw InvalidArgument(fmt::format("the pipeline would hold 2^64 bytes or more ({} queued + {} workers + 1 "
                                       "batches of {}); lower the queue depth or the workers",

@@ -8,9 +8,9 @@
 
 #include <fmt/format.h>
 
-#include "pipeline/checked_math.hpp"
 #include "plimsoll/error.hpp"
 #include "plimsoll/estimate.hpp"
+#include "util/checked_math.hpp"
 
 namespace plimsoll {
 namespace {
@@ -41,7 +41,7 @@ bool parse_digits(std::string_view digits, std::uint64_t& value) {
 std::uint64_t BatchShape::elements() const {
   std::uint64_t product = 1;
   for (std::uint64_t dim : dims) {
-    const auto next = pipeline::checked_multiply(product, dim);
+    const auto next = util::checked_multiply(product, dim);
     if (!next) {
       throw InvalidArgument(fmt::format("shape {} has 2^64 elements or more; check the dimensions", to_string()));
     }

@@ -18,9 +18,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "pipeline/checked_math.hpp"
 #include "plimsoll/datasets.hpp"
 #include "plimsoll/error.hpp"
+#include "util/checked_math.hpp"
 
 namespace plimsoll {
 namespace {
@@ -154,7 +154,7 @@ IdxArray read_idx(const std::filesystem::path& path) {
   array.dims = read_dims(reader);
   std::uint64_t expected = 1;
   for (std::uint32_t dim : array.dims) {
-    const auto product = pipeline::checked_multiply(expected, dim);
+    const auto product = util::checked_multiply(expected, dim);
     if (!product) {
       reader.fail(fmt::format("has dimensions {}, 2^64 bytes or more", fmt::join(array.dims, "x")), kDamaged);
     }

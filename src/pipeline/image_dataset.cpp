@@ -9,15 +9,15 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "pipeline/checked_math.hpp"
 #include "plimsoll/datasets.hpp"
 #include "plimsoll/error.hpp"
+#include "util/checked_math.hpp"
 
 namespace plimsoll {
 
 std::size_t ImageShape::bytes() const {
-  auto product = pipeline::checked_multiply(rows, cols);
-  if (product) product = pipeline::checked_multiply(*product, channels);
+  auto product = util::checked_multiply(rows, cols);
+  if (product) product = util::checked_multiply(*product, channels);
   if (!product) {
     throw InvalidArgument(fmt::format("image shape {}x{}x{} is 2^64 bytes or more; check the shape", rows, cols,
                                       channels));
@@ -31,7 +31,7 @@ ImageDataset::ImageDataset(ImageShape shape, std::vector<std::uint8_t> pixels, s
     throw InvalidArgument(fmt::format("image shape {}x{}x{} has a 0; rows, cols and channels must be at least 1",
                                       shape_.rows, shape_.cols, shape_.channels));
   }
-  const auto expected = pipeline::checked_multiply(labels_.size(), shape_.bytes());
+  const auto expected = util::checked_multiply(labels_.size(), shape_.bytes());
   if (!expected || *expected != pixels_.size()) {
     throw InvalidArgument(fmt::format("{} bytes of pixels are not {} images of {}x{}x{} ({} bytes each); give one "
                                       "label per image",

@@ -4,9 +4,9 @@
 
 #include <fmt/format.h>
 
-#include "pipeline/checked_math.hpp"
 #include "plimsoll/error.hpp"
 #include "plimsoll/estimate.hpp"
+#include "util/checked_math.hpp"
 
 namespace plimsoll {
 namespace {
@@ -30,9 +30,9 @@ InputMemoryTable input_memory_table(DType dtype, std::uint64_t channels) {
     std::vector<std::uint64_t>& row = table.bytes.emplace_back();
     for (std::uint64_t batch : table.batches) {
       // Checked: the channel count comes from the user.
-      auto bytes = pipeline::checked_multiply(resolution * resolution, channels);
-      if (bytes) bytes = pipeline::checked_multiply(*bytes, batch);
-      if (bytes) bytes = pipeline::checked_multiply(*bytes, dtype_bytes(dtype));
+      auto bytes = util::checked_multiply(resolution * resolution, channels);
+      if (bytes) bytes = util::checked_multiply(*bytes, batch);
+      if (bytes) bytes = util::checked_multiply(*bytes, dtype_bytes(dtype));
       if (!bytes) {
         throw InvalidArgument(fmt::format("{} channels make a {}x{} batch of {} 2^64 bytes or more; give fewer "
                                           "channels",

@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <limits>
 
-#include "pipeline/checked_math.hpp"
 #include "pipeline/pipeline_state.hpp"
 #include "plimsoll/allocator.hpp"
 #include "plimsoll/size.hpp"
+#include "util/checked_math.hpp"
 
 namespace plimsoll::pipeline_detail {
 namespace {
@@ -15,13 +15,19 @@ namespace {
 constexpr std::uint64_t kBufferAlignment = 64;
 
 std::uint64_t checked_multiply(std::uint64_t a, std::uint64_t b, const char* what) {
-  if (const auto product = pipeline::checked_multiply(a, b)) return *product;
+  if (const auto product = util::checked_multiply(a, b)) return *product;
   throw InvalidArgument(fmt::format("{} overflow 64 bits ({} x {}); lower the sizes", what, a, b));
 }
 
 std::uint64_t checked_add(std::uint64_t a, std::uint64_t b, const char* what) {
-  if (const auto sum = pipeline::checked_add(a, b)) return *sum;
+  if (const auto sum = util::checked_add(a, b)) return *sum;
   throw InvalidArgument(fmt::format("{} overflow 64 bits ({} + {}); lower the sizes", what, a, b));
+}
+
+std::uint64_t checked_round_up(std::uint64_t value, std::uint64_t multiple, const char* what) {
+  if (const auto rounded = util::checked_round_up(value, multiple)) return *rounded;
+  throw InvalidArgument(
+      fmt::format("{} overflow 64 bits ({} rounded up to a multiple of {}); lower the sizes", what, value, multiple));
 }
 
 void check_shape(const PipelineOptions& options, const std::vector<SampleStage>& stages) {
@@ -58,7 +64,7 @@ std::vector<std::uint64_t> offsets_of(const PipelineOptions& options) {
     // Each array starts cache-line aligned, as the buffer does.
     const std::uint64_t bytes = checked_multiply(field, options.batch_size, "pipeline: batch bytes");
     at = checked_add(at, bytes, "pipeline: batch bytes");
-    at = checked_add(at, (kBufferAlignment - at % kBufferAlignment) % kBufferAlignment, "pipeline: batch bytes");
+    at = checked_round_up(at, kBufferAlignment, "pipeline: batch bytes");
   }
   offsets.push_back(at);  // the buffer's size
   return offsets;

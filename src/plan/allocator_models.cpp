@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "util/checked_math.hpp"
+
 // Written from the published rules of each allocator; the sources named below were read for the rules only.
 //   BFC: tensorflow/core/common_runtime/bfc_allocator.{h,cc} and gpu/gpu_bfc_allocator.cc (TF 2.x).
 //   CUDA caching: c10/cuda/CUDACachingAllocator.cpp (PyTorch 1.13 era).
@@ -28,13 +30,9 @@ constexpr std::uint64_t kAddressGap = 2 * kMiB;
 // "No limit": large enough never to refuse a trace, small enough that sums of sizes cannot overflow.
 constexpr std::uint64_t kUnlimited = std::uint64_t{1} << 62;
 
-std::uint64_t round_up(std::uint64_t value, std::uint64_t multiple) {
-  return (value + multiple - 1) / multiple * multiple;
-}
-
 std::uint64_t next_range(std::uint64_t& next_address, std::uint64_t bytes) {
   const std::uint64_t base = next_address;
-  next_address = round_up(base + bytes, kAddressGap) + kAddressGap;
+  next_address = util::round_up(base + bytes, kAddressGap) + kAddressGap;
   return base;
 }
 
@@ -75,7 +73,7 @@ BfcModel::BfcModel(Options options)
 
 // RoundedBytes: every request is rounded up to a multiple of kMinAllocationSize (256 B). (TF returns nullptr
 // for a zero-byte request before rounding; allocate() does the same.)
-std::uint64_t BfcModel::rounded_bytes(std::uint64_t bytes) { return round_up(bytes, kMinAllocationSize); }
+std::uint64_t BfcModel::rounded_bytes(std::uint64_t bytes) { return util::round_up(bytes, kMinAllocationSize); }
 
 // BinNumForSize: bin b holds free chunks of [256 << b, 256 << (b + 1)) bytes; the last of the kNumBins (21)
 // bins takes everything from 256 << 20 (256 MiB) up.
@@ -252,7 +250,7 @@ CudaCachingModel::CudaCachingModel(Options options) : options_(options), next_ad
 // round_size: at least kMinBlockSize (512 B), else rounded up to a multiple of it. (roundup_power2_divisions
 // is off by default.)
 std::uint64_t CudaCachingModel::round_size(std::uint64_t bytes) {
-  return bytes < kMinBlockSize ? kMinBlockSize : round_up(bytes, kMinBlockSize);
+  return bytes < kMinBlockSize ? kMinBlockSize : util::round_up(bytes, kMinBlockSize);
 }
 
 // get_allocation_size, on the rounded size: requests of at most kSmallSize (1 MiB) come from 2 MiB segments
@@ -261,7 +259,7 @@ std::uint64_t CudaCachingModel::round_size(std::uint64_t bytes) {
 std::uint64_t CudaCachingModel::allocation_size(std::uint64_t rounded) {
   if (rounded <= kSmallSize) return kSmallBuffer;
   if (rounded < kMinLargeAlloc) return kLargeBuffer;
-  return round_up(rounded, kRoundLarge);
+  return util::round_up(rounded, kRoundLarge);
 }
 
 CudaCachingModel::BlockMap::iterator CudaCachingModel::find_free_block(bool small, std::uint64_t rounded) {

@@ -8,6 +8,7 @@
 
 #include "plimsoll/error.hpp"
 #include "plimsoll/size.hpp"
+#include "util/checked_math.hpp"
 
 namespace plimsoll::runtime {
 namespace {
@@ -103,8 +104,7 @@ void check_logical_split(const std::string& device, const PhysicalMemory& memory
           "logical device {}/{} has a memory limit of 0 bytes; give every logical device a size, e.g. \"4GiB\"",
           device, i));
     }
-    sum = limit > std::numeric_limits<std::uint64_t>::max() - sum ? std::numeric_limits<std::uint64_t>::max()
-                                                                   : sum + limit;
+    sum = util::saturating_add(sum, limit);
     if (!terms.empty()) terms += " + ";
     terms += format_size(limit);
   }

@@ -10,19 +10,19 @@
 #include <fmt/format.h>
 
 #include "plimsoll/size.hpp"
+#include "util/checked_math.hpp"
 
 namespace plimsoll {
 namespace {
 
-// The numbers come from a live device, but explain_oom is public: inconsistent ones must not wrap around.
-std::uint64_t plus(std::uint64_t a, std::uint64_t b) {
-  return b > std::numeric_limits<std::uint64_t>::max() - a ? std::numeric_limits<std::uint64_t>::max() : a + b;
-}
-std::uint64_t minus(std::uint64_t a, std::uint64_t b) { return a > b ? a - b : 0; }
+// The numbers come from a live device, but explain_oom is public: inconsistent ones must not wrap around, so
+// sums and differences saturate.
+using util::saturating_add;
+using util::saturating_subtract;
 // Devices map whole granules: a fresh range for `bytes` takes this many.
 std::uint64_t whole_granules(std::uint64_t bytes, std::uint64_t granule) {
-  if (granule == 0 || bytes % granule == 0) return bytes;
-  return plus(bytes - bytes % granule, granule);
+  if (granule == 0) return bytes;
+  return util::checked_round_up(bytes, granule).value_or(std::numeric_limits<std::uint64_t>::max());
 }
 
 std::string_view meaning(OomCause cause) {
@@ -46,8 +46,8 @@ std::string largest_tag(const OomDetails& d) {
 }
 
 std::string suggest_for_limit(const OomDetails& d) {
-  const std::uint64_t needed = plus(d.in_use_bytes, d.rounded_bytes);
-  const std::uint64_t shortfall = minus(needed, d.limit_bytes);
+  const std::uint64_t needed = saturating_add(d.in_use_bytes, d.rounded_bytes);
+  const std::uint64_t shortfall = saturating_subtract(needed, d.limit_bytes);
   if (d.device_total_bytes != 0 && needed > d.device_total_bytes) {
     return fmt::format(
         "needs at least {} more than the limit {}, and {} in all is more than the device's {}: reduce the batch "
@@ -72,7 +72,8 @@ std::string suggest_for_device(const OomDetails& d) {
           : fmt::format(
                 "other processes (or other devices of this process on the same hardware) hold about {} of "
                 "its {}",
-                format_size(minus(minus(d.device_total_bytes, d.device_free_bytes), d.reserved_bytes)),
+                format_size(saturating_subtract(saturating_subtract(d.device_total_bytes, d.device_free_bytes),
+                                                d.reserved_bytes)),
                 format_size(d.device_total_bytes));
   const std::string claim_early =
       d.policy == "preallocate" ? "" : ", or set growth to preallocate to claim the budget when the device is created";
@@ -90,7 +91,7 @@ std::string suggest_for_device(const OomDetails& d) {
       "({} reserved here); {}: stop them, or set memory_limit to at most {} so this process plans for what it can "
       "get{}",
       d.device, format_size(d.device_free_bytes), format_size(d.rounded_bytes), format_size(d.limit_bytes),
-      format_size(d.reserved_bytes), held_by_others, format_size(plus(d.reserved_bytes, d.device_free_bytes)),
+      format_size(d.reserved_bytes), held_by_others, format_size(saturating_add(d.reserved_bytes, d.device_free_bytes)),
       claim_early);
 }
 
@@ -111,12 +112,13 @@ std::string suggest_for_fragments(const OomDetails& d) {
       "{}; the free bytes share granules with live allocations, so they cannot be given back: allocate large, "
       "long-lived buffers first so short-lived ones do not split the space between them, or raise memory_limit "
       "to >= {} to leave room for a fresh range",
-      facts, format_size(plus(d.reserved_bytes, whole_granules(d.rounded_bytes, d.granule_bytes))));
+      facts, format_size(saturating_add(d.reserved_bytes, whole_granules(d.rounded_bytes, d.granule_bytes))));
 }
 
 std::string suggest_for_cache(const OomDetails& d) {
-  const std::uint64_t must_release = minus(plus(d.reserved_bytes, d.rounded_bytes), d.limit_bytes);
-  const std::uint64_t threshold = minus(d.limit_bytes, plus(d.in_use_bytes, d.rounded_bytes));
+  const std::uint64_t must_release =
+      saturating_subtract(saturating_add(d.reserved_bytes, d.rounded_bytes), d.limit_bytes);
+  const std::uint64_t threshold = saturating_subtract(d.limit_bytes, saturating_add(d.in_use_bytes, d.rounded_bytes));
   return fmt::format(
       "{} of free memory is still mapped and {} of it had to be given back to fit {} under the limit {}: call trim() "
       "before large allocations, or set release_threshold to <= {} so the cache never grows that large",
@@ -154,7 +156,7 @@ std::string_view to_string(OomCause cause) {
 // 3 and 4 split what is left.
 OomDetails explain_oom(OomDetails numbers) {
   OomDetails d = std::move(numbers);
-  if (plus(d.in_use_bytes, d.rounded_bytes) > d.limit_bytes) {
+  if (saturating_add(d.in_use_bytes, d.rounded_bytes) > d.limit_bytes) {
     d.cause = OomCause::limit_too_low;
     d.suggestion = suggest_for_limit(d);
   } else if (d.device_refused) {

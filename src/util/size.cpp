@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "plimsoll/error.hpp"
+#include "util/checked_math.hpp"
 
 namespace plimsoll {
 namespace {
@@ -54,18 +55,6 @@ std::optional<Unit> find_unit(std::string_view name) {
     if (equals_ignoring_case(unit.name, name)) return unit;
   }
   return std::nullopt;
-}
-
-bool checked_multiply(std::uint64_t a, std::uint64_t b, std::uint64_t& out) {
-  if (a != 0 && b > kMaxBytes / a) return false;
-  out = a * b;
-  return true;
-}
-
-bool checked_add(std::uint64_t a, std::uint64_t b, std::uint64_t& out) {
-  if (b > kMaxBytes - a) return false;
-  out = a + b;
-  return true;
 }
 
 // floor(0.<digits> * base^power), exact for any number of digits: multiplying the decimal fraction by
@@ -121,20 +110,20 @@ std::uint64_t parse_size(std::string_view text) {
 
   std::uint64_t count = 0;
   for (char c : whole_digits) {
-    if (!checked_multiply(count, 10, count) || !checked_add(count, static_cast<std::uint64_t>(c - '0'), count)) {
-      reject(text, fmt::format("larger than the largest size, {} bytes", kMaxBytes));
-    }
+    const auto tens = util::checked_multiply(count, 10);
+    const auto next = tens ? util::checked_add(*tens, static_cast<std::uint64_t>(c - '0')) : std::nullopt;
+    if (!next) reject(text, fmt::format("larger than the largest size, {} bytes", kMaxBytes));
+    count = *next;
   }
   if (!unit) return count;
 
   std::uint64_t multiplier = 1;
   for (int i = 0; i < unit->power; ++i) multiplier *= unit->base;
-  std::uint64_t bytes = 0;
-  if (!checked_multiply(count, multiplier, bytes) ||
-      !checked_add(bytes, whole_part_of_fraction(fraction_digits, unit->base, unit->power), bytes)) {
-    reject(text, fmt::format("larger than the largest size, {} bytes", kMaxBytes));
-  }
-  return bytes;
+  const auto whole = util::checked_multiply(count, multiplier);
+  const std::uint64_t fraction = whole_part_of_fraction(fraction_digits, unit->base, unit->power);
+  const auto bytes = whole ? util::checked_add(*whole, fraction) : std::nullopt;
+  if (!bytes) reject(text, fmt::format("larger than the largest size, {} bytes", kMaxBytes));
+  return *bytes;
 }
 
 std::string format_size(std::uint64_t bytes) {
