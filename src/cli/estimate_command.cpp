@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "telemetry/report_json.hpp"
 #include "cli/output.hpp"
 #include "plimsoll/estimate.hpp"
 #include "plimsoll/size.hpp"
@@ -79,31 +80,8 @@ std::string budget_note(const plimsoll::BatchPipeline& pipeline, const plimsoll:
                      queue_fits ? "fits" : "does not fit");
 }
 
-template <typename T>
-nlohmann::ordered_json optional_json(const std::optional<T>& value) {
-  return value ? nlohmann::ordered_json(*value) : nlohmann::ordered_json(nullptr);
-}
-
 void print_batch_json(const plimsoll::BatchPipeline& pipeline, const plimsoll::BatchEstimate& estimate) {
-  const std::string note = budget_note(pipeline, estimate);
-  nlohmann::ordered_json out;
-  out["shape"] = pipeline.sample.to_string();
-  out["dtype"] = std::string(plimsoll::to_string(pipeline.dtype));
-  out["dtype_bytes"] = plimsoll::dtype_bytes(pipeline.dtype);
-  out["batch"] = pipeline.batch;
-  out["queue"] = pipeline.queue_depth;
-  out["workers"] = pipeline.workers;
-  out["batch_bytes"] = estimate.batch_bytes;
-  out["queue_bytes"] = estimate.queue_bytes;
-  out["in_flight_bytes"] = estimate.in_flight_bytes;
-  out["consumer_bytes"] = estimate.consumer_bytes;
-  out["total_bytes"] = estimate.total_bytes;
-  out["budget_bytes"] = optional_json(pipeline.budget);
-  out["max_queue_for_budget"] = optional_json(estimate.max_queue_for_budget);
-  out["fits_budget"] = pipeline.budget ? nlohmann::ordered_json(estimate.total_bytes <= *pipeline.budget)
-                                       : nlohmann::ordered_json(nullptr);
-  out["budget_note"] = note.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(note);
-  fmt::print("{}\n", out.dump());
+  fmt::print("{}\n", plimsoll::telemetry::batch_estimate_json(pipeline, estimate, budget_note(pipeline, estimate)));
 }
 
 void print_batch_table(const plimsoll::BatchPipeline& pipeline, const plimsoll::BatchEstimate& estimate) {

@@ -57,4 +57,14 @@ std::string Table::render() const {
   return out;
 }
 
+Table memory_table() {
+  return Table({{"device", Table::Align::left},
+                {"tag", Table::Align::left},
+                {"in use", Table::Align::right},
+                {"peak in use", Table::Align::right},
+                {"reserved", Table::Align::right},
+                {"peak reserved", Table::Align::right},
+                {"limit", Table::Align::right}});
+}
+
 }  // namespace plimsoll::cli

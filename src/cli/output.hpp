@@ -28,4 +28,7 @@ class Table {
   std::vector<std::vector<std::string>> rows_;
 };
 
+/// The memory table of `train` and `run`: device, tag, in use, peak in use, reserved, peak reserved, limit.
+Table memory_table();
+
 }  // namespace plimsoll::cli

@@ -83,14 +83,7 @@ std::size_t count_notes(const std::string& run_dir, std::string_view prefix) {
 }
 
 std::string device_table(const nlohmann::ordered_json& devices) {
-  using Align = plimsoll::cli::Table::Align;
-  plimsoll::cli::Table table({{"device", Align::left},
-                              {"tag", Align::left},
-                              {"in use", Align::right},
-                              {"peak in use", Align::right},
-                              {"reserved", Align::right},
-                              {"peak reserved", Align::right},
-                              {"limit", Align::right}});
+  plimsoll::cli::Table table = plimsoll::cli::memory_table();
   const auto size = [](const nlohmann::ordered_json& entry, const char* key) {
     return entry.contains(key) ? plimsoll::format_size(entry[key].get<std::uint64_t>()) : std::string("-");
   };

@@ -234,14 +234,7 @@ nlohmann::ordered_json json_report(const TrainReport& report) {
 }
 
 void print_memory(const TrainReport& report) {
-  using Align = plimsoll::cli::Table::Align;
-  plimsoll::cli::Table table({{"device", Align::left},
-                              {"tag", Align::left},
-                              {"in use", Align::right},
-                              {"peak in use", Align::right},
-                              {"reserved", Align::right},
-                              {"peak reserved", Align::right},
-                              {"limit", Align::right}});
+  plimsoll::cli::Table table = plimsoll::cli::memory_table();
   for (const auto& device : report.devices) {
     for (const auto& tag : device.stats.tags) {
       table.add_row({device.name, tag.tag.empty() ? "untagged" : tag.tag, format_size(tag.in_use_bytes),

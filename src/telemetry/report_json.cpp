@@ -89,4 +89,29 @@ std::string replay_result_json(const ReplayResult& result) {
   return line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+std::string batch_estimate_json(const BatchPipeline& pipeline, const BatchEstimate& estimate,
+                                std::string_view budget_note) {
+  const auto optional_number = [](const std::optional<std::uint64_t>& value) {
+    return value ? nlohmann::ordered_json(*value) : nlohmann::ordered_json(nullptr);
+  };
+  nlohmann::ordered_json out;
+  out["shape"] = pipeline.sample.to_string();
+  out["dtype"] = std::string(to_string(pipeline.dtype));
+  out["dtype_bytes"] = dtype_bytes(pipeline.dtype);
+  out["batch"] = pipeline.batch;
+  out["queue"] = pipeline.queue_depth;
+  out["workers"] = pipeline.workers;
+  out["batch_bytes"] = estimate.batch_bytes;
+  out["queue_bytes"] = estimate.queue_bytes;
+  out["in_flight_bytes"] = estimate.in_flight_bytes;
+  out["consumer_bytes"] = estimate.consumer_bytes;
+  out["total_bytes"] = estimate.total_bytes;
+  out["budget_bytes"] = optional_number(pipeline.budget);
+  out["max_queue_for_budget"] = optional_number(estimate.max_queue_for_budget);
+  out["fits_budget"] = pipeline.budget ? nlohmann::ordered_json(estimate.total_bytes <= *pipeline.budget)
+                                       : nlohmann::ordered_json(nullptr);
+  out["budget_note"] = budget_note.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(budget_note);
+  return out.dump();
+}
+
 }  // namespace plimsoll::telemetry

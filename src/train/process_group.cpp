@@ -2,6 +2,7 @@
 // collectives. C++17: libtorch's headers.
 #include "train/process_group.hpp"
 
+#include <csignal>
 #include <cstring>
 #include <exception>
 #include <utility>
@@ -79,6 +80,9 @@ struct ProcessGroup::Impl {
 
 ProcessGroup::ProcessGroup(const ProcessGroupOptions& options) : impl_(std::make_unique<Impl>()) {
   impl_->options = options;
+  // Gloo writes to its sockets with writev: a write to a rank that died would kill this one with SIGPIPE before it
+  // could say what happened. Ignored (as Python does), the write fails with EPIPE and the collective reports it.
+  std::signal(SIGPIPE, SIG_IGN);
   const std::string where = options.master_addr + ":" + std::to_string(options.master_port);
   try {
     c10d::TCPStoreOptions store_options;

@@ -108,7 +108,7 @@ py::object replay(const std::string& path, const std::string& device, const std:
   return json_loads(telemetry::replay_result_json(telemetry::replay(trace, runtime.device(device))));
 }
 
-py::dict estimate_batch(const std::string& shape, std::uint64_t batch, const std::string& dtype, std::uint64_t queue,
+py::object estimate_batch(const std::string& shape, std::uint64_t batch, const std::string& dtype, std::uint64_t queue,
                         std::uint64_t workers, const std::optional<std::string>& budget) {
   BatchPipeline pipeline;
   pipeline.sample = parse_shape(shape);
@@ -118,24 +118,7 @@ py::dict estimate_batch(const std::string& shape, std::uint64_t batch, const std
   pipeline.workers = workers;
   if (budget) pipeline.budget = parse_size(*budget);
   const BatchEstimate estimate = estimate_batch(pipeline);
-  py::dict out;
-  out["shape"] = pipeline.sample.to_string();
-  out["dtype"] = std::string(to_string(pipeline.dtype));
-  out["dtype_bytes"] = dtype_bytes(pipeline.dtype);
-  out["batch"] = pipeline.batch;
-  out["queue"] = pipeline.queue_depth;
-  out["workers"] = pipeline.workers;
-  out["batch_bytes"] = estimate.batch_bytes;
-  out["queue_bytes"] = estimate.queue_bytes;
-  out["in_flight_bytes"] = estimate.in_flight_bytes;
-  out["consumer_bytes"] = estimate.consumer_bytes;
-  out["total_bytes"] = estimate.total_bytes;
-  out["budget_bytes"] = pipeline.budget ? py::object(py::int_(*pipeline.budget)) : py::object(py::none());
-  out["max_queue_for_budget"] =
-      estimate.max_queue_for_budget ? py::object(py::int_(*estimate.max_queue_for_budget)) : py::object(py::none());
-  out["fits_budget"] =
-      pipeline.budget ? py::object(py::bool_(estimate.total_bytes <= *pipeline.budget)) : py::object(py::none());
-  return out;
+  return json_loads(telemetry::batch_estimate_json(pipeline, estimate));
 }
 
 }  // namespace
