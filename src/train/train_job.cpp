@@ -325,8 +325,13 @@ TrainReport run_training(const TrainOptions& o) {
   // Call sites cost a stack walk per allocation: a few hundred per step, against tens of milliseconds of compute.
   auto recording = Recording::open(trace_path, {.call_sites = true});
   // Names the job for `plimsoll plan`, which predicts other batch sizes from recordings at a few (docs/plan.md).
-  recording->marker(fmt::format("model fashion_cnn batch {} input 28x28x1 optimizer adam devices {}", o.batch_size,
-                                o.devices));
+  // A rank of a multi-process job trains on its share of each batch, and its recording is of that share.
+  const std::size_t rank_batch = o.batch_size * static_cast<std::size_t>(rank + 1) / static_cast<std::size_t>(ranks) -
+                                 o.batch_size * static_cast<std::size_t>(rank) / static_cast<std::size_t>(ranks);
+  recording->marker(fmt::format("model fashion_cnn batch {} input 28x28x1 optimizer adam devices {}{}", rank_batch,
+                                o.devices,
+                                ranks > 1 ? fmt::format(" rank {} of {} global_batch {}", rank, ranks, o.batch_size)
+                                          : ""));
   for (Allocator* device : devices) device->record_to(recording);
   plimsoll::torch::install(*devices.front());
   // One compute thread per replica by default. libtorch's OpenMP threads spin while they wait, so on a small
