@@ -15,8 +15,10 @@ std::string name_in(const std::vector<std::string>& names, std::size_t index) {
   return index < names.size() ? names[index] : fmt::format("#{}", index);
 }
 
-nlohmann::ordered_json optional_step(const std::optional<int>& step) {
-  return step ? nlohmann::ordered_json(*step) : nlohmann::ordered_json();
+// A value, or null when there is none.
+template <typename T>
+nlohmann::ordered_json optional_json(const std::optional<T>& value) {
+  return value ? nlohmann::ordered_json(*value) : nlohmann::ordered_json(nullptr);
 }
 
 }  // namespace
@@ -40,8 +42,8 @@ std::string leak_report_json(const Trace& trace, const LeakReport& report) {
   out["growth_every_steps"] = report.growth_every_steps;
   out["growth_steps"] = report.growth_steps;
   out["steps_since_growth"] = report.steps_since_growth;
-  out["first_growth_step"] = optional_step(report.first_growth_step);
-  out["last_growth_step"] = optional_step(report.last_growth_step);
+  out["first_growth_step"] = optional_json(report.first_growth_step);
+  out["last_growth_step"] = optional_json(report.last_growth_step);
   out["retained_bytes"] = report.retained_bytes;
   out["retained_allocations"] = report.retained_allocations;
   out["warmup_bytes"] = report.warmup_bytes;
@@ -91,9 +93,6 @@ std::string replay_result_json(const ReplayResult& result) {
 
 std::string batch_estimate_json(const BatchPipeline& pipeline, const BatchEstimate& estimate,
                                 std::string_view budget_note) {
-  const auto optional_number = [](const std::optional<std::uint64_t>& value) {
-    return value ? nlohmann::ordered_json(*value) : nlohmann::ordered_json(nullptr);
-  };
   nlohmann::ordered_json out;
   out["shape"] = pipeline.sample.to_string();
   out["dtype"] = std::string(to_string(pipeline.dtype));
@@ -106,8 +105,8 @@ std::string batch_estimate_json(const BatchPipeline& pipeline, const BatchEstima
   out["in_flight_bytes"] = estimate.in_flight_bytes;
   out["consumer_bytes"] = estimate.consumer_bytes;
   out["total_bytes"] = estimate.total_bytes;
-  out["budget_bytes"] = optional_number(pipeline.budget);
-  out["max_queue_for_budget"] = optional_number(estimate.max_queue_for_budget);
+  out["budget_bytes"] = optional_json(pipeline.budget);
+  out["max_queue_for_budget"] = optional_json(estimate.max_queue_for_budget);
   out["fits_budget"] = pipeline.budget ? nlohmann::ordered_json(estimate.total_bytes <= *pipeline.budget)
                                        : nlohmann::ordered_json(nullptr);
   out["budget_note"] = budget_note.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(budget_note);
