@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
@@ -18,6 +19,7 @@
 #include "engine/allocation_observer.hpp"
 #include "engine/heap.hpp"
 #include "engine/stream_order.hpp"
+#include "engine/thread_cache.hpp"
 #include "util/spin_lock.hpp"
 #include "plimsoll/recording.hpp"
 #include "plimsoll/size.hpp"
@@ -40,7 +42,7 @@ std::string hex(std::uint64_t addr) {
 }
 }  // namespace
 
-struct Allocator::Impl {
+struct Allocator::Impl : engine::FrontUpstream {
   struct TagCounter {
     std::uint64_t in_use = 0, peak = 0, live = 0;
   };
@@ -69,10 +71,61 @@ struct Allocator::Impl {
   // then streams are ignored. Declared after heap, which it refers to, so it goes first.
   std::unique_ptr<engine::StreamOrder> streams;
   std::uint64_t peak_live = 0;  // peak in-use bytes, parked blocks not counted (with streams)
+  // Per-thread caches (set_thread_cache; src/engine/thread_cache.hpp): made once, kept until the device goes, so
+  // a thread that read `front` may use it without the lock; `front_on` says whether allocations may use it.
+  // The heap blocks the front holds (tag kFrontTag), counted under the lock, so stats() can swap them for
+  // what the program holds.
+  std::unique_ptr<engine::ThreadCaches> front_owner;
+  std::atomic<engine::ThreadCaches*> front{nullptr};
+  std::atomic<bool> front_on{false};
+  bool front_wanted = false;  // set_thread_cache's choice, restored when a recording detaches
+  std::uint64_t front_heap_bytes = 0, front_heap_blocks = 0, front_heap_allocations = 0, front_heap_frees = 0;
 
-  std::uint64_t allocate(std::size_t bytes, Tag tag) {
-    if (observer != nullptr) [[unlikely]] return allocate_recorded(bytes, tag);
-    return allocate_unrecorded(bytes, tag);
+  std::uint64_t take_block(std::uint64_t size) override {
+    util::SpinGuard guard(lock);
+    const std::uint64_t mapped_before = heap->mapped_bytes();
+    const std::uint64_t addr = heap->allocate(size, engine::kFrontTag);
+    if (observer != nullptr) record_mapping_change(mapped_before);
+    if (addr == 0) return 0;
+    front_heap_bytes += size;
+    ++front_heap_blocks;
+    ++front_heap_allocations;
+    return addr;
+  }
+
+  void give_back(const std::vector<std::uint64_t>& addrs) override {
+    util::SpinGuard guard(lock);
+    const std::uint64_t mapped_before = heap->mapped_bytes();
+    for (std::uint64_t addr : addrs) {
+      engine::Heap::Freed freed;
+      if (!heap->deallocate(addr, freed)) continue;  // cannot happen: the front holds live blocks only
+      front_heap_bytes -= freed.size;
+      --front_heap_blocks;
+      ++front_heap_frees;
+    }
+    if (observer != nullptr) record_mapping_change(mapped_before);
+  }
+
+  // Host and simulated devices: the front first (small requests, when on), then the heap under the lock; at
+  // the limit, every thread's cache goes back to the heap before the allocation fails.
+  std::uint64_t allocate_host(std::size_t bytes, Tag tag) {
+    engine::ThreadCaches* caches = front.load(std::memory_order_acquire);
+    if (caches != nullptr && bytes <= engine::ThreadCaches::kMaxSize && front_on.load(std::memory_order_relaxed)) {
+      if (std::uint64_t addr = caches->allocate(bytes, tag)) return addr;
+    }
+    {
+      util::SpinGuard guard(lock);
+      if (std::uint64_t addr = allocate(bytes, tag, caches == nullptr)) return addr;
+    }
+    if (caches == nullptr) return 0;
+    caches->flush();
+    util::SpinGuard guard(lock);
+    return allocate(bytes, tag, true);
+  }
+
+  std::uint64_t allocate(std::size_t bytes, Tag tag, bool report_failure = true) {
+    if (observer != nullptr) [[unlikely]] return allocate_recorded(bytes, tag, report_failure);
+    return allocate_unrecorded(bytes, tag, report_failure);
   }
 
   // Maps and unmaps are recorded as the net change of mapped bytes around a call: the heap maps at most once per
@@ -83,13 +136,13 @@ struct Allocator::Impl {
     if (mapped_after < mapped_before) observer->unmapped(mapped_before - mapped_after);
   }
 
-  std::uint64_t allocate_recorded(std::size_t bytes, Tag tag) {
+  std::uint64_t allocate_recorded(std::size_t bytes, Tag tag, bool report_failure) {
     const std::uint32_t site = observe_call_sites ? observer->capture_call_site() : 0;
     const std::uint64_t mapped_before = heap->mapped_bytes();
-    const std::uint64_t addr = allocate_unrecorded(bytes, tag);
+    const std::uint64_t addr = allocate_unrecorded(bytes, tag, report_failure);
     record_mapping_change(mapped_before);
     if (addr == 0) {
-      observer->out_of_memory(bytes, tag, site);
+      if (report_failure) observer->out_of_memory(bytes, tag, site);
       return 0;
     }
     observer->allocated(addr, bytes, tag, site);
@@ -201,12 +254,17 @@ struct Allocator::Impl {
     if (backings::StreamEvents* events = backing->stream_events()) events->note_unordered_free();
   }
 
-  std::vector<TagStats> tag_stats() const {
+  // `held`: what the program holds through the front, per tag (its peaks are not tracked: see docs/engine.md).
+  std::vector<TagStats> tag_stats(const std::vector<engine::FrontTagCount>& held = {}) const {
     std::vector<TagStats> out;
-    for (std::size_t i = 0; i < tags.size(); ++i) {
-      if (tags[i].peak == 0) continue;
-      out.push_back(TagStats{std::string(i == 0 ? "untagged" : tag_name(static_cast<Tag>(i))), tags[i].in_use,
-                             tags[i].peak, tags[i].live});
+    for (std::size_t i = 0; i < std::max(tags.size(), held.size()); ++i) {
+      const TagCounter counter = i < tags.size() ? tags[i] : TagCounter{};
+      const engine::FrontTagCount front_count = i < held.size() ? held[i] : engine::FrontTagCount{};
+      const std::uint64_t in_use = counter.in_use + front_count.bytes;
+      const std::uint64_t peak = std::max(counter.peak, in_use);
+      if (peak == 0) continue;
+      out.push_back(TagStats{std::string(i == 0 ? "untagged" : tag_name(static_cast<Tag>(i))), in_use, peak,
+                             counter.live + front_count.live});
     }
     std::sort(out.begin(), out.end(), [](const TagStats& a, const TagStats& b) { return a.in_use_bytes > b.in_use_bytes; });
     return out;
@@ -235,6 +293,18 @@ struct Allocator::Impl {
     return d;
   }
 
+  // A front block not handed out (cached in some thread) is free for the program: freeing it is a double free.
+  void refuse_front_block(std::uint64_t addr) const {
+    engine::BlockView block{};
+    if (heap->live_block(addr, block) && block.tag == engine::kFrontTag) throw_bad_free(addr);
+  }
+
+  // What the program holds through the front, taken before the device lock (the front's locks come first).
+  engine::FrontTotals front_totals() const {
+    engine::ThreadCaches* caches = front.load(std::memory_order_acquire);
+    return caches != nullptr ? caches->totals() : engine::FrontTotals{};
+  }
+
   [[noreturn]] void throw_bad_free(std::uint64_t addr) const {
     for (const RecentFree& freed : recent) {
       if (freed.addr == addr && freed.size != 0) {
@@ -261,6 +331,8 @@ Allocator::Allocator(DeviceDescription description, std::unique_ptr<backings::Ba
 }
 
 Allocator::~Allocator() {
+  impl_->front.store(nullptr, std::memory_order_release);
+  impl_->front_owner.reset();  // cached blocks back to the heap while it is still there
   if (impl_->streams == nullptr) return;
   std::unique_lock guard(impl_->lock);
   impl_->wait_for_parked(guard);
@@ -277,16 +349,15 @@ void* Allocator::try_allocate(std::size_t bytes, Tag tag) noexcept {
     std::unique_lock guard(impl_->lock);
     return reinterpret_cast<void*>(impl_->allocate_streamed(guard, bytes, tag, nullptr));
   }
-  std::lock_guard guard(impl_->lock);
-  return reinterpret_cast<void*>(impl_->allocate(bytes, tag));
+  return reinterpret_cast<void*>(impl_->allocate_host(bytes, tag));
 }
 
 void* Allocator::allocate(std::size_t bytes, Tag tag) {
   if (impl_->streams != nullptr) [[unlikely]] return allocate_with_streams(bytes, nullptr, tag);
+  if (std::uint64_t addr = impl_->allocate_host(bytes, tag)) return reinterpret_cast<void*>(addr);
   OomDetails numbers;
   {
     std::lock_guard guard(impl_->lock);
-    if (std::uint64_t addr = impl_->allocate(bytes, tag)) return reinterpret_cast<void*>(addr);
     numbers = impl_->oom_numbers(bytes, tag);
   }
   throw OutOfMemory(explain_oom(std::move(numbers)));
@@ -344,8 +415,11 @@ void Allocator::record_stream(void* ptr, Stream stream) {
 void Allocator::deallocate(void* ptr) {
   if (ptr == nullptr) return;
   const auto addr = reinterpret_cast<std::uint64_t>(ptr);
+  engine::ThreadCaches* caches = impl_->front.load(std::memory_order_acquire);
+  if (caches != nullptr && caches->deallocate(addr, impl_->front_on.load(std::memory_order_relaxed))) return;
   std::lock_guard guard(impl_->lock);
   if (impl_->streams != nullptr) [[unlikely]] impl_->before_unordered_free(addr);
+  if (caches != nullptr) impl_->refuse_front_block(addr);
   const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
   engine::Heap::Freed freed;
   if (!impl_->heap->deallocate(addr, freed)) impl_->throw_bad_free(addr);
@@ -358,8 +432,33 @@ void Allocator::deallocate(void* ptr) {
 
 bool Allocator::owns(const void* ptr) const {
   const auto addr = reinterpret_cast<std::uint64_t>(ptr);
+  std::uint64_t requested = 0;
+  Tag tag = 0;
+  engine::ThreadCaches* caches = impl_->front.load(std::memory_order_acquire);
+  if (caches != nullptr && caches->handed_out(addr, requested, tag)) return true;
   std::lock_guard guard(impl_->lock);
-  return impl_->heap->find_live(addr) && (impl_->streams == nullptr || !impl_->streams->is_parked(addr));
+  engine::BlockView block{};
+  return impl_->heap->live_block(addr, block) && block.tag != engine::kFrontTag &&
+         (impl_->streams == nullptr || !impl_->streams->is_parked(addr));
+}
+
+void Allocator::set_thread_cache(std::uint64_t bytes_per_thread) {
+  if (impl_->streams != nullptr)
+    throw InvalidState("per-thread caches are for host and simulated devices; " + impl_->description.name +
+                       " orders reuse by streams, which its own per-stream reuse already serves");
+  engine::ThreadCaches* caches = impl_->front.load(std::memory_order_acquire);
+  {
+    std::lock_guard guard(impl_->lock);
+    impl_->front_wanted = bytes_per_thread > 0;
+    if (caches == nullptr && bytes_per_thread > 0) {
+      impl_->front_owner = std::make_unique<engine::ThreadCaches>(*impl_, bytes_per_thread);
+      caches = impl_->front_owner.get();
+      impl_->front.store(caches, std::memory_order_release);
+    }
+    if (caches != nullptr && bytes_per_thread > 0) caches->set_bytes_per_thread(bytes_per_thread);
+    impl_->front_on.store(impl_->front_wanted && impl_->observer == nullptr, std::memory_order_relaxed);
+  }
+  if (caches != nullptr && bytes_per_thread == 0) caches->flush();
 }
 
 bool Allocator::stream_ordered() const noexcept { return impl_->streams != nullptr; }
@@ -372,6 +471,7 @@ void Allocator::reset_peaks() {
 }
 
 std::uint64_t Allocator::trim() {
+  if (engine::ThreadCaches* caches = impl_->front.load(std::memory_order_acquire)) caches->flush();
   std::unique_lock guard(impl_->lock);
   if (impl_->streams != nullptr) impl_->wait_for_parked(guard);
   const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
@@ -385,16 +485,22 @@ void Allocator::record_to(std::shared_ptr<Recording> recording) {
   std::shared_ptr<engine::AllocationObserver> observer =
       recording ? Recording::observer_for(std::move(recording), impl_->description.name) : nullptr;
   const bool call_sites = observer != nullptr && observer->wants_call_sites();
-  std::lock_guard guard(impl_->lock);
-  impl_->observer.swap(observer);  // the previous observer goes after the lock is released
-  impl_->observe_call_sites = call_sites;
-  impl_->live_sites.clear();
+  {
+    std::lock_guard guard(impl_->lock);
+    impl_->observer.swap(observer);  // the previous observer goes after the lock is released
+    impl_->observe_call_sites = call_sites;
+    impl_->live_sites.clear();
+    // A recording sees every call: the front steps aside while one is attached.
+    impl_->front_on.store(impl_->front_wanted && impl_->observer == nullptr, std::memory_order_relaxed);
+  }
+  if (engine::ThreadCaches* caches = impl_->front.load(std::memory_order_acquire)) caches->flush();
 }
 
 std::string Allocator::snapshot() const {
   using nlohmann::json;
   json segments = json::array();
   json blocks = json::array();
+  engine::ThreadCaches* caches = impl_->front.load(std::memory_order_acquire);
   std::lock_guard guard(impl_->lock);
   const engine::Heap& heap = *impl_->heap;
   const engine::GranuleMap& granules = heap.granules();
@@ -405,13 +511,17 @@ std::string Allocator::snapshot() const {
   heap.walk([&](const engine::BlockView& block) {
     if (block.page) return;  // a small page is listed through its blocks
     const bool parked = impl_->streams != nullptr && impl_->streams->is_parked(block.addr);
+    std::uint64_t requested = block.requested;
+    Tag tag = block.tag;
+    const bool cached = !block.free && caches != nullptr && block.tag == engine::kFrontTag &&
+                        !caches->handed_out(block.addr, requested, tag);
     json entry = {{"address", block.addr},
                   {"bytes", block.size},
-                  {"state", block.free ? "free" : parked ? "parked" : "allocated"},
+                  {"state", block.free ? "free" : parked ? "parked" : cached ? "cached" : "allocated"},
                   {"small", block.small}};
-    if (!block.free && !parked) {
-      entry["requested_bytes"] = block.requested;
-      entry["tag"] = block.tag == kUntagged ? "untagged" : std::string(tag_name(block.tag));
+    if (!block.free && !parked && !cached) {
+      entry["requested_bytes"] = requested;
+      entry["tag"] = tag == kUntagged ? "untagged" : std::string(tag_name(tag));
       if (const auto site = impl_->live_sites.find(block.addr); site != impl_->live_sites.end()) {
         entry["call_site"] = impl_->observer->describe_call_site(site->second);
       }
@@ -422,7 +532,8 @@ std::string Allocator::snapshot() const {
   const json snapshot = {{"device", impl_->description.name},
                          {"policy", to_string(impl_->description.policy.growth)},
                          {"limit_bytes", impl_->description.limit_bytes},
-                         {"in_use_bytes", counters.in_use - impl_->parked_bytes()},
+                         {"in_use_bytes", counters.in_use - impl_->parked_bytes() - impl_->front_heap_bytes +
+                                              (caches != nullptr ? caches->totals().handed_bytes : 0)},
                          {"reserved_bytes", heap.mapped_bytes()},
                          {"granule_bytes", granule},
                          {"segments", std::move(segments)},
@@ -431,13 +542,16 @@ std::string Allocator::snapshot() const {
 }
 
 MemoryUsage Allocator::usage() const {
+  const engine::FrontTotals front = impl_->front_totals();
   std::lock_guard guard(impl_->lock);
-  return {.in_use_bytes = impl_->heap->counters().in_use - impl_->parked_bytes(),
+  return {.in_use_bytes = impl_->heap->counters().in_use - impl_->parked_bytes() - impl_->front_heap_bytes +
+                          front.handed_bytes,
           .reserved_bytes = impl_->heap->mapped_bytes()};
 }
 
 Stats Allocator::stats() const {
   Stats s;
+  const engine::FrontTotals front = impl_->front_totals();
   {
     std::lock_guard guard(impl_->lock);
     const engine::HeapCounters& c = impl_->heap->counters();
@@ -455,6 +569,13 @@ Stats Allocator::stats() const {
     s.maps = c.maps;
     s.unmaps = c.unmaps;
     s.live_allocations = impl_->heap->live_allocations();
+    // The front's heap blocks out, what the program holds through it in: cached blocks are free for the program.
+    // The peak stays the heap's, which counts cached blocks: an upper bound (docs/engine.md, "Threads").
+    s.in_use_bytes = s.in_use_bytes - impl_->front_heap_bytes + front.handed_bytes;
+    s.requested_bytes = s.requested_bytes - impl_->front_heap_bytes + front.handed_requested;
+    s.live_allocations = s.live_allocations - impl_->front_heap_blocks + front.handed_live;
+    s.allocations = s.allocations - impl_->front_heap_allocations + front.allocations;
+    s.frees = s.frees - impl_->front_heap_frees + front.frees;
     if (impl_->streams != nullptr) {  // parked blocks are live in the heap, free for the program
       const engine::StreamOrderCounters& p = impl_->streams->counters();
       s.in_use_bytes -= p.parked_bytes;
@@ -464,7 +585,7 @@ Stats Allocator::stats() const {
       s.live_allocations -= p.parked_blocks;
       s.parked_bytes = p.parked_bytes;
     }
-    s.tags = impl_->tag_stats();
+    s.tags = impl_->tag_stats(front.tags);
   }
   const backings::HostPages pages = impl_->backing->host_pages();  // may scan page tables: outside the lock
   s.committed_bytes = pages.committed_bytes;
@@ -489,6 +610,9 @@ void Allocator::set_policy(const Policy& policy) {
   } else if (policy.memory_fraction) {
     changed.limit_bytes = static_cast<std::uint64_t>(std::floor(*policy.memory_fraction * static_cast<double>(d.total_bytes)));
   }
+  if (impl_->front_heap_blocks != 0)
+    throw InvalidState("cannot change the policy of " + d.name + " while its per-thread caches hold memory; call "
+                       "trim() first");
   impl_->streams.reset();  // refers to the heap; nothing is parked before the first allocation
   impl_->heap.reset();  // gives the old reservation back before taking the new one
   try {
