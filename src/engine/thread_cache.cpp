@@ -8,7 +8,10 @@ namespace plimsoll::engine {
 namespace {
 
 constexpr std::size_t kClasses = ThreadCaches::kMaxSize / ThreadCaches::kQuantum;
+
 constexpr std::size_t kDepth = 64;  // blocks of one size a cache keeps: a step's worth of one tensor shape
+constexpr std::size_t kBatch = kDepth / 2;  // blocks moved between a cache and the depot at once
+constexpr std::uint64_t kDepotPerThread = 4;  // the depot holds up to this many caches' worth
 
 std::uint64_t rounded(std::uint64_t bytes) {
   return ((bytes ? bytes : 1) + ThreadCaches::kQuantum - 1) & ~(ThreadCaches::kQuantum - 1);
@@ -100,6 +103,26 @@ struct alignas(64) ThreadCaches::Shard {
   }
 };
 
+// Blocks one thread freed and another will allocate (a producer and a consumer of tensors) pass through here in
+// batches, so neither takes the device lock per block.
+struct ThreadCaches::Depot {
+  util::SpinLock lock;
+  std::array<std::vector<std::uint64_t>, kClasses> bins PLIMSOLL_GUARDED_BY(lock);
+  std::uint64_t bytes PLIMSOLL_GUARDED_BY(lock) = 0;
+  std::uint64_t blocks PLIMSOLL_GUARDED_BY(lock) = 0;
+
+  std::vector<std::uint64_t> take_all() PLIMSOLL_REQUIRES(lock) {
+    std::vector<std::uint64_t> all;
+    for (std::vector<std::uint64_t>& bin : bins) {
+      all.insert(all.end(), bin.begin(), bin.end());
+      bin.clear();
+    }
+    bytes = 0;
+    blocks = 0;
+    return all;
+  }
+};
+
 class ThreadCache {
  public:
   explicit ThreadCache(ThreadCaches* owner) : owner_(owner) {}
@@ -126,6 +149,23 @@ class ThreadCache {
     bytes_ += size;
     ++blocks_;
     return true;
+  }
+  /// Moves up to `count` blocks of `size` out of the cache (the oldest: the bin's bottom) into `out`.
+  void take(std::uint64_t size, std::size_t count, std::vector<std::uint64_t>& out) PLIMSOLL_REQUIRES(lock) {
+    std::vector<std::uint64_t>& bin = bins_[class_of(size)];
+    count = std::min(count, bin.size());
+    out.insert(out.end(), bin.begin(), bin.begin() + static_cast<std::ptrdiff_t>(count));
+    bin.erase(bin.begin(), bin.begin() + static_cast<std::ptrdiff_t>(count));
+    bytes_ -= count * size;
+    blocks_ -= count;
+  }
+  /// Adds blocks of `size` the depot handed over (at most kBatch, into an empty bin).
+  void refill(std::uint64_t size, const std::uint64_t* addrs, std::size_t count) PLIMSOLL_REQUIRES(lock) {
+    std::vector<std::uint64_t>& bin = bins_[class_of(size)];
+    if (bin.capacity() == 0) bin.reserve(kDepth);
+    bin.insert(bin.end(), addrs, addrs + count);
+    bytes_ += count * size;
+    blocks_ += count;
   }
   std::vector<std::uint64_t> take_all() PLIMSOLL_REQUIRES(lock) {
     std::vector<std::uint64_t> all;
@@ -188,7 +228,8 @@ ThreadCaches::ThreadCaches(FrontUpstream& upstream, std::uint64_t bytes_per_thre
     : upstream_(upstream),
       bytes_per_thread_(bytes_per_thread),
       id_(next_front_id.fetch_add(1, std::memory_order_relaxed)),
-      shards_(std::make_unique<Shard[]>(kShards)) {}
+      shards_(std::make_unique<Shard[]>(kShards)),
+      depot_(std::make_unique<Depot>()) {}
 
 ThreadCaches::~ThreadCaches() {
   std::vector<std::shared_ptr<ThreadCache>> caches;
@@ -202,6 +243,9 @@ ThreadCaches::~ThreadCaches() {
     if (!all.empty()) upstream_.give_back(all);
     cache->disown();
   }
+  util::SpinGuard guard(depot_->lock);
+  const std::vector<std::uint64_t> all = depot_->take_all();
+  if (!all.empty()) upstream_.give_back(all);
 }
 
 ThreadCaches::Shard& ThreadCaches::shard_of(std::uint64_t addr) const {
@@ -247,6 +291,21 @@ std::uint64_t ThreadCaches::allocate(std::uint64_t bytes, std::uint16_t tag) {
   {
     util::SpinGuard guard(cache.lock);
     addr = cache.pop(size);
+    if (addr == 0) [[unlikely]] {
+      std::array<std::uint64_t, kBatch> batch;
+      std::size_t count = 0;
+      {
+        util::SpinGuard depot_guard(depot_->lock);
+        std::vector<std::uint64_t>& bin = depot_->bins[class_of(size)];
+        count = std::min(kBatch, bin.size());
+        std::copy(bin.end() - static_cast<std::ptrdiff_t>(count), bin.end(), batch.begin());
+        bin.resize(bin.size() - count);
+        depot_->bytes -= count * size;
+        depot_->blocks -= count;
+      }
+      cache.refill(size, batch.data(), count);
+      addr = cache.pop(size);
+    }
   }
   if (addr == 0) addr = upstream_.take_block(size);
   if (addr == 0) return 0;
@@ -281,6 +340,22 @@ bool ThreadCaches::deallocate(std::uint64_t addr, bool keep) {
     ThreadCache& cache = mine();
     util::SpinGuard guard(cache.lock);
     if (cache.push(addr, entry.size, bytes_per_thread())) return true;
+    // Full: this block and the older half of its bin go to the depot, or to the heap when the depot is full.
+    std::vector<std::uint64_t> spill{addr};
+    cache.take(entry.size, kBatch, spill);
+    {
+      util::SpinGuard depot_guard(depot_->lock);
+      const std::uint64_t bytes = spill.size() * entry.size;
+      if (depot_->bytes + bytes <= kDepotPerThread * bytes_per_thread()) {
+        std::vector<std::uint64_t>& bin = depot_->bins[class_of(entry.size)];
+        bin.insert(bin.end(), spill.begin(), spill.end());
+        depot_->bytes += bytes;
+        depot_->blocks += spill.size();
+        return true;
+      }
+    }
+    upstream_.give_back(spill);
+    return true;
   }
   upstream_.give_back({addr});
   return true;
@@ -310,6 +385,10 @@ std::size_t ThreadCaches::flush() {
     flushed += all.size();
     if (!all.empty()) upstream_.give_back(all);
   }
+  util::SpinGuard guard(depot_->lock);
+  const std::vector<std::uint64_t> all = depot_->take_all();
+  flushed += all.size();
+  if (!all.empty()) upstream_.give_back(all);
   return flushed;
 }
 
@@ -339,6 +418,10 @@ FrontTotals ThreadCaches::totals() const {
     totals.cached_bytes += cache->bytes();
     totals.cached_blocks += cache->blocks();
   }
+  util::SpinGuard guard(depot_->lock);
+  totals.cached_bytes += depot_->bytes;
+  totals.depot_bytes = depot_->bytes;
+  totals.cached_blocks += depot_->blocks;
   return totals;
 }
 

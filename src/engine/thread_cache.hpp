@@ -10,7 +10,10 @@
 //    address, with its requested bytes and tag) or *cached* (in exactly one thread's cache, in the bin of its
 //    size). Never both, never neither.
 //  - Frees go to the freeing thread's cache, whichever thread allocated (PyTorch's autograd frees on its own
-//    threads). A cache holds at most `bytes_per_thread` bytes; a free beyond that goes back to the heap.
+//    threads). A cache holds at most `bytes_per_thread` bytes and 64 blocks of a size; past that, half a size's
+//    blocks move to the shared *depot*, where a thread whose bin is empty takes them in batches (one thread
+//    frees what another allocates). The depot holds at most 4 x `bytes_per_thread`; past that, the heap.
+//    Cached blocks (caches and depot) are free for the program.
 //  - Counters are kept where the work is (shard counters under the shard's lock, cached bytes under the
 //    cache's lock) and summed by totals(): exact whenever no operation is under way.
 //  - flush() (trim, out of memory, stats-independent) empties every thread's cache into the heap; a thread's
@@ -47,7 +50,8 @@ struct FrontTagCount {
 struct FrontTotals {
   std::uint64_t handed_bytes = 0, handed_requested = 0, handed_live = 0;
   std::uint64_t allocations = 0, frees = 0;  // through the front
-  std::uint64_t cached_bytes = 0, cached_blocks = 0;
+  std::uint64_t cached_bytes = 0, cached_blocks = 0;  // in caches and the depot
+  std::uint64_t depot_bytes = 0;
   std::vector<FrontTagCount> tags;  // handed-out bytes and blocks per program tag
 };
 
@@ -84,6 +88,7 @@ class ThreadCaches {
  private:
   friend class ThreadCache;
   struct Shard;
+  struct Depot;
   Shard& shard_of(std::uint64_t addr) const;
   ThreadCache& mine();
   void forget(const ThreadCache* cache);
@@ -92,6 +97,7 @@ class ThreadCaches {
   std::atomic<std::uint64_t> bytes_per_thread_;
   const std::uint64_t id_;  // never reused, so a thread's slot for a dead device cannot match a new one
   std::unique_ptr<Shard[]> shards_;
+  std::unique_ptr<Depot> depot_;
   mutable util::SpinLock registry_lock_;
   std::vector<std::shared_ptr<ThreadCache>> caches_ PLIMSOLL_GUARDED_BY(registry_lock_);
 };
