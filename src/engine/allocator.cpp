@@ -8,7 +8,6 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
-#include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -21,6 +20,7 @@
 #include "engine/stream_order.hpp"
 #include "engine/thread_cache.hpp"
 #include "util/spin_lock.hpp"
+#include "util/thread_annotations.hpp"
 #include "plimsoll/recording.hpp"
 #include "plimsoll/size.hpp"
 
@@ -55,22 +55,24 @@ struct Allocator::Impl : engine::FrontUpstream {
 
   DeviceDescription description;
   std::unique_ptr<backings::Backing> backing;
-  std::unique_ptr<engine::Heap> heap;
-  mutable util::SpinLock lock;
-  std::vector<TagCounter> tags;
-  std::array<RecentFree, kRecentFrees> recent{};
-  std::size_t recent_next = 0;
-  std::uint64_t ooms = 0;
+  mutable util::SpinLock lock;  // the device lock: everything below marked GUARDED_BY(lock)
+  std::unique_ptr<engine::Heap> heap PLIMSOLL_GUARDED_BY(lock) PLIMSOLL_PT_GUARDED_BY(lock);
+  std::vector<TagCounter> tags PLIMSOLL_GUARDED_BY(lock);
+  std::array<RecentFree, kRecentFrees> recent PLIMSOLL_GUARDED_BY(lock){};
+  std::size_t recent_next PLIMSOLL_GUARDED_BY(lock) = 0;
+  std::uint64_t ooms PLIMSOLL_GUARDED_BY(lock) = 0;
   // Recording (record_to): the attached observer (engine/allocation_observer.hpp; null: nothing observes, and
   // the hot paths test only this pointer), whether it captures call sites, and while it does, the site of each
   // live allocation (for snapshot()).
-  std::shared_ptr<engine::AllocationObserver> observer;
-  bool observe_call_sites = false;
-  std::unordered_map<std::uint64_t, std::uint32_t> live_sites;
+  std::shared_ptr<engine::AllocationObserver> observer PLIMSOLL_GUARDED_BY(lock);
+  bool observe_call_sites PLIMSOLL_GUARDED_BY(lock) = false;
+  std::unordered_map<std::uint64_t, std::uint32_t> live_sites PLIMSOLL_GUARDED_BY(lock);
   // Stream-ordered reuse (src/engine/stream_order.hpp), on devices whose backing has events; null elsewhere, and
   // then streams are ignored. Declared after heap, which it refers to, so it goes first.
-  std::unique_ptr<engine::StreamOrder> streams;
-  std::uint64_t peak_live = 0;  // peak in-use bytes, parked blocks not counted (with streams)
+  // The pointer is fixed before the first allocation (the host path tests it before taking the lock); what it
+  // points to is guarded.
+  std::unique_ptr<engine::StreamOrder> streams PLIMSOLL_PT_GUARDED_BY(lock);
+  std::uint64_t peak_live PLIMSOLL_GUARDED_BY(lock) = 0;  // peak in-use bytes, parked blocks not counted (with streams)
   // Per-thread caches (set_thread_cache; src/engine/thread_cache.hpp): made once, kept until the device goes, so
   // a thread that read `front` may use it without the lock; `front_on` says whether allocations may use it.
   // The heap blocks the front holds (tag kFrontTag), counted under the lock, so stats() can swap them for
@@ -78,10 +80,11 @@ struct Allocator::Impl : engine::FrontUpstream {
   std::unique_ptr<engine::ThreadCaches> front_owner;
   std::atomic<engine::ThreadCaches*> front{nullptr};
   std::atomic<bool> front_on{false};
-  bool front_wanted = false;  // set_thread_cache's choice, restored when a recording detaches
-  std::uint64_t front_heap_bytes = 0, front_heap_blocks = 0, front_heap_allocations = 0, front_heap_frees = 0;
+  bool front_wanted PLIMSOLL_GUARDED_BY(lock) = false;  // set_thread_cache's choice, restored when a recording detaches
+  std::uint64_t front_heap_bytes PLIMSOLL_GUARDED_BY(lock) = 0, front_heap_blocks PLIMSOLL_GUARDED_BY(lock) = 0;
+  std::uint64_t front_heap_allocations PLIMSOLL_GUARDED_BY(lock) = 0, front_heap_frees PLIMSOLL_GUARDED_BY(lock) = 0;
 
-  std::uint64_t take_block(std::uint64_t size) override {
+  std::uint64_t take_block(std::uint64_t size) override PLIMSOLL_EXCLUDES(lock) {
     util::SpinGuard guard(lock);
     const std::uint64_t mapped_before = heap->mapped_bytes();
     const std::uint64_t addr = heap->allocate(size, engine::kFrontTag);
@@ -93,7 +96,7 @@ struct Allocator::Impl : engine::FrontUpstream {
     return addr;
   }
 
-  void give_back(const std::vector<std::uint64_t>& addrs) override {
+  void give_back(const std::vector<std::uint64_t>& addrs) override PLIMSOLL_EXCLUDES(lock) {
     util::SpinGuard guard(lock);
     const std::uint64_t mapped_before = heap->mapped_bytes();
     for (std::uint64_t addr : addrs) {
@@ -108,7 +111,7 @@ struct Allocator::Impl : engine::FrontUpstream {
 
   // Host and simulated devices: the front first (small requests, when on), then the heap under the lock; at
   // the limit, every thread's cache goes back to the heap before the allocation fails.
-  std::uint64_t allocate_host(std::size_t bytes, Tag tag) {
+  std::uint64_t allocate_host(std::size_t bytes, Tag tag) PLIMSOLL_EXCLUDES(lock) {
     engine::ThreadCaches* caches = front.load(std::memory_order_acquire);
     if (caches != nullptr && bytes <= engine::ThreadCaches::kMaxSize && front_on.load(std::memory_order_relaxed)) {
       if (std::uint64_t addr = caches->allocate(bytes, tag)) return addr;
@@ -123,20 +126,20 @@ struct Allocator::Impl : engine::FrontUpstream {
     return allocate(bytes, tag, true);
   }
 
-  std::uint64_t allocate(std::size_t bytes, Tag tag, bool report_failure = true) {
+  std::uint64_t allocate(std::size_t bytes, Tag tag, bool report_failure = true) PLIMSOLL_REQUIRES(lock) {
     if (observer != nullptr) [[unlikely]] return allocate_recorded(bytes, tag, report_failure);
     return allocate_unrecorded(bytes, tag, report_failure);
   }
 
   // Maps and unmaps are recorded as the net change of mapped bytes around a call: the heap maps at most once per
   // call on the way up, and the OOM path's release-then-retry is one net change from the outside.
-  void record_mapping_change(std::uint64_t mapped_before) {
+  void record_mapping_change(std::uint64_t mapped_before) PLIMSOLL_REQUIRES(lock) {
     const std::uint64_t mapped_after = heap->mapped_bytes();
     if (mapped_after > mapped_before) observer->mapped(mapped_after - mapped_before);
     if (mapped_after < mapped_before) observer->unmapped(mapped_before - mapped_after);
   }
 
-  std::uint64_t allocate_recorded(std::size_t bytes, Tag tag, bool report_failure) {
+  std::uint64_t allocate_recorded(std::size_t bytes, Tag tag, bool report_failure) PLIMSOLL_REQUIRES(lock) {
     const std::uint32_t site = observe_call_sites ? observer->capture_call_site() : 0;
     const std::uint64_t mapped_before = heap->mapped_bytes();
     const std::uint64_t addr = allocate_unrecorded(bytes, tag, report_failure);
@@ -150,13 +153,13 @@ struct Allocator::Impl : engine::FrontUpstream {
     return addr;
   }
 
-  void record_free(std::uint64_t addr, std::uint64_t mapped_before) {
+  void record_free(std::uint64_t addr, std::uint64_t mapped_before) PLIMSOLL_REQUIRES(lock) {
     observer->freed(addr);
     record_mapping_change(mapped_before);
     if (!live_sites.empty()) live_sites.erase(addr);
   }
 
-  std::uint64_t allocate_unrecorded(std::size_t bytes, Tag tag, bool report_failure = true) {
+  std::uint64_t allocate_unrecorded(std::size_t bytes, Tag tag, bool report_failure = true) PLIMSOLL_REQUIRES(lock) {
     std::uint64_t addr = heap->allocate(bytes, tag);
     if (addr == 0) {
       if (report_failure) ++ooms;
@@ -166,7 +169,7 @@ struct Allocator::Impl : engine::FrontUpstream {
     return addr;
   }
 
-  void count_tag(Tag tag, std::uint64_t size) {
+  void count_tag(Tag tag, std::uint64_t size) PLIMSOLL_REQUIRES(lock) {
     if (tag >= tags.size()) tags.resize(static_cast<std::size_t>(tag) + 1);
     TagCounter& counter = tags[tag];
     counter.in_use += size;
@@ -176,7 +179,7 @@ struct Allocator::Impl : engine::FrontUpstream {
 
   // ---- Devices with streams (CUDA). The lock is held; `stream` null: the caller named none (no reuse).
 
-  std::uint64_t allocate_on(std::size_t bytes, Tag tag, const engine::StreamHandle* stream, bool report_failure) {
+  std::uint64_t allocate_on(std::size_t bytes, Tag tag, const engine::StreamHandle* stream, bool report_failure) PLIMSOLL_REQUIRES(lock) {
     const std::uint32_t site = observer != nullptr && observe_call_sites ? observer->capture_call_site() : 0;
     const std::uint64_t mapped_before = heap->mapped_bytes();
     streams->poll();
@@ -211,8 +214,7 @@ struct Allocator::Impl : engine::FrontUpstream {
 
   // Out of memory while blocks are parked: waits for the work queued before those frees (the lock released
   // between polls, so other threads go on) and retries whenever some came back; 0 once none is left to wait for.
-  std::uint64_t allocate_streamed(std::unique_lock<util::SpinLock>& guard, std::size_t bytes, Tag tag,
-                                  const engine::StreamHandle* stream) {
+  std::uint64_t allocate_streamed(std::size_t bytes, Tag tag, const engine::StreamHandle* stream) PLIMSOLL_REQUIRES(lock) {
     const bool can_wait = !streams->empty();
     if (std::uint64_t addr = allocate_on(bytes, tag, stream, !can_wait); addr != 0 || !can_wait) return addr;
     const std::uint64_t target = streams->close_batches();
@@ -222,32 +224,32 @@ struct Allocator::Impl : engine::FrontUpstream {
       if (freed > 0 || !more) {
         if (std::uint64_t addr = allocate_on(bytes, tag, stream, !more); addr != 0 || !more) return addr;
       }
-      guard.unlock();
+      lock.unlock();
       back_off(polls);
-      guard.lock();
+      lock.lock();
     }
   }
 
   // Until every block parked so far is back in the heap.
-  void wait_for_parked(std::unique_lock<util::SpinLock>& guard) {
+  void wait_for_parked() PLIMSOLL_REQUIRES(lock) {
     const std::uint64_t target = streams->close_batches();
     const std::uint64_t mapped_before = heap->mapped_bytes();
     for (unsigned polls = 0;; ++polls) {
       streams->poll();
       if (!streams->pending_before(target)) break;
-      guard.unlock();
+      lock.unlock();
       back_off(polls);
-      guard.lock();
+      lock.lock();
     }
     if (observer != nullptr) record_mapping_change(mapped_before);
   }
 
-  std::uint64_t parked_bytes() const { return streams ? streams->counters().parked_bytes : 0; }
+  std::uint64_t parked_bytes() const PLIMSOLL_REQUIRES(lock) { return streams ? streams->counters().parked_bytes : 0; }
 
   // A free without its stream on a device with streams: a parked block is a double free; a live one forgets
   // its recorded streams, and the next unmap (possibly the heap's release threshold, at once) must wait for the
   // whole device, since nothing says which streams still use it.
-  void before_unordered_free(std::uint64_t addr) {
+  void before_unordered_free(std::uint64_t addr) PLIMSOLL_REQUIRES(lock) {
     if (streams->is_parked(addr)) throw_bad_free(addr);
     if (!heap->find_live(addr)) return;
     streams->forget_streams(addr);
@@ -255,7 +257,7 @@ struct Allocator::Impl : engine::FrontUpstream {
   }
 
   // `held`: what the program holds through the front, per tag (its peaks are not tracked: see docs/engine.md).
-  std::vector<TagStats> tag_stats(const std::vector<engine::FrontTagCount>& held = {}) const {
+  std::vector<TagStats> tag_stats(const std::vector<engine::FrontTagCount>& held = {}) const PLIMSOLL_REQUIRES(lock) {
     std::vector<TagStats> out;
     for (std::size_t i = 0; i < std::max(tags.size(), held.size()); ++i) {
       const TagCounter counter = i < tags.size() ? tags[i] : TagCounter{};
@@ -271,7 +273,7 @@ struct Allocator::Impl : engine::FrontUpstream {
   }
 
   // Gathered under the lock, at the moment of failure.
-  OomDetails oom_numbers(std::size_t bytes, Tag tag) const {
+  OomDetails oom_numbers(std::size_t bytes, Tag tag) const PLIMSOLL_REQUIRES(lock) {
     OomDetails d;
     d.requested_bytes = bytes;
     d.rounded_bytes = engine::Heap::round(bytes);
@@ -294,18 +296,18 @@ struct Allocator::Impl : engine::FrontUpstream {
   }
 
   // A front block not handed out (cached in some thread) is free for the program: freeing it is a double free.
-  void refuse_front_block(std::uint64_t addr) const {
+  void refuse_front_block(std::uint64_t addr) const PLIMSOLL_REQUIRES(lock) {
     engine::BlockView block{};
     if (heap->live_block(addr, block) && block.tag == engine::kFrontTag) throw_bad_free(addr);
   }
 
   // What the program holds through the front, taken before the device lock (the front's locks come first).
-  engine::FrontTotals front_totals() const {
+  engine::FrontTotals front_totals() const PLIMSOLL_EXCLUDES(lock) {
     engine::ThreadCaches* caches = front.load(std::memory_order_acquire);
     return caches != nullptr ? caches->totals() : engine::FrontTotals{};
   }
 
-  [[noreturn]] void throw_bad_free(std::uint64_t addr) const {
+  [[noreturn]] void throw_bad_free(std::uint64_t addr) const PLIMSOLL_REQUIRES(lock) {
     for (const RecentFree& freed : recent) {
       if (freed.addr == addr && freed.size != 0) {
         throw InvalidFree("double free of " + hex(addr) + " on " + description.name + ": it was freed already (" +
@@ -334,8 +336,8 @@ Allocator::~Allocator() {
   impl_->front.store(nullptr, std::memory_order_release);
   impl_->front_owner.reset();  // cached blocks back to the heap while it is still there
   if (impl_->streams == nullptr) return;
-  std::unique_lock guard(impl_->lock);
-  impl_->wait_for_parked(guard);
+  util::SpinGuard guard(impl_->lock);
+  impl_->wait_for_parked();
   impl_->streams.reset();
   // Blocks still live may be in use by queued kernels: the heap's unmapping waits for the whole device.
   backings::StreamEvents* events = impl_->backing->stream_events();
@@ -346,8 +348,8 @@ Allocator::~Allocator() {
 // checks sit before the lock, on a pointer fixed at construction, so they cost one predicted branch.
 void* Allocator::try_allocate(std::size_t bytes, Tag tag) noexcept {
   if (impl_->streams != nullptr) [[unlikely]] {
-    std::unique_lock guard(impl_->lock);
-    return reinterpret_cast<void*>(impl_->allocate_streamed(guard, bytes, tag, nullptr));
+    util::SpinGuard guard(impl_->lock);
+    return reinterpret_cast<void*>(impl_->allocate_streamed(bytes, tag, nullptr));
   }
   return reinterpret_cast<void*>(impl_->allocate_host(bytes, tag));
 }
@@ -357,7 +359,7 @@ void* Allocator::allocate(std::size_t bytes, Tag tag) {
   if (std::uint64_t addr = impl_->allocate_host(bytes, tag)) return reinterpret_cast<void*>(addr);
   OomDetails numbers;
   {
-    std::lock_guard guard(impl_->lock);
+    util::SpinGuard guard(impl_->lock);
     numbers = impl_->oom_numbers(bytes, tag);
   }
   throw OutOfMemory(explain_oom(std::move(numbers)));
@@ -366,18 +368,18 @@ void* Allocator::allocate(std::size_t bytes, Tag tag) {
 void* Allocator::allocate_with_streams(std::size_t bytes, const void* stream, Tag tag) {
   OomDetails numbers;
   {
-    std::unique_lock guard(impl_->lock);
+    util::SpinGuard guard(impl_->lock);
     const auto* handle = static_cast<const engine::StreamHandle*>(stream);
-    if (std::uint64_t addr = impl_->allocate_streamed(guard, bytes, tag, handle)) return reinterpret_cast<void*>(addr);
+    if (std::uint64_t addr = impl_->allocate_streamed(bytes, tag, handle)) return reinterpret_cast<void*>(addr);
     numbers = impl_->oom_numbers(bytes, tag);
   }
   throw OutOfMemory(explain_oom(std::move(numbers)));
 }
 
 void* Allocator::try_allocate(std::size_t bytes, Stream stream, Tag tag) noexcept {
-  std::unique_lock guard(impl_->lock);
+  util::SpinGuard guard(impl_->lock);
   if (impl_->streams == nullptr) return reinterpret_cast<void*>(impl_->allocate(bytes, tag));
-  return reinterpret_cast<void*>(impl_->allocate_streamed(guard, bytes, tag, &stream.handle));
+  return reinterpret_cast<void*>(impl_->allocate_streamed(bytes, tag, &stream.handle));
 }
 
 void* Allocator::allocate(std::size_t bytes, Stream stream, Tag tag) {
@@ -389,7 +391,7 @@ void Allocator::deallocate(void* ptr, Stream stream) {
   if (ptr == nullptr) return;
   if (impl_->streams == nullptr) return deallocate(ptr);
   const auto addr = reinterpret_cast<std::uint64_t>(ptr);
-  std::lock_guard guard(impl_->lock);
+  util::SpinGuard guard(impl_->lock);
   engine::BlockView block{};
   if (!impl_->heap->live_block(addr, block) || impl_->streams->is_parked(addr)) impl_->throw_bad_free(addr);
   const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
@@ -404,7 +406,7 @@ void Allocator::deallocate(void* ptr, Stream stream) {
 
 void Allocator::record_stream(void* ptr, Stream stream) {
   const auto addr = reinterpret_cast<std::uint64_t>(ptr);
-  std::lock_guard guard(impl_->lock);
+  util::SpinGuard guard(impl_->lock);
   if (!impl_->heap->find_live(addr) || (impl_->streams != nullptr && impl_->streams->is_parked(addr)))
     throw InvalidArgument("record_stream of " + hex(addr) + " on " + impl_->description.name +
                           ", which is not a live allocation of this device; pass a pointer allocate() returned, "
@@ -417,7 +419,7 @@ void Allocator::deallocate(void* ptr) {
   const auto addr = reinterpret_cast<std::uint64_t>(ptr);
   engine::ThreadCaches* caches = impl_->front.load(std::memory_order_acquire);
   if (caches != nullptr && caches->deallocate(addr, impl_->front_on.load(std::memory_order_relaxed))) return;
-  std::lock_guard guard(impl_->lock);
+  util::SpinGuard guard(impl_->lock);
   if (impl_->streams != nullptr) [[unlikely]] impl_->before_unordered_free(addr);
   if (caches != nullptr) impl_->refuse_front_block(addr);
   const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
@@ -436,7 +438,7 @@ bool Allocator::owns(const void* ptr) const {
   Tag tag = 0;
   engine::ThreadCaches* caches = impl_->front.load(std::memory_order_acquire);
   if (caches != nullptr && caches->handed_out(addr, requested, tag)) return true;
-  std::lock_guard guard(impl_->lock);
+  util::SpinGuard guard(impl_->lock);
   engine::BlockView block{};
   return impl_->heap->live_block(addr, block) && block.tag != engine::kFrontTag &&
          (impl_->streams == nullptr || !impl_->streams->is_parked(addr));
@@ -448,7 +450,7 @@ void Allocator::set_thread_cache(std::uint64_t bytes_per_thread) {
                        " orders reuse by streams, which its own per-stream reuse already serves");
   engine::ThreadCaches* caches = impl_->front.load(std::memory_order_acquire);
   {
-    std::lock_guard guard(impl_->lock);
+    util::SpinGuard guard(impl_->lock);
     impl_->front_wanted = bytes_per_thread > 0;
     if (caches == nullptr && bytes_per_thread > 0) {
       impl_->front_owner = std::make_unique<engine::ThreadCaches>(*impl_, bytes_per_thread);
@@ -464,7 +466,7 @@ void Allocator::set_thread_cache(std::uint64_t bytes_per_thread) {
 bool Allocator::stream_ordered() const noexcept { return impl_->streams != nullptr; }
 
 void Allocator::reset_peaks() {
-  std::lock_guard guard(impl_->lock);
+  util::SpinGuard guard(impl_->lock);
   impl_->heap->reset_peaks();
   impl_->peak_live = impl_->heap->counters().in_use - impl_->parked_bytes();
   for (Impl::TagCounter& tag : impl_->tags) tag.peak = tag.in_use;
@@ -472,8 +474,8 @@ void Allocator::reset_peaks() {
 
 std::uint64_t Allocator::trim() {
   if (engine::ThreadCaches* caches = impl_->front.load(std::memory_order_acquire)) caches->flush();
-  std::unique_lock guard(impl_->lock);
-  if (impl_->streams != nullptr) impl_->wait_for_parked(guard);
+  util::SpinGuard guard(impl_->lock);
+  if (impl_->streams != nullptr) impl_->wait_for_parked();
   const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
   const std::uint64_t released = impl_->heap->release_cached();
   if (impl_->observer != nullptr) impl_->record_mapping_change(mapped_before);
@@ -486,7 +488,7 @@ void Allocator::record_to(std::shared_ptr<Recording> recording) {
       recording ? Recording::observer_for(std::move(recording), impl_->description.name) : nullptr;
   const bool call_sites = observer != nullptr && observer->wants_call_sites();
   {
-    std::lock_guard guard(impl_->lock);
+    util::SpinGuard guard(impl_->lock);
     impl_->observer.swap(observer);  // the previous observer goes after the lock is released
     impl_->observe_call_sites = call_sites;
     impl_->live_sites.clear();
@@ -501,16 +503,20 @@ std::string Allocator::snapshot() const {
   json segments = json::array();
   json blocks = json::array();
   engine::ThreadCaches* caches = impl_->front.load(std::memory_order_acquire);
-  std::lock_guard guard(impl_->lock);
+  util::SpinGuard guard(impl_->lock);
   const engine::Heap& heap = *impl_->heap;
   const engine::GranuleMap& granules = heap.granules();
   const std::uint64_t granule = granules.granule();
   granules.for_each_run(0, heap.span_bytes() / granule, true, [&](std::uint64_t first, std::uint64_t count) {
     segments.push_back({{"address", granules.address_of(first)}, {"bytes", count * granule}});
   });
+  // Read under the lock for the walk below (a lambda is outside the lock analysis's view).
+  const engine::StreamOrder* streams = impl_->streams.get();
+  const std::unordered_map<std::uint64_t, std::uint32_t>* live_sites = &impl_->live_sites;
+  engine::AllocationObserver* observer = impl_->observer.get();
   heap.walk([&](const engine::BlockView& block) {
     if (block.page) return;  // a small page is listed through its blocks
-    const bool parked = impl_->streams != nullptr && impl_->streams->is_parked(block.addr);
+    const bool parked = streams != nullptr && streams->is_parked(block.addr);
     std::uint64_t requested = block.requested;
     Tag tag = block.tag;
     const bool cached = !block.free && caches != nullptr && block.tag == engine::kFrontTag &&
@@ -522,8 +528,8 @@ std::string Allocator::snapshot() const {
     if (!block.free && !parked && !cached) {
       entry["requested_bytes"] = requested;
       entry["tag"] = tag == kUntagged ? "untagged" : std::string(tag_name(tag));
-      if (const auto site = impl_->live_sites.find(block.addr); site != impl_->live_sites.end()) {
-        entry["call_site"] = impl_->observer->describe_call_site(site->second);
+      if (const auto site = live_sites->find(block.addr); site != live_sites->end()) {
+        entry["call_site"] = observer->describe_call_site(site->second);
       }
     }
     blocks.push_back(std::move(entry));
@@ -543,7 +549,7 @@ std::string Allocator::snapshot() const {
 
 MemoryUsage Allocator::usage() const {
   const engine::FrontTotals front = impl_->front_totals();
-  std::lock_guard guard(impl_->lock);
+  util::SpinGuard guard(impl_->lock);
   return {.in_use_bytes = impl_->heap->counters().in_use - impl_->parked_bytes() - impl_->front_heap_bytes +
                           front.handed_bytes,
           .reserved_bytes = impl_->heap->mapped_bytes()};
@@ -553,7 +559,7 @@ Stats Allocator::stats() const {
   Stats s;
   const engine::FrontTotals front = impl_->front_totals();
   {
-    std::lock_guard guard(impl_->lock);
+    util::SpinGuard guard(impl_->lock);
     const engine::HeapCounters& c = impl_->heap->counters();
     s.in_use_bytes = c.in_use;
     s.requested_bytes = c.requested;
@@ -597,7 +603,7 @@ const DeviceDescription& Allocator::description() const noexcept { return impl_-
 
 void Allocator::set_policy(const Policy& policy) {
   policy.validate();
-  std::lock_guard guard(impl_->lock);
+  util::SpinGuard guard(impl_->lock);
   DeviceDescription& d = impl_->description;
   if (impl_->heap->counters().allocations > 0)
     throw InvalidState("cannot change the policy of " + d.name +
