@@ -62,12 +62,13 @@ class HandedMap {
   }
 
  private:
-  static constexpr std::size_t kInitialSlots = 256;
+  static constexpr std::size_t kInitialSlots = 16;
   std::size_t mask() const { return slots_.size() - 1; }
   std::size_t home(std::uint64_t addr) const {
     // The shard took the hash's top bits; the next ones spread the addresses inside the shard.
     const std::uint64_t h = (addr >> 8) * 0x9E3779B97F4A7C15ull;
-    return static_cast<std::size_t>((h << 6) >> (64 - std::countr_zero(slots_.size())));
+    return static_cast<std::size_t>((h << std::countr_zero(ThreadCaches::kShards)) >>
+                                    (64 - std::countr_zero(slots_.size())));
   }
   void place(const Entry& entry) {
     std::size_t i = home(entry.addr);
@@ -111,6 +112,9 @@ struct ThreadCaches::Depot {
   std::uint64_t bytes PLIMSOLL_GUARDED_BY(lock) = 0;
   std::uint64_t blocks PLIMSOLL_GUARDED_BY(lock) = 0;
 
+  /// Moves the `count` oldest blocks of size class `cls` from `cache` to this depot.
+  void accept(ThreadCache& cache, std::size_t cls, std::size_t count) PLIMSOLL_REQUIRES(lock, cache.lock);
+
   std::vector<std::uint64_t> take_all() PLIMSOLL_REQUIRES(lock) {
     std::vector<std::uint64_t> all;
     for (std::vector<std::uint64_t>& bin : bins) {
@@ -122,6 +126,8 @@ struct ThreadCaches::Depot {
     return all;
   }
 };
+
+class ThreadCache;
 
 class ThreadCache {
  public:
@@ -179,6 +185,7 @@ class ThreadCache {
     return all;
   }
   std::uint64_t bytes() const PLIMSOLL_REQUIRES(lock) { return bytes_; }
+  std::size_t held(std::size_t cls) const PLIMSOLL_REQUIRES(lock) { return bins_[cls].size(); }
   std::uint64_t blocks() const PLIMSOLL_REQUIRES(lock) { return blocks_; }
 
   /// The thread is exiting: its blocks go back to the heap, and the front forgets it.
@@ -197,6 +204,15 @@ class ThreadCache {
   std::uint64_t bytes_ PLIMSOLL_GUARDED_BY(lock) = 0;
   std::uint64_t blocks_ PLIMSOLL_GUARDED_BY(lock) = 0;
 };
+
+void ThreadCaches::Depot::accept(ThreadCache& cache, std::size_t cls, std::size_t count) {
+  const std::uint64_t size = (cls + 1) * ThreadCaches::kQuantum;
+  std::vector<std::uint64_t>& bin = bins[cls];
+  const std::size_t before = bin.size();
+  cache.take(size, count, bin);
+  bytes += (bin.size() - before) * size;
+  blocks += bin.size() - before;
+}
 
 namespace {
 
@@ -340,22 +356,22 @@ bool ThreadCaches::deallocate(std::uint64_t addr, bool keep) {
     ThreadCache& cache = mine();
     util::SpinGuard guard(cache.lock);
     if (cache.push(addr, entry.size, bytes_per_thread())) return true;
-    // Full: this block and the older half of its bin go to the depot, or to the heap when the depot is full.
-    std::vector<std::uint64_t> spill{addr};
-    cache.take(entry.size, kBatch, spill);
+    // Full. A bin at its depth: its older half goes to the depot. The cache at its bytes: the older half of every
+    // bin goes, so sizes the job no longer asks for do not hold the cache forever. A depot past its bytes goes
+    // back to the heap whole: what nobody took back since it last emptied is not wanted.
+    std::vector<std::uint64_t> to_heap;
     {
       util::SpinGuard depot_guard(depot_->lock);
-      const std::uint64_t bytes = spill.size() * entry.size;
-      if (depot_->bytes + bytes <= kDepotPerThread * bytes_per_thread()) {
-        std::vector<std::uint64_t>& bin = depot_->bins[class_of(entry.size)];
-        bin.insert(bin.end(), spill.begin(), spill.end());
-        depot_->bytes += bytes;
-        depot_->blocks += spill.size();
-        return true;
+      const std::size_t cls = class_of(entry.size);
+      if (cache.held(cls) >= kDepth) {
+        depot_->accept(cache, cls, kBatch);
+      } else {
+        for (std::size_t c = 0; c < kClasses; ++c) depot_->accept(cache, c, (cache.held(c) + 1) / 2);
       }
+      if (depot_->bytes > kDepotPerThread * bytes_per_thread()) to_heap = depot_->take_all();
     }
-    upstream_.give_back(spill);
-    return true;
+    if (!to_heap.empty()) upstream_.give_back(to_heap);
+    if (cache.push(addr, entry.size, bytes_per_thread())) return true;
   }
   upstream_.give_back({addr});
   return true;

@@ -61,7 +61,7 @@ class ThreadCaches {
  public:
   static constexpr std::uint64_t kMaxSize = 64ull << 10;  // requests served by the front, rounded
   static constexpr std::uint64_t kQuantum = 256;          // Heap::kQuantum
-  static constexpr std::size_t kShards = 64;
+  static constexpr std::size_t kShards = 256;
 
   ThreadCaches(FrontUpstream& upstream, std::uint64_t bytes_per_thread);
   /// Gives every cached block back; blocks still handed out stay live in the heap.
