@@ -104,31 +104,6 @@ struct alignas(64) ThreadCaches::Shard {
   }
 };
 
-// Blocks one thread freed and another will allocate (a producer and a consumer of tensors) pass through here in
-// batches, so neither takes the device lock per block.
-struct ThreadCaches::Depot {
-  util::SpinLock lock;
-  std::array<std::vector<std::uint64_t>, kClasses> bins PLIMSOLL_GUARDED_BY(lock);
-  std::uint64_t bytes PLIMSOLL_GUARDED_BY(lock) = 0;
-  std::uint64_t blocks PLIMSOLL_GUARDED_BY(lock) = 0;
-
-  /// Moves the `count` oldest blocks of size class `cls` from `cache` to this depot.
-  void accept(ThreadCache& cache, std::size_t cls, std::size_t count) PLIMSOLL_REQUIRES(lock, cache.lock);
-
-  std::vector<std::uint64_t> take_all() PLIMSOLL_REQUIRES(lock) {
-    std::vector<std::uint64_t> all;
-    for (std::vector<std::uint64_t>& bin : bins) {
-      all.insert(all.end(), bin.begin(), bin.end());
-      bin.clear();
-    }
-    bytes = 0;
-    blocks = 0;
-    return all;
-  }
-};
-
-class ThreadCache;
-
 class ThreadCache {
  public:
   explicit ThreadCache(ThreadCaches* owner) : owner_(owner) {}
@@ -203,6 +178,29 @@ class ThreadCache {
   std::array<std::vector<std::uint64_t>, kClasses> bins_ PLIMSOLL_GUARDED_BY(lock);
   std::uint64_t bytes_ PLIMSOLL_GUARDED_BY(lock) = 0;
   std::uint64_t blocks_ PLIMSOLL_GUARDED_BY(lock) = 0;
+};
+
+// Blocks one thread freed and another will allocate (a producer and a consumer of tensors) pass through here in
+// batches, so neither takes the device lock per block.
+struct ThreadCaches::Depot {
+  util::SpinLock lock;
+  std::array<std::vector<std::uint64_t>, kClasses> bins PLIMSOLL_GUARDED_BY(lock);
+  std::uint64_t bytes PLIMSOLL_GUARDED_BY(lock) = 0;
+  std::uint64_t blocks PLIMSOLL_GUARDED_BY(lock) = 0;
+
+  /// Moves the `count` oldest blocks of size class `cls` from `cache` to this depot.
+  void accept(ThreadCache& cache, std::size_t cls, std::size_t count) PLIMSOLL_REQUIRES(lock, cache.lock);
+
+  std::vector<std::uint64_t> take_all() PLIMSOLL_REQUIRES(lock) {
+    std::vector<std::uint64_t> all;
+    for (std::vector<std::uint64_t>& bin : bins) {
+      all.insert(all.end(), bin.begin(), bin.end());
+      bin.clear();
+    }
+    bytes = 0;
+    blocks = 0;
+    return all;
+  }
 };
 
 void ThreadCaches::Depot::accept(ThreadCache& cache, std::size_t cls, std::size_t count) {
