@@ -10,9 +10,10 @@
 //    address, with its requested bytes and tag) or *cached* (in exactly one thread's cache, in the bin of its
 //    size). Never both, never neither.
 //  - Frees go to the freeing thread's cache, whichever thread allocated (PyTorch's autograd frees on its own
-//    threads). A cache holds at most `bytes_per_thread` bytes and 64 blocks of a size; past that, half a size's
-//    blocks move to the shared *depot*, where a thread whose bin is empty takes them in batches (one thread
-//    frees what another allocates). The depot holds at most 4 x `bytes_per_thread`; past that, the heap.
+//    threads). A cache holds at most 64 blocks of a size (past that, the older half of the bin moves to the
+//    shared *depot*, where a thread whose bin is empty takes them in batches: one thread frees what another
+//    allocates) and `bytes_per_thread` bytes (past that, the older half of every bin moves there). The depot
+//    holds at most 4 x `bytes_per_thread`; past that, it goes back to the heap whole.
 //    Cached blocks (caches and depot) are free for the program.
 //  - Counters are kept where the work is (shard counters under the shard's lock, cached bytes under the
 //    cache's lock) and summed by totals(): exact whenever no operation is under way.
