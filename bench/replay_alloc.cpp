@@ -38,6 +38,7 @@ struct Options {
   std::string record_path;  // plimsoll only: record every event to this trace file while replaying
   bool call_sites = false;
   std::string device = "cpu";  // plimsoll only: cuda:0 replays on a GPU (host time per call, device memory)
+  std::uint64_t thread_cache = 0;  // plimsoll only: Allocator::set_thread_cache (0: off)
 };
 
 struct Measurement {
@@ -144,6 +145,7 @@ int run(const Options& options) {
   if (options.touch && device.description().name.rfind("cpu", 0) != 0)
     throw std::runtime_error("--touch writes through the pointers, which only host memory allows; drop --touch for " +
                              options.device);
+  if (options.thread_cache > 0) device.set_thread_cache(options.thread_cache);
   plimsoll::bench::PlimsollTarget target{device};
   std::shared_ptr<plimsoll::Recording> recording;
   if (!options.record_path.empty()) {
@@ -165,6 +167,7 @@ int run(const Options& options) {
   line["maps"] = stats.maps;
   line["unmaps"] = stats.unmaps;
   line["device"] = device.description().name;
+  line["thread_cache_bytes"] = options.thread_cache;
   std::cout << line.dump() << '\n';
   return 0;
 }
@@ -187,6 +190,8 @@ int main(int argc, char** argv) {
   app.add_option("--record", options.record_path, "plimsoll only: record every event to this trace file");
   app.add_flag("--call-sites", options.call_sites, "with --record: capture the call site of every allocation");
   app.add_option("--device", options.device, "plimsoll only: the device to replay on (default cpu; cuda:0 on a GPU)");
+  app.add_option("--thread-cache", options.thread_cache,
+                 "plimsoll only: per-thread cache bytes (Allocator::set_thread_cache; default 0, off)");
   CLI11_PARSE(app, argc, argv);
 
   try {

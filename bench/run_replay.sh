@@ -6,7 +6,8 @@
 # Environment: BUILD_DIR (default build-bench, configured Release if new, and always brought up to date),
 #   PROCESSES (runs per trace and allocator, default 5), PASSES (warm passes per process, default 10),
 #   ALLOCATORS (default "glibc jemalloc mimalloc plimsoll-on_demand plimsoll-preallocate"; also
-#   plimsoll-on_demand+record and plimsoll-on_demand+record+sites, which record every event), TOUCH (1: --touch,
+#   plimsoll-on_demand+cache, with per-thread caches; plimsoll-on_demand+record and
+#   plimsoll-on_demand+record+sites, which record every event), TOUCH (1: --touch,
 #   default 1), RESULTS (JSON lines file, default $BUILD_DIR/replay-results.jsonl).
 set -euo pipefail
 
@@ -40,12 +41,13 @@ jemalloc_path=""
 mimalloc_path=""
 for allocator in "${allocators[@]}"; do
   case "$allocator" in
-    glibc | plimsoll-on_demand | plimsoll-preallocate) ;;
+    glibc | plimsoll-on_demand | plimsoll-preallocate | plimsoll-on_demand+cache) ;;
     plimsoll-on_demand+record | plimsoll-on_demand+record+sites) ;;
     jemalloc) preload_path libjemalloc.so.2 && jemalloc_path="$PRELOAD_PATH" ;;
     mimalloc) preload_path libmimalloc.so.2 && mimalloc_path="$PRELOAD_PATH" ;;
     *) echo "error: unknown allocator '$allocator' in ALLOCATORS; use glibc jemalloc mimalloc" \
-         "plimsoll-on_demand plimsoll-preallocate plimsoll-on_demand+record plimsoll-on_demand+record+sites" >&2
+         "plimsoll-on_demand plimsoll-preallocate plimsoll-on_demand+cache plimsoll-on_demand+record" \
+         "plimsoll-on_demand+record+sites" >&2
        exit 1 ;;
   esac
 done
@@ -61,6 +63,8 @@ run_one() {
     *+record) "$bench" --allocator "${allocator%+record}" --record "$build_dir/recording-bench.plimsoll" "${args[@]}" ;;
     *+record+sites) "$bench" --allocator "${allocator%+record+sites}" --record "$build_dir/recording-bench.plimsoll" \
                       --call-sites "${args[@]}" ;;
+    # Per-thread caches on (Allocator::set_thread_cache): 8 MiB a thread.
+    *+cache) "$bench" --allocator "${allocator%+cache}" --thread-cache $((8 << 20)) "${args[@]}" ;;
     *) "$bench" --allocator "$allocator" "${args[@]}" ;;
   esac
 }

@@ -100,6 +100,12 @@ class Allocator {
   const DeviceDescription& description() const noexcept;
   /// Replaces the policy. Throws InvalidState after the first allocation, as TensorFlow does.
   void set_policy(const Policy& policy);
+  /// Per-thread caches for requests up to 64 KiB (docs/engine.md, "Threads"): each thread keeps up to
+  /// `bytes_per_thread` bytes of blocks it freed (whichever thread allocated them) and allocates from them without
+  /// the device lock. 0 turns them off and gives their blocks back. Cached blocks are free for the program (not in
+  /// in_use_bytes) and stay mapped (in reserved_bytes); trim(), running out of memory and a thread's exit give them
+  /// back. Off by default; throws InvalidState on a device that orders reuse by streams.
+  void set_thread_cache(std::uint64_t bytes_per_thread);
 
   struct Impl;
 

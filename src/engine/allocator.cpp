@@ -3,11 +3,11 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
-#include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -18,7 +18,9 @@
 #include "engine/allocation_observer.hpp"
 #include "engine/heap.hpp"
 #include "engine/stream_order.hpp"
+#include "engine/thread_cache.hpp"
 #include "util/spin_lock.hpp"
+#include "util/thread_annotations.hpp"
 #include "plimsoll/recording.hpp"
 #include "plimsoll/size.hpp"
 
@@ -40,7 +42,7 @@ std::string hex(std::uint64_t addr) {
 }
 }  // namespace
 
-struct Allocator::Impl {
+struct Allocator::Impl : engine::FrontUpstream {
   struct TagCounter {
     std::uint64_t in_use = 0, peak = 0, live = 0;
   };
@@ -53,43 +55,97 @@ struct Allocator::Impl {
 
   DeviceDescription description;
   std::unique_ptr<backings::Backing> backing;
-  std::unique_ptr<engine::Heap> heap;
-  mutable util::SpinLock lock;
-  std::vector<TagCounter> tags;
-  std::array<RecentFree, kRecentFrees> recent{};
-  std::size_t recent_next = 0;
-  std::uint64_t ooms = 0;
+  mutable util::SpinLock lock;  // the device lock: everything below marked GUARDED_BY(lock)
+  std::unique_ptr<engine::Heap> heap PLIMSOLL_GUARDED_BY(lock) PLIMSOLL_PT_GUARDED_BY(lock);
+  std::vector<TagCounter> tags PLIMSOLL_GUARDED_BY(lock);
+  std::array<RecentFree, kRecentFrees> recent PLIMSOLL_GUARDED_BY(lock){};
+  std::size_t recent_next PLIMSOLL_GUARDED_BY(lock) = 0;
+  std::uint64_t ooms PLIMSOLL_GUARDED_BY(lock) = 0;
   // Recording (record_to): the attached observer (engine/allocation_observer.hpp; null: nothing observes, and
   // the hot paths test only this pointer), whether it captures call sites, and while it does, the site of each
   // live allocation (for snapshot()).
-  std::shared_ptr<engine::AllocationObserver> observer;
-  bool observe_call_sites = false;
-  std::unordered_map<std::uint64_t, std::uint32_t> live_sites;
+  std::shared_ptr<engine::AllocationObserver> observer PLIMSOLL_GUARDED_BY(lock);
+  bool observe_call_sites PLIMSOLL_GUARDED_BY(lock) = false;
+  std::unordered_map<std::uint64_t, std::uint32_t> live_sites PLIMSOLL_GUARDED_BY(lock);
   // Stream-ordered reuse (src/engine/stream_order.hpp), on devices whose backing has events; null elsewhere, and
   // then streams are ignored. Declared after heap, which it refers to, so it goes first.
-  std::unique_ptr<engine::StreamOrder> streams;
-  std::uint64_t peak_live = 0;  // peak in-use bytes, parked blocks not counted (with streams)
+  // The pointer is fixed before the first allocation (the host path tests it before taking the lock); what it
+  // points to is guarded.
+  std::unique_ptr<engine::StreamOrder> streams PLIMSOLL_PT_GUARDED_BY(lock);
+  std::uint64_t peak_live PLIMSOLL_GUARDED_BY(lock) = 0;  // peak in-use bytes, parked blocks not counted (with streams)
+  // Per-thread caches (set_thread_cache; src/engine/thread_cache.hpp): made once, kept until the device goes, so
+  // a thread that read `front` may use it without the lock; `front_on` says whether allocations may use it.
+  // The heap blocks the front holds (tag kFrontTag), counted under the lock, so stats() can swap them for
+  // what the program holds.
+  std::unique_ptr<engine::ThreadCaches> front_owner;
+  std::atomic<engine::ThreadCaches*> front{nullptr};
+  std::atomic<bool> front_on{false};
+  bool front_wanted PLIMSOLL_GUARDED_BY(lock) = false;  // set_thread_cache's choice, restored when a recording detaches
+  std::uint64_t front_heap_bytes PLIMSOLL_GUARDED_BY(lock) = 0, front_heap_blocks PLIMSOLL_GUARDED_BY(lock) = 0;
+  std::uint64_t front_heap_allocations PLIMSOLL_GUARDED_BY(lock) = 0, front_heap_frees PLIMSOLL_GUARDED_BY(lock) = 0;
 
-  std::uint64_t allocate(std::size_t bytes, Tag tag) {
-    if (observer != nullptr) [[unlikely]] return allocate_recorded(bytes, tag);
-    return allocate_unrecorded(bytes, tag);
+  std::uint64_t take_block(std::uint64_t size) override PLIMSOLL_EXCLUDES(lock) {
+    util::SpinGuard guard(lock);
+    const std::uint64_t mapped_before = heap->mapped_bytes();
+    const std::uint64_t addr = heap->allocate(size, engine::kFrontTag);
+    if (observer != nullptr) record_mapping_change(mapped_before);
+    if (addr == 0) return 0;
+    front_heap_bytes += size;
+    ++front_heap_blocks;
+    ++front_heap_allocations;
+    return addr;
+  }
+
+  void give_back(const std::vector<std::uint64_t>& addrs) override PLIMSOLL_EXCLUDES(lock) {
+    util::SpinGuard guard(lock);
+    const std::uint64_t mapped_before = heap->mapped_bytes();
+    for (std::uint64_t addr : addrs) {
+      engine::Heap::Freed freed;
+      if (!heap->deallocate(addr, freed)) continue;  // cannot happen: the front holds live blocks only
+      front_heap_bytes -= freed.size;
+      --front_heap_blocks;
+      ++front_heap_frees;
+    }
+    if (observer != nullptr) record_mapping_change(mapped_before);
+  }
+
+  // Host and simulated devices: the front first (small requests, when on), then the heap under the lock; at
+  // the limit, every thread's cache goes back to the heap before the allocation fails.
+  std::uint64_t allocate_host(std::size_t bytes, Tag tag) PLIMSOLL_EXCLUDES(lock) {
+    engine::ThreadCaches* caches = front.load(std::memory_order_acquire);
+    if (caches != nullptr && bytes <= engine::ThreadCaches::kMaxSize && front_on.load(std::memory_order_relaxed)) {
+      if (std::uint64_t addr = caches->allocate(bytes, tag)) return addr;
+    }
+    {
+      util::SpinGuard guard(lock);
+      if (std::uint64_t addr = allocate(bytes, tag, caches == nullptr)) return addr;
+    }
+    if (caches == nullptr) return 0;
+    caches->flush();
+    util::SpinGuard guard(lock);
+    return allocate(bytes, tag, true);
+  }
+
+  std::uint64_t allocate(std::size_t bytes, Tag tag, bool report_failure = true) PLIMSOLL_REQUIRES(lock) {
+    if (observer != nullptr) [[unlikely]] return allocate_recorded(bytes, tag, report_failure);
+    return allocate_unrecorded(bytes, tag, report_failure);
   }
 
   // Maps and unmaps are recorded as the net change of mapped bytes around a call: the heap maps at most once per
   // call on the way up, and the OOM path's release-then-retry is one net change from the outside.
-  void record_mapping_change(std::uint64_t mapped_before) {
+  void record_mapping_change(std::uint64_t mapped_before) PLIMSOLL_REQUIRES(lock) {
     const std::uint64_t mapped_after = heap->mapped_bytes();
     if (mapped_after > mapped_before) observer->mapped(mapped_after - mapped_before);
     if (mapped_after < mapped_before) observer->unmapped(mapped_before - mapped_after);
   }
 
-  std::uint64_t allocate_recorded(std::size_t bytes, Tag tag) {
+  std::uint64_t allocate_recorded(std::size_t bytes, Tag tag, bool report_failure) PLIMSOLL_REQUIRES(lock) {
     const std::uint32_t site = observe_call_sites ? observer->capture_call_site() : 0;
     const std::uint64_t mapped_before = heap->mapped_bytes();
-    const std::uint64_t addr = allocate_unrecorded(bytes, tag);
+    const std::uint64_t addr = allocate_unrecorded(bytes, tag, report_failure);
     record_mapping_change(mapped_before);
     if (addr == 0) {
-      observer->out_of_memory(bytes, tag, site);
+      if (report_failure) observer->out_of_memory(bytes, tag, site);
       return 0;
     }
     observer->allocated(addr, bytes, tag, site);
@@ -97,13 +153,13 @@ struct Allocator::Impl {
     return addr;
   }
 
-  void record_free(std::uint64_t addr, std::uint64_t mapped_before) {
+  void record_free(std::uint64_t addr, std::uint64_t mapped_before) PLIMSOLL_REQUIRES(lock) {
     observer->freed(addr);
     record_mapping_change(mapped_before);
     if (!live_sites.empty()) live_sites.erase(addr);
   }
 
-  std::uint64_t allocate_unrecorded(std::size_t bytes, Tag tag, bool report_failure = true) {
+  std::uint64_t allocate_unrecorded(std::size_t bytes, Tag tag, bool report_failure = true) PLIMSOLL_REQUIRES(lock) {
     std::uint64_t addr = heap->allocate(bytes, tag);
     if (addr == 0) {
       if (report_failure) ++ooms;
@@ -113,7 +169,7 @@ struct Allocator::Impl {
     return addr;
   }
 
-  void count_tag(Tag tag, std::uint64_t size) {
+  void count_tag(Tag tag, std::uint64_t size) PLIMSOLL_REQUIRES(lock) {
     if (tag >= tags.size()) tags.resize(static_cast<std::size_t>(tag) + 1);
     TagCounter& counter = tags[tag];
     counter.in_use += size;
@@ -123,7 +179,7 @@ struct Allocator::Impl {
 
   // ---- Devices with streams (CUDA). The lock is held; `stream` null: the caller named none (no reuse).
 
-  std::uint64_t allocate_on(std::size_t bytes, Tag tag, const engine::StreamHandle* stream, bool report_failure) {
+  std::uint64_t allocate_on(std::size_t bytes, Tag tag, const engine::StreamHandle* stream, bool report_failure) PLIMSOLL_REQUIRES(lock) {
     const std::uint32_t site = observer != nullptr && observe_call_sites ? observer->capture_call_site() : 0;
     const std::uint64_t mapped_before = heap->mapped_bytes();
     streams->poll();
@@ -158,8 +214,7 @@ struct Allocator::Impl {
 
   // Out of memory while blocks are parked: waits for the work queued before those frees (the lock released
   // between polls, so other threads go on) and retries whenever some came back; 0 once none is left to wait for.
-  std::uint64_t allocate_streamed(std::unique_lock<util::SpinLock>& guard, std::size_t bytes, Tag tag,
-                                  const engine::StreamHandle* stream) {
+  std::uint64_t allocate_streamed(std::size_t bytes, Tag tag, const engine::StreamHandle* stream) PLIMSOLL_REQUIRES(lock) {
     const bool can_wait = !streams->empty();
     if (std::uint64_t addr = allocate_on(bytes, tag, stream, !can_wait); addr != 0 || !can_wait) return addr;
     const std::uint64_t target = streams->close_batches();
@@ -169,51 +224,56 @@ struct Allocator::Impl {
       if (freed > 0 || !more) {
         if (std::uint64_t addr = allocate_on(bytes, tag, stream, !more); addr != 0 || !more) return addr;
       }
-      guard.unlock();
+      lock.unlock();
       back_off(polls);
-      guard.lock();
+      lock.lock();
     }
   }
 
   // Until every block parked so far is back in the heap.
-  void wait_for_parked(std::unique_lock<util::SpinLock>& guard) {
+  void wait_for_parked() PLIMSOLL_REQUIRES(lock) {
     const std::uint64_t target = streams->close_batches();
     const std::uint64_t mapped_before = heap->mapped_bytes();
     for (unsigned polls = 0;; ++polls) {
       streams->poll();
       if (!streams->pending_before(target)) break;
-      guard.unlock();
+      lock.unlock();
       back_off(polls);
-      guard.lock();
+      lock.lock();
     }
     if (observer != nullptr) record_mapping_change(mapped_before);
   }
 
-  std::uint64_t parked_bytes() const { return streams ? streams->counters().parked_bytes : 0; }
+  std::uint64_t parked_bytes() const PLIMSOLL_REQUIRES(lock) { return streams ? streams->counters().parked_bytes : 0; }
 
   // A free without its stream on a device with streams: a parked block is a double free; a live one forgets
   // its recorded streams, and the next unmap (possibly the heap's release threshold, at once) must wait for the
   // whole device, since nothing says which streams still use it.
-  void before_unordered_free(std::uint64_t addr) {
+  void before_unordered_free(std::uint64_t addr) PLIMSOLL_REQUIRES(lock) {
     if (streams->is_parked(addr)) throw_bad_free(addr);
     if (!heap->find_live(addr)) return;
     streams->forget_streams(addr);
     if (backings::StreamEvents* events = backing->stream_events()) events->note_unordered_free();
   }
 
-  std::vector<TagStats> tag_stats() const {
+  // `held`: what the program holds through the front, per tag (its peaks are not tracked: see docs/engine.md).
+  std::vector<TagStats> tag_stats(const std::vector<engine::FrontTagCount>& held = {}) const PLIMSOLL_REQUIRES(lock) {
     std::vector<TagStats> out;
-    for (std::size_t i = 0; i < tags.size(); ++i) {
-      if (tags[i].peak == 0) continue;
-      out.push_back(TagStats{std::string(i == 0 ? "untagged" : tag_name(static_cast<Tag>(i))), tags[i].in_use,
-                             tags[i].peak, tags[i].live});
+    for (std::size_t i = 0; i < std::max(tags.size(), held.size()); ++i) {
+      const TagCounter counter = i < tags.size() ? tags[i] : TagCounter{};
+      const engine::FrontTagCount front_count = i < held.size() ? held[i] : engine::FrontTagCount{};
+      const std::uint64_t in_use = counter.in_use + front_count.bytes;
+      const std::uint64_t peak = std::max(counter.peak, in_use);
+      if (peak == 0) continue;
+      out.push_back(TagStats{std::string(i == 0 ? "untagged" : tag_name(static_cast<Tag>(i))), in_use, peak,
+                             counter.live + front_count.live});
     }
     std::sort(out.begin(), out.end(), [](const TagStats& a, const TagStats& b) { return a.in_use_bytes > b.in_use_bytes; });
     return out;
   }
 
   // Gathered under the lock, at the moment of failure.
-  OomDetails oom_numbers(std::size_t bytes, Tag tag) const {
+  OomDetails oom_numbers(std::size_t bytes, Tag tag) const PLIMSOLL_REQUIRES(lock) {
     OomDetails d;
     d.requested_bytes = bytes;
     d.rounded_bytes = engine::Heap::round(bytes);
@@ -235,7 +295,19 @@ struct Allocator::Impl {
     return d;
   }
 
-  [[noreturn]] void throw_bad_free(std::uint64_t addr) const {
+  // A front block not handed out (cached in some thread) is free for the program: freeing it is a double free.
+  void refuse_front_block(std::uint64_t addr) const PLIMSOLL_REQUIRES(lock) {
+    engine::BlockView block{};
+    if (heap->live_block(addr, block) && block.tag == engine::kFrontTag) throw_bad_free(addr);
+  }
+
+  // What the program holds through the front, taken before the device lock (the front's locks come first).
+  engine::FrontTotals front_totals() const PLIMSOLL_EXCLUDES(lock) {
+    engine::ThreadCaches* caches = front.load(std::memory_order_acquire);
+    return caches != nullptr ? caches->totals() : engine::FrontTotals{};
+  }
+
+  [[noreturn]] void throw_bad_free(std::uint64_t addr) const PLIMSOLL_REQUIRES(lock) {
     for (const RecentFree& freed : recent) {
       if (freed.addr == addr && freed.size != 0) {
         throw InvalidFree("double free of " + hex(addr) + " on " + description.name + ": it was freed already (" +
@@ -261,9 +333,11 @@ Allocator::Allocator(DeviceDescription description, std::unique_ptr<backings::Ba
 }
 
 Allocator::~Allocator() {
+  impl_->front.store(nullptr, std::memory_order_release);
+  impl_->front_owner.reset();  // cached blocks back to the heap while it is still there
   if (impl_->streams == nullptr) return;
-  std::unique_lock guard(impl_->lock);
-  impl_->wait_for_parked(guard);
+  util::SpinGuard guard(impl_->lock);
+  impl_->wait_for_parked();
   impl_->streams.reset();
   // Blocks still live may be in use by queued kernels: the heap's unmapping waits for the whole device.
   backings::StreamEvents* events = impl_->backing->stream_events();
@@ -274,19 +348,18 @@ Allocator::~Allocator() {
 // checks sit before the lock, on a pointer fixed at construction, so they cost one predicted branch.
 void* Allocator::try_allocate(std::size_t bytes, Tag tag) noexcept {
   if (impl_->streams != nullptr) [[unlikely]] {
-    std::unique_lock guard(impl_->lock);
-    return reinterpret_cast<void*>(impl_->allocate_streamed(guard, bytes, tag, nullptr));
+    util::SpinGuard guard(impl_->lock);
+    return reinterpret_cast<void*>(impl_->allocate_streamed(bytes, tag, nullptr));
   }
-  std::lock_guard guard(impl_->lock);
-  return reinterpret_cast<void*>(impl_->allocate(bytes, tag));
+  return reinterpret_cast<void*>(impl_->allocate_host(bytes, tag));
 }
 
 void* Allocator::allocate(std::size_t bytes, Tag tag) {
   if (impl_->streams != nullptr) [[unlikely]] return allocate_with_streams(bytes, nullptr, tag);
+  if (std::uint64_t addr = impl_->allocate_host(bytes, tag)) return reinterpret_cast<void*>(addr);
   OomDetails numbers;
   {
-    std::lock_guard guard(impl_->lock);
-    if (std::uint64_t addr = impl_->allocate(bytes, tag)) return reinterpret_cast<void*>(addr);
+    util::SpinGuard guard(impl_->lock);
     numbers = impl_->oom_numbers(bytes, tag);
   }
   throw OutOfMemory(explain_oom(std::move(numbers)));
@@ -295,18 +368,18 @@ void* Allocator::allocate(std::size_t bytes, Tag tag) {
 void* Allocator::allocate_with_streams(std::size_t bytes, const void* stream, Tag tag) {
   OomDetails numbers;
   {
-    std::unique_lock guard(impl_->lock);
+    util::SpinGuard guard(impl_->lock);
     const auto* handle = static_cast<const engine::StreamHandle*>(stream);
-    if (std::uint64_t addr = impl_->allocate_streamed(guard, bytes, tag, handle)) return reinterpret_cast<void*>(addr);
+    if (std::uint64_t addr = impl_->allocate_streamed(bytes, tag, handle)) return reinterpret_cast<void*>(addr);
     numbers = impl_->oom_numbers(bytes, tag);
   }
   throw OutOfMemory(explain_oom(std::move(numbers)));
 }
 
 void* Allocator::try_allocate(std::size_t bytes, Stream stream, Tag tag) noexcept {
-  std::unique_lock guard(impl_->lock);
+  util::SpinGuard guard(impl_->lock);
   if (impl_->streams == nullptr) return reinterpret_cast<void*>(impl_->allocate(bytes, tag));
-  return reinterpret_cast<void*>(impl_->allocate_streamed(guard, bytes, tag, &stream.handle));
+  return reinterpret_cast<void*>(impl_->allocate_streamed(bytes, tag, &stream.handle));
 }
 
 void* Allocator::allocate(std::size_t bytes, Stream stream, Tag tag) {
@@ -318,7 +391,7 @@ void Allocator::deallocate(void* ptr, Stream stream) {
   if (ptr == nullptr) return;
   if (impl_->streams == nullptr) return deallocate(ptr);
   const auto addr = reinterpret_cast<std::uint64_t>(ptr);
-  std::lock_guard guard(impl_->lock);
+  util::SpinGuard guard(impl_->lock);
   engine::BlockView block{};
   if (!impl_->heap->live_block(addr, block) || impl_->streams->is_parked(addr)) impl_->throw_bad_free(addr);
   const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
@@ -333,7 +406,7 @@ void Allocator::deallocate(void* ptr, Stream stream) {
 
 void Allocator::record_stream(void* ptr, Stream stream) {
   const auto addr = reinterpret_cast<std::uint64_t>(ptr);
-  std::lock_guard guard(impl_->lock);
+  util::SpinGuard guard(impl_->lock);
   if (!impl_->heap->find_live(addr) || (impl_->streams != nullptr && impl_->streams->is_parked(addr)))
     throw InvalidArgument("record_stream of " + hex(addr) + " on " + impl_->description.name +
                           ", which is not a live allocation of this device; pass a pointer allocate() returned, "
@@ -344,8 +417,11 @@ void Allocator::record_stream(void* ptr, Stream stream) {
 void Allocator::deallocate(void* ptr) {
   if (ptr == nullptr) return;
   const auto addr = reinterpret_cast<std::uint64_t>(ptr);
-  std::lock_guard guard(impl_->lock);
+  engine::ThreadCaches* caches = impl_->front.load(std::memory_order_acquire);
+  if (caches != nullptr && caches->deallocate(addr, impl_->front_on.load(std::memory_order_relaxed))) return;
+  util::SpinGuard guard(impl_->lock);
   if (impl_->streams != nullptr) [[unlikely]] impl_->before_unordered_free(addr);
+  if (caches != nullptr) impl_->refuse_front_block(addr);
   const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
   engine::Heap::Freed freed;
   if (!impl_->heap->deallocate(addr, freed)) impl_->throw_bad_free(addr);
@@ -358,22 +434,48 @@ void Allocator::deallocate(void* ptr) {
 
 bool Allocator::owns(const void* ptr) const {
   const auto addr = reinterpret_cast<std::uint64_t>(ptr);
-  std::lock_guard guard(impl_->lock);
-  return impl_->heap->find_live(addr) && (impl_->streams == nullptr || !impl_->streams->is_parked(addr));
+  std::uint64_t requested = 0;
+  Tag tag = 0;
+  engine::ThreadCaches* caches = impl_->front.load(std::memory_order_acquire);
+  if (caches != nullptr && caches->handed_out(addr, requested, tag)) return true;
+  util::SpinGuard guard(impl_->lock);
+  engine::BlockView block{};
+  return impl_->heap->live_block(addr, block) && block.tag != engine::kFrontTag &&
+         (impl_->streams == nullptr || !impl_->streams->is_parked(addr));
+}
+
+void Allocator::set_thread_cache(std::uint64_t bytes_per_thread) {
+  if (impl_->streams != nullptr)
+    throw InvalidState("per-thread caches are for host and simulated devices; " + impl_->description.name +
+                       " orders reuse by streams, which its own per-stream reuse already serves");
+  engine::ThreadCaches* caches = impl_->front.load(std::memory_order_acquire);
+  {
+    util::SpinGuard guard(impl_->lock);
+    impl_->front_wanted = bytes_per_thread > 0;
+    if (caches == nullptr && bytes_per_thread > 0) {
+      impl_->front_owner = std::make_unique<engine::ThreadCaches>(*impl_, bytes_per_thread);
+      caches = impl_->front_owner.get();
+      impl_->front.store(caches, std::memory_order_release);
+    }
+    if (caches != nullptr && bytes_per_thread > 0) caches->set_bytes_per_thread(bytes_per_thread);
+    impl_->front_on.store(impl_->front_wanted && impl_->observer == nullptr, std::memory_order_relaxed);
+  }
+  if (caches != nullptr && bytes_per_thread == 0) caches->flush();
 }
 
 bool Allocator::stream_ordered() const noexcept { return impl_->streams != nullptr; }
 
 void Allocator::reset_peaks() {
-  std::lock_guard guard(impl_->lock);
+  util::SpinGuard guard(impl_->lock);
   impl_->heap->reset_peaks();
   impl_->peak_live = impl_->heap->counters().in_use - impl_->parked_bytes();
   for (Impl::TagCounter& tag : impl_->tags) tag.peak = tag.in_use;
 }
 
 std::uint64_t Allocator::trim() {
-  std::unique_lock guard(impl_->lock);
-  if (impl_->streams != nullptr) impl_->wait_for_parked(guard);
+  if (engine::ThreadCaches* caches = impl_->front.load(std::memory_order_acquire)) caches->flush();
+  util::SpinGuard guard(impl_->lock);
+  if (impl_->streams != nullptr) impl_->wait_for_parked();
   const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
   const std::uint64_t released = impl_->heap->release_cached();
   if (impl_->observer != nullptr) impl_->record_mapping_change(mapped_before);
@@ -385,35 +487,49 @@ void Allocator::record_to(std::shared_ptr<Recording> recording) {
   std::shared_ptr<engine::AllocationObserver> observer =
       recording ? Recording::observer_for(std::move(recording), impl_->description.name) : nullptr;
   const bool call_sites = observer != nullptr && observer->wants_call_sites();
-  std::lock_guard guard(impl_->lock);
-  impl_->observer.swap(observer);  // the previous observer goes after the lock is released
-  impl_->observe_call_sites = call_sites;
-  impl_->live_sites.clear();
+  {
+    util::SpinGuard guard(impl_->lock);
+    impl_->observer.swap(observer);  // the previous observer goes after the lock is released
+    impl_->observe_call_sites = call_sites;
+    impl_->live_sites.clear();
+    // A recording sees every call: the front steps aside while one is attached.
+    impl_->front_on.store(impl_->front_wanted && impl_->observer == nullptr, std::memory_order_relaxed);
+  }
+  if (engine::ThreadCaches* caches = impl_->front.load(std::memory_order_acquire)) caches->flush();
 }
 
 std::string Allocator::snapshot() const {
   using nlohmann::json;
   json segments = json::array();
   json blocks = json::array();
-  std::lock_guard guard(impl_->lock);
+  engine::ThreadCaches* caches = impl_->front.load(std::memory_order_acquire);
+  util::SpinGuard guard(impl_->lock);
   const engine::Heap& heap = *impl_->heap;
   const engine::GranuleMap& granules = heap.granules();
   const std::uint64_t granule = granules.granule();
   granules.for_each_run(0, heap.span_bytes() / granule, true, [&](std::uint64_t first, std::uint64_t count) {
     segments.push_back({{"address", granules.address_of(first)}, {"bytes", count * granule}});
   });
+  // Read under the lock for the walk below (a lambda is outside the lock analysis's view).
+  const engine::StreamOrder* streams = impl_->streams.get();
+  const std::unordered_map<std::uint64_t, std::uint32_t>* live_sites = &impl_->live_sites;
+  engine::AllocationObserver* observer = impl_->observer.get();
   heap.walk([&](const engine::BlockView& block) {
     if (block.page) return;  // a small page is listed through its blocks
-    const bool parked = impl_->streams != nullptr && impl_->streams->is_parked(block.addr);
+    const bool parked = streams != nullptr && streams->is_parked(block.addr);
+    std::uint64_t requested = block.requested;
+    Tag tag = block.tag;
+    const bool cached = !block.free && caches != nullptr && block.tag == engine::kFrontTag &&
+                        !caches->handed_out(block.addr, requested, tag);
     json entry = {{"address", block.addr},
                   {"bytes", block.size},
-                  {"state", block.free ? "free" : parked ? "parked" : "allocated"},
+                  {"state", block.free ? "free" : parked ? "parked" : cached ? "cached" : "allocated"},
                   {"small", block.small}};
-    if (!block.free && !parked) {
-      entry["requested_bytes"] = block.requested;
-      entry["tag"] = block.tag == kUntagged ? "untagged" : std::string(tag_name(block.tag));
-      if (const auto site = impl_->live_sites.find(block.addr); site != impl_->live_sites.end()) {
-        entry["call_site"] = impl_->observer->describe_call_site(site->second);
+    if (!block.free && !parked && !cached) {
+      entry["requested_bytes"] = requested;
+      entry["tag"] = tag == kUntagged ? "untagged" : std::string(tag_name(tag));
+      if (const auto site = live_sites->find(block.addr); site != live_sites->end()) {
+        entry["call_site"] = observer->describe_call_site(site->second);
       }
     }
     blocks.push_back(std::move(entry));
@@ -422,7 +538,8 @@ std::string Allocator::snapshot() const {
   const json snapshot = {{"device", impl_->description.name},
                          {"policy", to_string(impl_->description.policy.growth)},
                          {"limit_bytes", impl_->description.limit_bytes},
-                         {"in_use_bytes", counters.in_use - impl_->parked_bytes()},
+                         {"in_use_bytes", counters.in_use - impl_->parked_bytes() - impl_->front_heap_bytes +
+                                              (caches != nullptr ? caches->totals().handed_bytes : 0)},
                          {"reserved_bytes", heap.mapped_bytes()},
                          {"granule_bytes", granule},
                          {"segments", std::move(segments)},
@@ -431,15 +548,18 @@ std::string Allocator::snapshot() const {
 }
 
 MemoryUsage Allocator::usage() const {
-  std::lock_guard guard(impl_->lock);
-  return {.in_use_bytes = impl_->heap->counters().in_use - impl_->parked_bytes(),
+  const engine::FrontTotals front = impl_->front_totals();
+  util::SpinGuard guard(impl_->lock);
+  return {.in_use_bytes = impl_->heap->counters().in_use - impl_->parked_bytes() - impl_->front_heap_bytes +
+                          front.handed_bytes,
           .reserved_bytes = impl_->heap->mapped_bytes()};
 }
 
 Stats Allocator::stats() const {
   Stats s;
+  const engine::FrontTotals front = impl_->front_totals();
   {
-    std::lock_guard guard(impl_->lock);
+    util::SpinGuard guard(impl_->lock);
     const engine::HeapCounters& c = impl_->heap->counters();
     s.in_use_bytes = c.in_use;
     s.requested_bytes = c.requested;
@@ -455,6 +575,13 @@ Stats Allocator::stats() const {
     s.maps = c.maps;
     s.unmaps = c.unmaps;
     s.live_allocations = impl_->heap->live_allocations();
+    // The front's heap blocks out, what the program holds through it in: cached blocks are free for the program.
+    // The peak stays the heap's, which counts cached blocks: an upper bound (docs/engine.md, "Threads").
+    s.in_use_bytes = s.in_use_bytes - impl_->front_heap_bytes + front.handed_bytes;
+    s.requested_bytes = s.requested_bytes - impl_->front_heap_bytes + front.handed_requested;
+    s.live_allocations = s.live_allocations - impl_->front_heap_blocks + front.handed_live;
+    s.allocations = s.allocations - impl_->front_heap_allocations + front.allocations;
+    s.frees = s.frees - impl_->front_heap_frees + front.frees;
     if (impl_->streams != nullptr) {  // parked blocks are live in the heap, free for the program
       const engine::StreamOrderCounters& p = impl_->streams->counters();
       s.in_use_bytes -= p.parked_bytes;
@@ -464,7 +591,7 @@ Stats Allocator::stats() const {
       s.live_allocations -= p.parked_blocks;
       s.parked_bytes = p.parked_bytes;
     }
-    s.tags = impl_->tag_stats();
+    s.tags = impl_->tag_stats(front.tags);
   }
   const backings::HostPages pages = impl_->backing->host_pages();  // may scan page tables: outside the lock
   s.committed_bytes = pages.committed_bytes;
@@ -476,7 +603,7 @@ const DeviceDescription& Allocator::description() const noexcept { return impl_-
 
 void Allocator::set_policy(const Policy& policy) {
   policy.validate();
-  std::lock_guard guard(impl_->lock);
+  util::SpinGuard guard(impl_->lock);
   DeviceDescription& d = impl_->description;
   if (impl_->heap->counters().allocations > 0)
     throw InvalidState("cannot change the policy of " + d.name +
@@ -489,6 +616,9 @@ void Allocator::set_policy(const Policy& policy) {
   } else if (policy.memory_fraction) {
     changed.limit_bytes = static_cast<std::uint64_t>(std::floor(*policy.memory_fraction * static_cast<double>(d.total_bytes)));
   }
+  if (impl_->front_heap_blocks != 0)
+    throw InvalidState("cannot change the policy of " + d.name + " while its per-thread caches hold memory; call "
+                       "trim() first");
   impl_->streams.reset();  // refers to the heap; nothing is parked before the first allocation
   impl_->heap.reset();  // gives the old reservation back before taking the new one
   try {

@@ -13,6 +13,11 @@ namespace plimsoll::engine {
 
 namespace {
 constexpr std::uint64_t kMaxAddressSpace = 1ull << 46;  // 64 TiB: far below any 48-bit address space
+#if defined(PLIMSOLL_HEAP_SELF_CHECK)
+constexpr bool kSelfCheck = true;  // sanitizer builds: heap_check.cpp's walk every Heap::kSelfCheckEvery operations
+#else
+constexpr bool kSelfCheck = false;
+#endif
 
 }  // namespace
 
@@ -69,6 +74,7 @@ std::uint64_t Heap::allocate(std::uint64_t bytes, std::uint16_t tag) {
   counters_.requested += bytes;
   counters_.peak_in_use = std::max(counters_.peak_in_use, counters_.in_use);
   ++counters_.allocations;
+  if constexpr (kSelfCheck) after_operation();
   return block.addr;
 }
 
@@ -213,6 +219,7 @@ bool Heap::deallocate(std::uint64_t addr, Freed& freed) {
   if (granules_.mapped_bytes() - counters_.in_use > options_.release_threshold &&
       granules_.mapped_bytes() > mapped_after_release_)
     release_cached();
+  if constexpr (kSelfCheck) after_operation();
   return true;
 }
 

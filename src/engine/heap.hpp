@@ -10,6 +10,7 @@
 // Not thread-safe: plimsoll::Allocator holds the lock.
 #include <cstdint>
 #include <limits>
+#include <string>
 
 #include "backings/backing.hpp"
 #include "engine/address_map.hpp"
@@ -112,7 +113,17 @@ class Heap {
   void walk(Visit&& visit) const;  // every block of the reservation, then of each small page
   std::uint64_t find_live(std::uint64_t addr) const { return live_.find(addr) != kNoBlock; }
 
+  /// Empty when every invariant of block.hpp, free_bins.hpp, address_map.hpp and granule_map.hpp holds (the
+  /// blocks tile the reservation and each page, free blocks are in their bins once, used blocks in the address map
+  /// and mapped, the counters match the blocks, mapped bytes within the limit); else the first one broken. O(heap).
+  std::string self_check() const;
+  /// self_check(), aborting with the problem. With PLIMSOLL_HEAP_SELF_CHECK (on in sanitizer builds) the heap runs
+  /// it every kSelfCheckEvery allocations and frees.
+  void verify_now() const;
+  static constexpr unsigned kSelfCheckEvery = 1024;
+
  private:
+  friend struct HeapTestAccess;  // tests/engine_self_check_test.cpp breaks invariants on purpose
   BlockIndex allocate_large(std::uint64_t size);
   BlockIndex allocate_small(std::uint64_t size);
   BlockIndex take(FreeBins& bins, BlockIndex index, std::uint64_t addr, std::uint64_t size);
@@ -141,7 +152,17 @@ class Heap {
   HeapCounters counters_;
   HeapFailure failure_ = HeapFailure::none;
   std::uint64_t mapped_after_release_ = 0;
+  unsigned operations_since_check_ = 0;  // PLIMSOLL_HEAP_SELF_CHECK builds only
+  void after_operation() {
+    if (++operations_since_check_ >= kSelfCheckEvery) {
+      operations_since_check_ = 0;
+      verify_now();
+    }
+  }
 };
+
+/// Whether the library was built with PLIMSOLL_HEAP_SELF_CHECK.
+bool heap_self_check_enabled();
 
 template <class Visit>
 void Heap::walk(Visit&& visit) const {

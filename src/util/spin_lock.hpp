@@ -4,11 +4,13 @@
 #include <atomic>
 #include <thread>
 
+#include "util/thread_annotations.hpp"
+
 namespace plimsoll::util {
 
-class SpinLock {
+class PLIMSOLL_CAPABILITY("spin lock") SpinLock {
  public:
-  void lock() noexcept {
+  void lock() noexcept PLIMSOLL_ACQUIRE() {
     for (int spins = 0;; ++spins) {
       if (!locked_.exchange(true, std::memory_order_acquire)) return;
       while (locked_.load(std::memory_order_relaxed)) {
@@ -22,10 +24,22 @@ class SpinLock {
       }
     }
   }
-  void unlock() noexcept { locked_.store(false, std::memory_order_release); }
+  void unlock() noexcept PLIMSOLL_RELEASE() { locked_.store(false, std::memory_order_release); }
 
  private:
   std::atomic<bool> locked_{false};
 };
 
-}  // namespace plimsoll::engine
+/// std::lock_guard for a SpinLock, visible to Clang's analysis (libstdc++'s guards carry no annotations).
+class PLIMSOLL_SCOPED_CAPABILITY SpinGuard {
+ public:
+  explicit SpinGuard(SpinLock& lock) noexcept PLIMSOLL_ACQUIRE(lock) : lock_(lock) { lock_.lock(); }
+  ~SpinGuard() PLIMSOLL_RELEASE() { lock_.unlock(); }
+  SpinGuard(const SpinGuard&) = delete;
+  SpinGuard& operator=(const SpinGuard&) = delete;
+
+ private:
+  SpinLock& lock_;
+};
+
+}  // namespace plimsoll::util

@@ -1,0 +1,327 @@
+// Per-thread caches (src/engine/thread_cache.hpp) under several threads, with cross-thread frees, checked by an
+// independent model at quiescent points: every event is logged with a global sequence number (taken after an
+// allocation returned, before a free is called), the logs are merged in that order, and the model's live set is
+// compared with the heap (HeapChecker, tests/engine_heap_checker.hpp) and with the device's stats. Run under TSan.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "backings/sim_backing.hpp"
+#include "engine/heap.hpp"
+#include "engine/thread_cache.hpp"
+#include "engine_heap_checker.hpp"
+#include "plimsoll/allocator.hpp"
+#include "plimsoll/error.hpp"
+#include "util/spin_lock.hpp"
+
+namespace plimsoll {
+namespace {
+
+constexpr std::uint64_t MiB = 1ull << 20;
+
+struct Event {
+  std::uint64_t seq, addr, requested;
+  Tag tag;
+  bool allocated;
+};
+
+std::uint64_t draw_size(std::mt19937_64& random) {
+  switch (random() % 8) {
+    case 0: return 0;
+    case 1: return 64 * 1024 + random() % (2 * MiB);  // past the front: the heap's path
+    case 2: return 64 * 1024 - random() % 512;         // the front's largest sizes
+    default: return random() % 8192;
+  }
+}
+
+// Threads allocate and free at random; a third of their blocks go through a shared mailbox and are freed by
+// another thread. Allocate and free come from the caller, so the same driver runs the front alone and a device.
+template <class Allocate, class Free>
+void run_round(int threads, int ops, std::uint64_t seed, Allocate allocate, Free free_block,
+               std::vector<Event>& merged) {
+  std::atomic<std::uint64_t> seq{0};
+  std::mutex mailbox_lock;
+  std::vector<std::uint64_t> mailbox;
+  std::vector<std::vector<Event>> logs(static_cast<std::size_t>(threads));
+  auto work = [&](int id) {
+    std::mt19937_64 random(seed * 131 + static_cast<std::uint64_t>(id));
+    std::vector<Event>& log = logs[static_cast<std::size_t>(id)];
+    std::vector<std::uint64_t> mine;
+    const Tag tag = static_cast<Tag>(1 + id % 3);
+    auto release = [&](std::uint64_t addr) {
+      log.push_back({seq.fetch_add(1), addr, 0, 0, false});
+      free_block(addr);
+    };
+    for (int op = 0; op < ops; ++op) {
+      const auto choice = random() % 8;
+      if (choice < 4 || mine.empty()) {
+        const std::uint64_t requested = draw_size(random);
+        const std::uint64_t addr = allocate(requested, tag);
+        if (addr == 0) continue;  // out of memory under the test's limit: allowed, and counted by the device
+        log.push_back({seq.fetch_add(1), addr, requested, tag, true});
+        if (random() % 3 == 0) {
+          std::lock_guard guard(mailbox_lock);
+          mailbox.push_back(addr);
+        } else {
+          mine.push_back(addr);
+        }
+      } else if (choice < 6) {
+        const std::size_t pick = random() % mine.size();
+        release(mine[pick]);
+        mine[pick] = mine.back();
+        mine.pop_back();
+      } else {
+        std::uint64_t addr = 0;
+        {
+          std::lock_guard guard(mailbox_lock);
+          if (!mailbox.empty()) {
+            addr = mailbox.back();
+            mailbox.pop_back();
+          }
+        }
+        if (addr != 0) release(addr);
+      }
+    }
+    for (std::uint64_t addr : mine) release(addr);  // half the rounds leave blocks live: see below
+  };
+  std::vector<std::thread> pool;
+  for (int id = 0; id < threads; ++id) pool.emplace_back(work, id);
+  for (std::thread& thread : pool) thread.join();
+  std::thread sweeper([&] {  // what nobody picked up: freed by one more thread, which exits too
+    for (std::uint64_t addr : mailbox) {
+      logs[0].push_back({seq.fetch_add(1), addr, 0, 0, false});
+      free_block(addr);
+    }
+  });
+  sweeper.join();
+  merged.clear();
+  for (const std::vector<Event>& log : logs) merged.insert(merged.end(), log.begin(), log.end());
+  std::sort(merged.begin(), merged.end(), [](const Event& a, const Event& b) { return a.seq < b.seq; });
+}
+
+// The model: what the program holds, rebuilt from the merged log with the checks of a single-threaded run.
+struct Model {
+  struct Live {
+    std::uint64_t size, requested;
+    Tag tag;
+  };
+  std::map<std::uint64_t, Live> live;
+  std::uint64_t allocations = 0, frees = 0, in_use = 0, requested = 0;
+
+  void apply(const std::vector<Event>& events) {
+    for (const Event& e : events) {
+      if (e.allocated) {
+        const std::uint64_t size = engine::Heap::round(e.requested);
+        auto next = live.lower_bound(e.addr);
+        ASSERT_TRUE(next == live.end() || e.addr + size <= next->first) << "overlaps a live block";
+        if (next != live.begin()) {
+          auto prev = std::prev(next);
+          ASSERT_LE(prev->first + prev->second.size, e.addr) << "overlaps a live block";
+        }
+        live[e.addr] = Live{size, e.requested, e.tag};
+        ++allocations;
+        in_use += size;
+        requested += e.requested;
+      } else {
+        auto it = live.find(e.addr);
+        ASSERT_NE(it, live.end()) << "freed a block the model does not hold";
+        in_use -= it->second.size;
+        requested -= it->second.requested;
+        live.erase(it);
+        ++frees;
+      }
+    }
+  }
+};
+
+// The front over a bare heap, with a device lock of its own, as Allocator gives it one.
+class HeapUpstream : public engine::FrontUpstream {
+ public:
+  explicit HeapUpstream(engine::Heap& heap) : heap_(heap) {}
+  std::uint64_t take_block(std::uint64_t size) override {
+    util::SpinGuard guard(lock_);
+    ++takes_;
+    return heap_.allocate(size, engine::kFrontTag);
+  }
+  void give_back(const std::vector<std::uint64_t>& addrs) override {
+    util::SpinGuard guard(lock_);
+    for (std::uint64_t addr : addrs) {
+      engine::Heap::Freed freed;
+      ASSERT_TRUE(heap_.deallocate(addr, freed)) << "the front gave back a block the heap does not hold";
+      ASSERT_EQ(freed.tag, engine::kFrontTag);
+    }
+  }
+  util::SpinLock& lock() { return lock_; }
+  std::uint64_t takes() {
+    util::SpinGuard guard(lock_);
+    return takes_;
+  }
+
+ private:
+  std::uint64_t takes_ = 0;
+  engine::Heap& heap_;
+  util::SpinLock lock_;
+};
+
+TEST(ThreadsFront, CrossThreadFreesKeepTheHeapAndTheModelInAgreement) {
+  backings::SimBacking backing(4ull << 30);
+  engine::Heap heap(backing, engine::HeapOptions{.limit = 1ull << 30});
+  HeapUpstream upstream(heap);
+  engine::ThreadCaches front(upstream, 1 * MiB);
+  // Requests past the front take the heap directly, as Allocator's slow path does.
+  auto allocate = [&](std::uint64_t bytes, Tag tag) -> std::uint64_t {
+    if (bytes <= engine::ThreadCaches::kMaxSize) return front.allocate(bytes, tag);
+    util::SpinGuard guard(upstream.lock());
+    return heap.allocate(bytes, tag);
+  };
+  auto free_block = [&](std::uint64_t addr) {
+    if (front.deallocate(addr)) return;
+    util::SpinGuard guard(upstream.lock());
+    engine::Heap::Freed freed;
+    ASSERT_TRUE(heap.deallocate(addr, freed));
+  };
+  Model model;
+  std::vector<Event> events;
+  for (std::uint64_t round = 0; round < 6; ++round) {
+    run_round(4, 6000, round, allocate, free_block, events);
+    ASSERT_NO_FATAL_FAILURE(model.apply(events));
+    // Quiescent: the program's blocks are live heap blocks, and the front's books match the model exactly.
+    const engine::FrontTotals totals = front.totals();
+    std::uint64_t front_bytes = 0, front_live = 0;
+    for (const auto& [addr, live] : model.live) {
+      ASSERT_TRUE(heap.find_live(addr));
+      if (live.size <= engine::ThreadCaches::kMaxSize) {
+        front_bytes += live.size;
+        ++front_live;
+      }
+    }
+    EXPECT_EQ(totals.handed_bytes, front_bytes);
+    EXPECT_EQ(totals.handed_live, front_live);
+    EXPECT_EQ(heap.counters().in_use, model.in_use + totals.cached_bytes) << "cached blocks are heap-live";
+    EXPECT_EQ(heap.live_allocations(), model.live.size() + totals.cached_blocks);
+    EXPECT_LE(heap.mapped_bytes(), heap.options().limit);
+  }
+  // Flushed, the heap holds exactly the model's blocks: the single-threaded checker's full walk applies.
+  EXPECT_LT(upstream.takes(), front.totals().allocations) << "no allocation was served from a cache";
+  EXPECT_EQ(front.totals().cached_bytes, front.totals().depot_bytes) << "exiting threads must give their caches back";
+  front.flush();
+  EXPECT_EQ(front.totals().cached_bytes, 0u) << "flush left blocks cached";
+  testing::HeapChecker checker(heap);
+  for (const auto& [addr, live] : model.live) checker.allocated(addr, live.requested == 0 ? 1 : live.requested);
+  ASSERT_NO_FATAL_FAILURE(checker.walk());
+  for (const auto& [addr, live] : model.live) free_block(addr);
+  front.flush();
+  EXPECT_EQ(heap.live_allocations(), 0u);
+  EXPECT_EQ(heap.counters().in_use, 0u);
+}
+
+DeviceDescription sim_device(std::uint64_t limit) {
+  DeviceDescription d;
+  d.name = "sim:4GiB";
+  d.hardware = "simulated device";
+  d.limit_bytes = limit;
+  d.total_bytes = 4ull << 30;
+  return d;
+}
+
+TEST(ThreadsFront, DeviceStatsAreExactAtQuiescentPoints) {
+  Allocator device(sim_device(512 * MiB), std::make_unique<backings::SimBacking>(4ull << 30));
+  device.set_thread_cache(2 * MiB);
+  auto allocate = [&](std::uint64_t bytes, Tag tag) {
+    return reinterpret_cast<std::uint64_t>(device.try_allocate(bytes, tag));
+  };
+  auto free_block = [&](std::uint64_t addr) { device.deallocate(reinterpret_cast<void*>(addr)); };
+  Model model;
+  std::vector<Event> events;
+  for (std::uint64_t round = 0; round < 6; ++round) {
+    run_round(4, 6000, 100 + round, allocate, free_block, events);
+    ASSERT_NO_FATAL_FAILURE(model.apply(events));
+    const Stats s = device.stats();
+    EXPECT_EQ(s.in_use_bytes, model.in_use);
+    EXPECT_EQ(s.requested_bytes, model.requested);
+    EXPECT_EQ(s.live_allocations, model.live.size());
+    EXPECT_EQ(s.allocations, model.allocations);
+    EXPECT_EQ(s.frees, model.frees);
+    EXPECT_LE(s.reserved_bytes, s.limit_bytes);
+    EXPECT_GE(s.peak_in_use_bytes, s.in_use_bytes);
+    std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> by_tag;
+    for (const auto& [addr, live] : model.live) {
+      auto& [bytes, count] = by_tag[std::string(live.tag == kUntagged ? "untagged" : tag_name(live.tag))];
+      bytes += live.size;
+      ++count;
+    }
+    for (const TagStats& t : s.tags) {
+      EXPECT_EQ(t.in_use_bytes, by_tag[t.tag].first) << t.tag;
+      EXPECT_EQ(t.allocations, by_tag[t.tag].second) << t.tag;
+    }
+    const MemoryUsage usage = device.usage();
+    EXPECT_EQ(usage.in_use_bytes, model.in_use);
+    for (const auto& [addr, live] : model.live) EXPECT_TRUE(device.owns(reinterpret_cast<void*>(addr)));
+  }
+  std::thread([&] {
+    for (const auto& [addr, live] : model.live) free_block(addr);
+  }).join();
+  device.trim();
+  EXPECT_EQ(device.snapshot().find("\"cached\""), std::string::npos);
+  EXPECT_EQ(device.stats().reserved_bytes, 0u) << "trim left cached blocks mapped";
+  const Stats end = device.stats();
+  EXPECT_EQ(end.in_use_bytes, 0u);
+  EXPECT_EQ(end.live_allocations, 0u);
+  EXPECT_EQ(end.allocations, end.frees);
+}
+
+TEST(ThreadsFront, TrimAndOutOfMemoryEmptyEveryThreadsCache) {
+  Allocator device(sim_device(64 * MiB), std::make_unique<backings::SimBacking>(4ull << 30));
+  device.set_thread_cache(64 * MiB);
+  // Another thread fills its cache with 32 MiB (four blocks of each size up to 64 KiB) and stays alive, so its
+  // cache is not returned by its exit.
+  std::barrier filled(2), done(2);
+  std::thread holder([&] {
+    std::vector<void*> blocks;
+    for (std::size_t i = 0; i < 1024; ++i) blocks.push_back(device.allocate(256 * (1 + i % 256)));
+    for (void* p : blocks) device.deallocate(p);
+    filled.arrive_and_wait();
+    done.arrive_and_wait();
+  });
+  filled.arrive_and_wait();
+  EXPECT_EQ(device.stats().in_use_bytes, 0u) << "cached blocks are free for the program";
+  EXPECT_NE(device.snapshot().find("\"cached\""), std::string::npos);
+  // 48 MiB more does not fit beside 32 MiB cached under a 64 MiB limit: the caches are emptied, not an OOM.
+  void* big = device.allocate(48 * MiB);
+  EXPECT_EQ(device.stats().ooms, 0u);
+  device.deallocate(big);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 64; ++i) blocks.push_back(device.allocate(16 * 1024));
+  for (void* p : blocks) device.deallocate(p);
+  EXPECT_NE(device.snapshot().find("\"cached\""), std::string::npos);
+  device.trim();
+  EXPECT_EQ(device.snapshot().find("\"cached\""), std::string::npos) << "trim left blocks in a cache";
+  EXPECT_EQ(device.stats().reserved_bytes, 0u);
+  done.arrive_and_wait();
+  holder.join();
+}
+
+TEST(ThreadsFront, FreeingACachedBlockIsADoubleFree) {
+  Allocator device(sim_device(64 * MiB), std::make_unique<backings::SimBacking>(4ull << 30));
+  device.set_thread_cache(MiB);
+  void* p = device.allocate(1000);
+  device.deallocate(p);
+  EXPECT_THROW(device.deallocate(p), InvalidFree);
+  EXPECT_FALSE(device.owns(p));
+  EXPECT_EQ(device.stats().frees, 1u);
+  void* q = device.allocate(1000);
+  EXPECT_EQ(q, p) << "the cache hands the freed block out again";
+  device.deallocate(q);
+  device.set_thread_cache(0);
+  EXPECT_EQ(device.snapshot().find("\"cached\""), std::string::npos) << "turning the caches off empties them";
+}
+
+}  // namespace
+}  // namespace plimsoll
