@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backings/device_copy.hpp"
 #include "backings/stream_events.hpp"
 
 namespace plimsoll::backings {
@@ -42,6 +43,9 @@ class Backing {
   virtual std::string describe() const = 0;
   /// The device's events, for stream-ordered reuse; nullptr (the default) where memory is used in program order.
   virtual StreamEvents* stream_events() noexcept { return nullptr; }
+  /// How to copy mapped memory to the host and back (pausing a device with its contents kept); nullptr where it
+  /// cannot be done (the simulated device has no contents). By default: memcpy when the memory is touchable().
+  virtual DeviceCopy* device_copy() noexcept { return touchable() ? &touchable_memory_copy() : nullptr; }
 };
 
 }  // namespace plimsoll::backings

@@ -106,7 +106,7 @@ struct Allocator::Impl {
   std::uint64_t allocate_unrecorded(std::size_t bytes, Tag tag, bool report_failure = true) {
     std::uint64_t addr = heap->allocate(bytes, tag);
     if (addr == 0) {
-      if (report_failure) ++ooms;
+      if (report_failure && heap->last_failure() != engine::HeapFailure::paused) ++ooms;
       return 0;
     }
     count_tag(tag, engine::Heap::round(bytes));
@@ -129,7 +129,7 @@ struct Allocator::Impl {
     streams->poll();
     const std::uint64_t size = engine::Heap::round(bytes);
     std::uint64_t addr = 0;
-    if (stream != nullptr && bytes <= heap->span_bytes())
+    if (stream != nullptr && bytes <= heap->span_bytes() && !heap->paused())
       addr = streams->reuse(size, size <= heap->options().small_max, *stream);
     if (addr != 0) {
       heap->relabel(addr, bytes, tag);
@@ -235,6 +235,11 @@ struct Allocator::Impl {
     return d;
   }
 
+  [[noreturn]] void throw_paused(std::size_t bytes) const {
+    throw InvalidState("cannot allocate " + format_size(bytes) + " on " + description.name +
+                       ": the device is paused (its memory given back); call resume() first");
+  }
+
   [[noreturn]] void throw_bad_free(std::uint64_t addr) const {
     for (const RecentFree& freed : recent) {
       if (freed.addr == addr && freed.size != 0) {
@@ -287,6 +292,7 @@ void* Allocator::allocate(std::size_t bytes, Tag tag) {
   {
     std::lock_guard guard(impl_->lock);
     if (std::uint64_t addr = impl_->allocate(bytes, tag)) return reinterpret_cast<void*>(addr);
+    if (impl_->heap->paused()) impl_->throw_paused(bytes);
     numbers = impl_->oom_numbers(bytes, tag);
   }
   throw OutOfMemory(explain_oom(std::move(numbers)));
@@ -298,6 +304,7 @@ void* Allocator::allocate_with_streams(std::size_t bytes, const void* stream, Ta
     std::unique_lock guard(impl_->lock);
     const auto* handle = static_cast<const engine::StreamHandle*>(stream);
     if (std::uint64_t addr = impl_->allocate_streamed(guard, bytes, tag, handle)) return reinterpret_cast<void*>(addr);
+    if (impl_->heap->paused()) impl_->throw_paused(bytes);
     numbers = impl_->oom_numbers(bytes, tag);
   }
   throw OutOfMemory(explain_oom(std::move(numbers)));
@@ -502,6 +509,38 @@ void Allocator::set_policy(const Policy& policy) {
   if (backings::StreamEvents* events = impl_->backing->stream_events())
     impl_->streams = std::make_unique<engine::StreamOrder>(*impl_->heap, *events);
   d = std::move(changed);
+}
+
+// Pause and resume: the heap does the work (engine/heap_pause.cpp); here the lock, the device's queued work and
+// the recording.
+std::uint64_t Allocator::pause(PauseOptions options) {
+  std::unique_lock guard(impl_->lock);
+  if (impl_->streams != nullptr) impl_->wait_for_parked(guard);
+  // Queued kernels may still use live blocks: unmapping them must wait for the whole device.
+  backings::StreamEvents* events = impl_->backing->stream_events();
+  if (events != nullptr && impl_->heap->live_allocations() != 0 && !impl_->heap->paused()) events->note_unordered_free();
+  const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
+  std::uint64_t unmapped = 0;
+  try {
+    unmapped = impl_->heap->pause(options.keep_contents, impl_->description.name);
+  } catch (...) {
+    if (impl_->observer != nullptr) impl_->record_mapping_change(mapped_before);  // the cache may have gone
+    throw;
+  }
+  if (impl_->observer != nullptr) impl_->record_mapping_change(mapped_before);
+  return unmapped;
+}
+
+void Allocator::resume() {
+  std::lock_guard guard(impl_->lock);
+  const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
+  impl_->heap->resume(impl_->description.name);
+  if (impl_->observer != nullptr) impl_->record_mapping_change(mapped_before);
+}
+
+bool Allocator::paused() const {
+  std::lock_guard guard(impl_->lock);
+  return impl_->heap->paused();
 }
 
 std::string DeviceDescription::summary() const {
