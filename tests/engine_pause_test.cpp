@@ -122,7 +122,7 @@ TEST(Pause, ContentsCannotBeKeptOnASimulatedDevice) {
     device.pause(PauseOptions{.keep_contents = true});
     FAIL() << "a simulated device has no contents to copy";
   } catch (const InvalidState& e) {
-    EXPECT_THAT(e.what(), HasSubstr("pause it without keeping the contents"));
+    EXPECT_THAT(e.what(), HasSubstr("pause it without keeping them"));
   }
   EXPECT_FALSE(device.paused());
   EXPECT_GT(device.stats().reserved_bytes, 0u) << "the refused pause left the live memory mapped";

@@ -109,8 +109,8 @@ class Allocator {
   /// kept (a simulated device); Error when host memory or a copy is refused. Nothing is lost on a throw.
   std::uint64_t pause(PauseOptions options = {});
   /// Maps the same granules back at the same addresses (and copies the contents back). Throws InvalidState when
-  /// not paused; Error when the memory is not available again (other processes took it): the device stays
-  /// paused, nothing lost, and resume() may be called again.
+  /// not paused; PauseError when the memory is not available again (other processes took it): the device stays
+  /// paused, nothing lost, and resume() may be called again (Error when copying the contents back failed: the same).
   void resume();
   bool paused() const;
 

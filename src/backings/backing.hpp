@@ -46,6 +46,10 @@ class Backing {
   /// How to copy mapped memory to the host and back (pausing a device with its contents kept); nullptr where it
   /// cannot be done (the simulated device has no contents). By default: memcpy when the memory is touchable().
   virtual DeviceCopy* device_copy() noexcept { return touchable() ? &touchable_memory_copy() : nullptr; }
+  /// Whether a refused map() may be worth waiting for (memory other processes were asked to give back): then the
+  /// engine tries an allocation that failed once more, after wait_for_memory(), which it calls without its lock.
+  virtual bool can_wait_for_memory() const noexcept { return false; }
+  virtual void wait_for_memory() noexcept {}
 };
 
 }  // namespace plimsoll::backings

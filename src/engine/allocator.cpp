@@ -69,6 +69,10 @@ struct Allocator::Impl {
   // then streams are ignored. Declared after heap, which it refers to, so it goes first.
   std::unique_ptr<engine::StreamOrder> streams;
   std::uint64_t peak_live = 0;  // peak in-use bytes, parked blocks not counted (with streams)
+  // A first attempt whose failure is not reported: the backing may wait for memory (outside the lock) and the
+  // allocation is tried once more, which reports (backings::Backing::wait_for_memory).
+  bool quiet = false;
+  bool backing_can_wait = false;  // backing->can_wait_for_memory(), asked once
 
   std::uint64_t allocate(std::size_t bytes, Tag tag) {
     if (observer != nullptr) [[unlikely]] return allocate_recorded(bytes, tag);
@@ -89,7 +93,7 @@ struct Allocator::Impl {
     const std::uint64_t addr = allocate_unrecorded(bytes, tag);
     record_mapping_change(mapped_before);
     if (addr == 0) {
-      observer->out_of_memory(bytes, tag, site);
+      if (!quiet) observer->out_of_memory(bytes, tag, site);
       return 0;
     }
     observer->allocated(addr, bytes, tag, site);
@@ -106,7 +110,7 @@ struct Allocator::Impl {
   std::uint64_t allocate_unrecorded(std::size_t bytes, Tag tag, bool report_failure = true) {
     std::uint64_t addr = heap->allocate(bytes, tag);
     if (addr == 0) {
-      if (report_failure && heap->last_failure() != engine::HeapFailure::paused) ++ooms;
+      if (report_failure && !quiet && heap->last_failure() != engine::HeapFailure::paused) ++ooms;
       return 0;
     }
     count_tag(tag, engine::Heap::round(bytes));
@@ -142,7 +146,7 @@ struct Allocator::Impl {
       if (addr != 0) {
         observer->allocated(addr, bytes, tag, site);
         if (site != 0) live_sites[addr] = site;
-      } else if (report_failure) {
+      } else if (report_failure && !quiet) {
         observer->out_of_memory(bytes, tag, site);
       }
     }
@@ -172,6 +176,30 @@ struct Allocator::Impl {
       guard.unlock();
       back_off(polls);
       guard.lock();
+    }
+  }
+
+  // An allocation, with the device's streams when it has them, tried once more after the backing waited for memory
+  // (outside the lock) when it can (a shared GPU whose borrowers were asked to give memory back). On failure:
+  // with `numbers`, throws InvalidState on a paused device and fills `numbers` for the OOM report; without, 0.
+  std::uint64_t allocate_or_wait(std::size_t bytes, Tag tag, const engine::StreamHandle* stream, OomDetails* numbers) {
+    for (bool last = !backing_can_wait;; last = true) {
+      {
+        std::unique_lock guard(lock);
+        quiet = !last;
+        const std::uint64_t addr = streams != nullptr ? allocate_streamed(guard, bytes, tag, stream) : allocate(bytes, tag);
+        quiet = false;
+        if (addr != 0) return addr;
+        if (heap->paused()) {
+          if (numbers != nullptr) throw_paused(bytes);
+          return 0;
+        }
+        if (last) {
+          if (numbers != nullptr) *numbers = oom_numbers(bytes, tag);
+          return 0;
+        }
+      }
+      backing->wait_for_memory();  // never under the lock: other threads allocate and free meanwhile
     }
   }
 
@@ -263,6 +291,7 @@ Allocator::Allocator(DeviceDescription description, std::unique_ptr<backings::Ba
   impl_->heap = std::make_unique<engine::Heap>(*impl_->backing, heap_options(impl_->description));
   if (backings::StreamEvents* events = impl_->backing->stream_events())
     impl_->streams = std::make_unique<engine::StreamOrder>(*impl_->heap, *events);
+  impl_->backing_can_wait = impl_->backing->can_wait_for_memory();
 }
 
 Allocator::~Allocator() {
@@ -278,42 +307,26 @@ Allocator::~Allocator() {
 // Host and simulated devices (no streams) take exactly the path they took before streams existed: the stream
 // checks sit before the lock, on a pointer fixed at construction, so they cost one predicted branch.
 void* Allocator::try_allocate(std::size_t bytes, Tag tag) noexcept {
-  if (impl_->streams != nullptr) [[unlikely]] {
-    std::unique_lock guard(impl_->lock);
-    return reinterpret_cast<void*>(impl_->allocate_streamed(guard, bytes, tag, nullptr));
-  }
-  std::lock_guard guard(impl_->lock);
-  return reinterpret_cast<void*>(impl_->allocate(bytes, tag));
+  return reinterpret_cast<void*>(impl_->allocate_or_wait(bytes, tag, nullptr, nullptr));
 }
 
 void* Allocator::allocate(std::size_t bytes, Tag tag) {
   if (impl_->streams != nullptr) [[unlikely]] return allocate_with_streams(bytes, nullptr, tag);
   OomDetails numbers;
-  {
-    std::lock_guard guard(impl_->lock);
-    if (std::uint64_t addr = impl_->allocate(bytes, tag)) return reinterpret_cast<void*>(addr);
-    if (impl_->heap->paused()) impl_->throw_paused(bytes);
-    numbers = impl_->oom_numbers(bytes, tag);
-  }
+  if (std::uint64_t addr = impl_->allocate_or_wait(bytes, tag, nullptr, &numbers)) return reinterpret_cast<void*>(addr);
   throw OutOfMemory(explain_oom(std::move(numbers)));
 }
 
 void* Allocator::allocate_with_streams(std::size_t bytes, const void* stream, Tag tag) {
   OomDetails numbers;
-  {
-    std::unique_lock guard(impl_->lock);
-    const auto* handle = static_cast<const engine::StreamHandle*>(stream);
-    if (std::uint64_t addr = impl_->allocate_streamed(guard, bytes, tag, handle)) return reinterpret_cast<void*>(addr);
-    if (impl_->heap->paused()) impl_->throw_paused(bytes);
-    numbers = impl_->oom_numbers(bytes, tag);
-  }
+  const auto* handle = static_cast<const engine::StreamHandle*>(stream);
+  if (std::uint64_t addr = impl_->allocate_or_wait(bytes, tag, handle, &numbers)) return reinterpret_cast<void*>(addr);
   throw OutOfMemory(explain_oom(std::move(numbers)));
 }
 
 void* Allocator::try_allocate(std::size_t bytes, Stream stream, Tag tag) noexcept {
-  std::unique_lock guard(impl_->lock);
-  if (impl_->streams == nullptr) return reinterpret_cast<void*>(impl_->allocate(bytes, tag));
-  return reinterpret_cast<void*>(impl_->allocate_streamed(guard, bytes, tag, &stream.handle));
+  if (impl_->streams == nullptr) return try_allocate(bytes, tag);
+  return reinterpret_cast<void*>(impl_->allocate_or_wait(bytes, tag, &stream.handle, nullptr));
 }
 
 void* Allocator::allocate(std::size_t bytes, Stream stream, Tag tag) {

@@ -105,7 +105,8 @@ class Heap {
   /// on this backing) or Error (host memory or a copy refused); nothing but the cache is given back then.
   std::uint64_t pause(bool keep_contents, std::string_view device);
   /// Maps back what pause() unmapped, at the same addresses, and copies the contents back. Throws InvalidState
-  /// when not paused, Error when the memory cannot be mapped again (the device stays paused, contents kept).
+  /// when not paused, PauseError when the memory cannot be mapped again (the device stays paused, contents
+  /// kept).
   void resume(std::string_view device);
   bool paused() const { return paused_ != nullptr; }
   /// What resume() maps back (0 when not paused).

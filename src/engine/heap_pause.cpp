@@ -40,9 +40,8 @@ std::uint64_t Heap::pause(bool keep_contents, std::string_view device) {
     copy = backing_.device_copy();
     if (copy == nullptr)
       throw InvalidState(fmt::format(
-          "cannot keep the contents of {} while it is paused: {} cannot copy its memory to the host (a simulated "
-          "device has no contents; a CUDA driver without cuMemcpyDtoH cannot copy); pause it without keeping the "
-          "contents",
+          "cannot keep the contents of {} while it is paused (pause it without keeping them): {} cannot copy its "
+          "memory to the host (a simulated device has no contents; a CUDA driver without cuMemcpyDtoH cannot copy)",
           device, backing_.describe()));
   }
   release_cached();  // the cache holds nothing worth keeping or mapping back
@@ -59,11 +58,11 @@ std::uint64_t Heap::pause(bool keep_contents, std::string_view device) {
       const std::uint64_t bytes = run.count * state->granule;
       run.contents = copy->allocate_host(bytes);
       if (run.contents == nullptr)
-        throw Error(fmt::format("cannot pause {} keeping its contents: the host has no room for a copy of {} ({} in "
+        throw PauseError(fmt::format("cannot pause {} keeping its contents: the host has no room for a copy of {} ({} in "
                                 "all); free host memory, or pause without keeping the contents. {} keeps running",
                                 device, format_size(bytes), format_size(total), device));
       if (const std::string why = copy->to_host(run.contents, granules_.address_of(run.first), bytes); !why.empty())
-        throw Error(fmt::format("cannot pause {} keeping its contents: copying them to the host failed ({}). {} keeps "
+        throw PauseError(fmt::format("cannot pause {} keeping its contents: copying them to the host failed ({}). {} keeps "
                                 "running",
                                 device, why, device));
     }
@@ -85,7 +84,7 @@ void Heap::resume(std::string_view device) {
     const PausedState::Run& run = state.runs[i];
     if (!backing_.map(granules_.address_of(run.first), run.count * state.granule)) {
       unmap_all_mapped_back(i);  // all or nothing: still paused, as before the call
-      throw Error(fmt::format(
+      throw PauseError(fmt::format(
           "cannot resume {}: mapping its memory back failed ({} to map back, {} at {:#x} refused; the device has {} "
           "free): other processes took it while {} was paused. {} stays paused with nothing lost{}; free memory "
           "there (or wait for it) and call resume again",
@@ -102,7 +101,7 @@ void Heap::resume(std::string_view device) {
                                                         run.count * state.granule);
           !why.empty()) {
         unmap_all_mapped_back(state.runs.size());
-        throw Error(fmt::format("cannot resume {}: copying its contents back failed ({}). {} stays paused, its "
+        throw PauseError(fmt::format("cannot resume {}: copying its contents back failed ({}). {} stays paused, its "
                                 "contents kept in host memory; call resume again",
                                 device, why, device));
       }
