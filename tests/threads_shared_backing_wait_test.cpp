@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -63,6 +64,49 @@ TEST(SharedBackingWait, OtherThreadsAllocateWhileOneWaitsForATrim) {
   EXPECT_NE(waited, nullptr) << "the allocation retried after the wait and got the memory";
   if (waited != nullptr) gpu.deallocate(waited);
   gpu.deallocate(meanwhile);
+  ::unsetenv("PLIMSOLL_SHARE_TRIM_WAIT_MS");
+}
+
+TEST(SharedBackingWait, AResumeWaitsForTheBorrowersItAskedWithoutTheLock) {
+  ::setenv("PLIMSOLL_SHARE_TRIM_WAIT_MS", "20000", 1);
+  const TempDirectory dir;
+  Ledger ledger(LedgerFile::open_or_create(dir.path(), kUuid, 100 * MiB));
+  GpuShare share(kUuid, 100 * MiB, parse_share_spec("cuda:0=50MiB"), dir.path());
+  DeviceDescription description;
+  description.name = "cuda:0";
+  description.hardware = "simulated";
+  description.limit_bytes = 50 * MiB;
+  description.total_bytes = 100 * MiB;
+  Allocator gpu(description, make_shared_gpu_backing(share, std::make_unique<backings::SimBacking>(100 * MiB)));
+  void* state = gpu.allocate(30 * MiB);
+  gpu.pause();
+  // Meanwhile an engine process borrows the room beyond its share.
+  LiveProcess borrower_process;
+  const int borrower = ledger.join(Member{.who = borrower_process.identity(), .share = 10 * MiB, .cap = 100 * MiB,
+                                          .can_trim = true, .interposed = false, .command = "borrower"});
+  ASSERT_EQ(ledger.charge(borrower, 90 * MiB).verdict, Verdict::admitted);
+
+  std::atomic<bool> finished{false};
+  std::string failure;
+  std::thread resumer([&] {
+    try {
+      gpu.resume();  // within its share, but the borrower holds the room: asks and waits
+    } catch (const std::exception& error) {
+      failure = error.what();
+    }
+    finished.store(true);
+  });
+  LedgerEntry& entry = ledger.file().layout().entries[borrower];
+  while (entry.trim_wanted.load() == 0 && !finished.load()) std::this_thread::yield();
+  ASSERT_FALSE(finished.load()) << "the resume did not wait: " << failure;
+  EXPECT_TRUE(gpu.paused()) << "the device's lock is free while the resume waits";
+  ledger.release(borrower, 80 * MiB);  // the borrower gives its loan back
+  ledger.trim_done(borrower);
+  resumer.join();
+  EXPECT_EQ(failure, "");
+  EXPECT_FALSE(gpu.paused());
+  EXPECT_TRUE(gpu.owns(state));
+  gpu.deallocate(state);
   ::unsetenv("PLIMSOLL_SHARE_TRIM_WAIT_MS");
 }
 

@@ -545,10 +545,20 @@ std::uint64_t Allocator::pause(PauseOptions options) {
 }
 
 void Allocator::resume() {
-  std::lock_guard guard(impl_->lock);
-  const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
-  impl_->heap->resume(impl_->description.name);
-  if (impl_->observer != nullptr) impl_->record_mapping_change(mapped_before);
+  // Like an allocation: a backing that can wait for memory (a shared GPU whose borrowers were asked to give it back)
+  // waits without the lock, and the resume is tried once more.
+  for (bool last = !impl_->backing_can_wait;; last = true) {
+    try {
+      std::lock_guard guard(impl_->lock);
+      const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
+      impl_->heap->resume(impl_->description.name);
+      if (impl_->observer != nullptr) impl_->record_mapping_change(mapped_before);
+      return;
+    } catch (const PauseError&) {
+      if (last) throw;
+    }
+    impl_->backing->wait_for_memory();
+  }
 }
 
 bool Allocator::paused() const {
