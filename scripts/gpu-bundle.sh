@@ -18,7 +18,7 @@ bundle="$(realpath -m "${1:-build-gpu-bundle}")"
 build_dir="${BUILD_DIR:-build}"  # the usual build dir: what CI tests is what is carried
 tests=(gpu_cuda_streams_test backings_cuda_vmm_test runtime_cuda_devices_test engine_streams_test
        engine_streams_random_test threads_engine_streams_test threads_cuda_streams_test
-       integrations_torch_cuda_device_test integrations_torch_cuda_so_test)
+       integrations_torch_cuda_device_test integrations_torch_cuda_so_test gpu_pause_test)
 # Not the plimsoll CLI: `plimsoll train` links libtorch and, through Debian's build of it, some 500 MB of libraries.
 tools=(plimsoll_replay_bench plimsoll_torch_cuda)
 

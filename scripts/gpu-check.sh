@@ -92,7 +92,7 @@ gtest_summary() {  # LOG -> "N passed, N skipped, N failed"
 }
 for test in gpu_cuda_streams_test backings_cuda_vmm_test runtime_cuda_devices_test engine_streams_test \
             engine_streams_random_test threads_engine_streams_test threads_cuda_streams_test \
-            integrations_torch_cuda_device_test integrations_torch_cuda_so_test; do
+            integrations_torch_cuda_device_test integrations_torch_cuda_so_test gpu_pause_test; do
   step "$test" 120 || continue
   log="$out/$test.log"
   began=$SECONDS

@@ -73,6 +73,7 @@ struct Counters {
   std::uint64_t event_query = 0;
   std::uint64_t host_register = 0;
   std::uint64_t host_unregister = 0;
+  std::uint64_t copies = 0;  // cuMemcpyDtoH / cuMemcpyHtoD
 };
 
 /// Which call an injected failure hits.
@@ -403,6 +404,22 @@ inline Driver::Driver(Options options) : options_(options) {
   api_.mem_free = [](cu::DevicePtr pointer) { return current().mem_free(pointer); };
   // cuMemHostAlloc / cuMemFreeHost stay null: pinned host memory is not built yet (docs/cuda.md).
   api_.ctx_synchronize = [] { return current().ctx_synchronize(); };
+  // Copies: the fake's device memory is host memory, readable once mapped with access (a copy of unmapped memory
+  // faults, as a wrong copy would fail on the GPU). Counted, so tests see the contents went through the driver.
+  api_.memcpy_dtoh = [](void* host, cu::DevicePtr device, std::size_t bytes) {
+    if (!current().has_context()) return kErrorInvalidContext;
+    std::memcpy(host, reinterpret_cast<const void*>(device), bytes);
+    const std::lock_guard lock(current().mutex_);
+    ++current().counters_.copies;
+    return cu::kSuccess;
+  };
+  api_.memcpy_htod = [](cu::DevicePtr device, const void* host, std::size_t bytes) {
+    if (!current().has_context()) return kErrorInvalidContext;
+    std::memcpy(reinterpret_cast<void*>(device), host, bytes);
+    const std::lock_guard lock(current().mutex_);
+    ++current().counters_.copies;
+    return cu::kSuccess;
+  };
   if (options_.vmm_entry_points) {
     api_.mem_address_reserve = [](cu::DevicePtr* pointer, std::size_t bytes, std::size_t alignment,
                                   cu::DevicePtr hint, unsigned long long flags) {

@@ -232,3 +232,39 @@ TEST(IntegrationsCApi, LastErrorBelongsToTheCallingThread) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(IntegrationsCApi, PauseAndResumeKeepTheAddressesAndRefuseTheWrongOrder) {
+  plimsoll_device* device = device_named("sim:768MiB");
+  void* block = nullptr;
+  ASSERT_EQ(plimsoll_allocate(device, 64 * kMiB, "weights", &block), PLIMSOLL_OK) << last_error();
+  EXPECT_EQ(plimsoll_resume(device), PLIMSOLL_INVALID_STATE);
+  EXPECT_THAT(last_error(), HasSubstr("not paused"));
+  uint64_t unmapped = 0;
+  ASSERT_EQ(plimsoll_pause(device, 0, &unmapped), PLIMSOLL_OK) << last_error();
+  EXPECT_GE(unmapped, 64 * kMiB);
+  int paused = 0;
+  ASSERT_EQ(plimsoll_is_paused(device, &paused), PLIMSOLL_OK);
+  EXPECT_EQ(paused, 1);
+  EXPECT_EQ(stats_of(device).reserved_bytes, 0u);
+  void* refused = nullptr;
+  EXPECT_EQ(plimsoll_allocate(device, kMiB, nullptr, &refused), PLIMSOLL_INVALID_STATE);
+  EXPECT_THAT(last_error(), HasSubstr("paused"));
+  EXPECT_EQ(plimsoll_pause(device, 0, nullptr), PLIMSOLL_INVALID_STATE);
+  EXPECT_EQ(plimsoll_pause(device, 1, nullptr), PLIMSOLL_INVALID_STATE);
+  ASSERT_EQ(plimsoll_resume(device), PLIMSOLL_OK) << last_error();
+  ASSERT_EQ(plimsoll_is_paused(device, &paused), PLIMSOLL_OK);
+  EXPECT_EQ(paused, 0);
+  EXPECT_EQ(stats_of(device).reserved_bytes, unmapped);
+  // A simulated device has no contents to keep: refused, and it keeps running.
+  EXPECT_EQ(plimsoll_pause(device, 1, nullptr), PLIMSOLL_INVALID_STATE);
+  EXPECT_THAT(last_error(), HasSubstr("without keeping them"));
+  EXPECT_EQ(plimsoll_is_paused(device, nullptr), PLIMSOLL_INVALID_ARGUMENT);
+  EXPECT_EQ(plimsoll_pause(nullptr, 0, nullptr), PLIMSOLL_INVALID_ARGUMENT);
+  EXPECT_EQ(plimsoll_free(device, block), PLIMSOLL_OK);
+  EXPECT_EQ(plimsoll::c_api::guarded([] { throw plimsoll::PauseError("no room"); }), PLIMSOLL_PAUSE_FAILED);
+  EXPECT_THAT(last_error(), HasSubstr("no room"));
+}
+
+}  // namespace

@@ -80,5 +80,28 @@ TEST(TorchCudaDevice, StatsUsePyTorchsNamesEmptyCacheAndResetPeakWork) {
   torch_free(*allocator, b, stream.handle(), why);
 }
 
+TEST(TorchCudaDevice, PauseKeepsTensorsAtTheirAddressesAndResumeRefusesTheWrongOrder) {
+  fake_cuda::Driver driver;
+  auto allocator = fake_cuda::fake_cuda_allocator(driver, 32 * MiB);
+  fake_cuda::Stream& stream = driver.create_stream();
+  std::string why;
+  auto* weights = static_cast<unsigned char*>(torch_malloc(*allocator, 6 * MiB, stream.handle(), why));
+  ASSERT_NE(weights, nullptr) << why;
+  for (std::size_t i = 0; i < 6 * MiB; i += 4096) weights[i] = static_cast<unsigned char>(i / 4096);
+  EXPECT_GE(pause(*allocator, true, why), static_cast<long long>(6 * MiB)) << why;
+  EXPECT_EQ(driver.mapped_bytes(), 0u);
+  EXPECT_EQ(torch_malloc(*allocator, 1 * MiB, stream.handle(), why), nullptr);
+  EXPECT_THAT(why, HasSubstr("paused"));
+  EXPECT_EQ(pause(*allocator, false, why), -1);
+  EXPECT_THAT(why, HasSubstr("paused already"));
+  ASSERT_TRUE(resume(*allocator, why)) << why;
+  bool same = true;
+  for (std::size_t i = 0; i < 6 * MiB; i += 4096) same = same && weights[i] == static_cast<unsigned char>(i / 4096);
+  EXPECT_TRUE(same) << "the tensor's bytes came back at its address";
+  EXPECT_FALSE(resume(*allocator, why));
+  EXPECT_THAT(why, HasSubstr("not paused"));
+  EXPECT_TRUE(torch_free(*allocator, weights, stream.handle(), why));
+}
+
 }  // namespace
 }  // namespace plimsoll::torch_cuda

@@ -1,6 +1,6 @@
 // libplimsoll_torch_cuda.so as PyTorch loads it: dlopen, dlsym of the CUDAPluggableAllocator entry points.
 // Without a usable CUDA device (CI, this machine) plimsoll_torch_malloc must return NULL, say why once on
-// stderr, and not crash; and the library must export its five C functions and nothing else.
+// stderr, and not crash; and the library must export its nine C functions and nothing else.
 #include <dlfcn.h>
 #include <sys/types.h>
 
@@ -66,7 +66,9 @@ TEST(TorchCudaSo, ExportsOnlyTheAllocatorEntryPoints) {
   EXPECT_THAT(exported, ::testing::UnorderedElementsAre("plimsoll_torch_malloc", "plimsoll_torch_free",
                                                         "plimsoll_torch_cuda_stats_json",
                                                         "plimsoll_torch_cuda_empty_cache",
-                                                        "plimsoll_torch_cuda_reset_peak"))
+                                                        "plimsoll_torch_cuda_reset_peak", "plimsoll_torch_cuda_pause",
+                                                        "plimsoll_torch_cuda_resume", "plimsoll_torch_cuda_is_paused",
+                                                        "plimsoll_torch_cuda_last_error"))
       << symbols;
 }
 
@@ -104,6 +106,17 @@ TEST(TorchCudaSo, MallocWithoutACudaDeviceReturnsNullAndSaysWhyOnce) {
   EXPECT_EQ(empty_cache(0), -1) << "no device was created";
   EXPECT_EQ(reset_peak(0), -1);
   EXPECT_EQ(torch_malloc(-1, 0, nullptr), nullptr);
+  auto pause = reinterpret_cast<long long (*)(int, int)>(::dlsym(library, "plimsoll_torch_cuda_pause"));
+  auto resume = reinterpret_cast<int (*)(int)>(::dlsym(library, "plimsoll_torch_cuda_resume"));
+  auto is_paused = reinterpret_cast<int (*)(int)>(::dlsym(library, "plimsoll_torch_cuda_is_paused"));
+  auto last_error = reinterpret_cast<const char* (*)()>(::dlsym(library, "plimsoll_torch_cuda_last_error"));
+  ASSERT_TRUE(pause != nullptr && resume != nullptr && is_paused != nullptr && last_error != nullptr);
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(pause(0, 1), -1) << "no device was created";
+  EXPECT_THAT(last_error(), HasSubstr("never allocated on it"));
+  EXPECT_EQ(resume(0), -1);
+  EXPECT_EQ(is_paused(0), -1);
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr("cannot resume cuda:0"));
   // Not dlclosed: the runtime it created lives until the process exits, as under PyTorch.
 }
 

@@ -21,6 +21,7 @@
 #include "plimsoll/sharing.hpp"
 #include "sharing/gpu_share.hpp"
 #include "sharing/ledger.hpp"
+#include "sharing/shared_gpu_backing.hpp"
 #include "sharing/ledger_scan.hpp"
 #include "sharing/ledger_snapshot.hpp"
 #include "sharing_support.hpp"

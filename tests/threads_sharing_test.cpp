@@ -15,6 +15,7 @@
 #include "plimsoll/allocator.hpp"
 #include "plimsoll/sharing.hpp"
 #include "sharing/ledger.hpp"
+#include "sharing/shared_gpu_backing.hpp"
 #include "sharing/ledger_snapshot.hpp"
 #include "sharing_support.hpp"
 

@@ -45,6 +45,14 @@ struct Stream {
   void* handle = nullptr;
 };
 
+/// How to pause a device (Allocator::pause).
+struct PauseOptions {
+  /// Copy the live contents to host memory (pinned on a GPU) before unmapping, and back on resume. Without it,
+  /// resume() gives back memory at the same addresses whose contents are undefined (what a job that reloads its
+  /// state anyway wants: no copy, no host memory).
+  bool keep_contents = false;
+};
+
 class Allocator {
  public:
   /// A device over an explicit backing. Most code gets its allocators from Runtime instead.
@@ -91,6 +99,21 @@ class Allocator {
   /// Returns cached free memory to the backing; returns the bytes released. On a CUDA device it first waits for
   /// the work queued before every parked free (stream-ordered reuse), so that their blocks can go too.
   std::uint64_t trim();
+  /// Gives the device's memory back without ending the process (docs/engine.md, "Pause and resume"): cached memory
+  /// is released, the live contents copied to host memory if asked, and every granule unmapped, while every
+  /// address stays reserved, so pointers the program holds stay valid across resume(). Reserved bytes drop to 0;
+  /// over a GPU share the ledger counts the memory free for other processes. While paused, allocations are refused
+  /// (allocate throws InvalidState, try_allocate returns nullptr; nothing blocks) and frees are taken. Waits for
+  /// the device's queued work first. Returns the bytes unmapped. Throws InvalidState when paused already, on a
+  /// preallocated device (one segment, held for life: use the on_demand policy), or when the contents cannot be
+  /// kept (a simulated device); Error when host memory or a copy is refused. Nothing is lost on a throw.
+  std::uint64_t pause(PauseOptions options = {});
+  /// Maps the same granules back at the same addresses (and copies the contents back). Throws InvalidState when
+  /// not paused; PauseError when the memory is not available again (other processes took it): the device stays
+  /// paused, nothing lost, and resume() may be called again (Error when copying the contents back failed: the same).
+  void resume();
+  bool paused() const;
+
   /// Peak in-use and reserved bytes (and each tag's peak) start again from the current values.
   void reset_peaks();
   Stats stats() const;

@@ -35,4 +35,12 @@ class InvalidFree : public Error {
   using Error::Error;
 };
 
+/// Allocator::pause or resume could not be carried out: no host memory for the contents, a copy that failed, or
+/// memory that is not available again at resume (other processes hold it now). Nothing is lost: a device that was
+/// running still runs, a paused one stays paused and resume may be called again.
+class PauseError : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace plimsoll

@@ -18,7 +18,8 @@ typedef enum plimsoll_status {
   PLIMSOLL_DEVICE_UNAVAILABLE = 3,
   PLIMSOLL_INVALID_STATE = 4,
   PLIMSOLL_INVALID_FREE = 5,
-  PLIMSOLL_INTERNAL = 6
+  PLIMSOLL_INTERNAL = 6,
+  PLIMSOLL_PAUSE_FAILED = 7 /* pause/resume not carried out (see plimsoll_pause); nothing lost */
 } plimsoll_status;
 
 typedef struct plimsoll_device plimsoll_device; /* owned by the runtime; valid until process exit */
@@ -44,6 +45,16 @@ plimsoll_status plimsoll_allocate(plimsoll_device* device, size_t bytes, const c
 plimsoll_status plimsoll_free(plimsoll_device* device, void* ptr);
 plimsoll_status plimsoll_trim(plimsoll_device* device, uint64_t* released_bytes);
 plimsoll_status plimsoll_get_stats(plimsoll_device* device, plimsoll_stats* out);
+/* Pause and resume (docs/engine.md, "Pause and resume"): plimsoll_pause gives the device's memory back while keeping
+ * every address reserved (keep_contents != 0: the live contents are copied to host memory first, and back on
+ * resume); allocations on a paused device fail with PLIMSOLL_INVALID_STATE. plimsoll_resume maps the memory back at
+ * the same addresses. PLIMSOLL_INVALID_STATE: paused twice, resumed while running, or a preallocated device (no
+ * growable segments); PLIMSOLL_PAUSE_FAILED: no host memory for the contents, or at resume the memory is not
+ * available again (the device stays paused; call plimsoll_resume again later). `unmapped_bytes` may be NULL. */
+plimsoll_status plimsoll_pause(plimsoll_device* device, int keep_contents, uint64_t* unmapped_bytes);
+plimsoll_status plimsoll_resume(plimsoll_device* device);
+/* *paused = 1 while the device is paused, else 0. */
+plimsoll_status plimsoll_is_paused(plimsoll_device* device, int* paused);
 /* Per-tag bytes in use and peak; PLIMSOLL_INVALID_ARGUMENT for an unknown tag. */
 plimsoll_status plimsoll_get_tag_stats(plimsoll_device* device, const char* tag, uint64_t* in_use, uint64_t* peak);
 

@@ -13,7 +13,7 @@
 
 namespace plimsoll {
 
-namespace backings { class Backing; }
+class Allocator;
 
 /// How much of one GPU a process gets: `share` bytes are guaranteed; it may borrow up to `cap` while the GPU has
 /// room. Sizes ("8GiB") or percentages of the GPU's memory ("25%"); a percentage resolves when the process joins.
@@ -47,6 +47,8 @@ std::string default_interceptor_path();
 /// The ledger directory: $PLIMSOLL_LEDGER_DIR, else /dev/shm.
 std::string ledger_directory();
 
+struct ShareHooks;
+
 /// A process's place in a GPU's ledger, for a process whose allocator is plimsoll's (it can give cached memory
 /// back, so it may borrow other processes' unused shares). Leaves the ledger when destroyed.
 class GpuShare {
@@ -63,6 +65,9 @@ class GpuShare {
   bool trim_requested() const noexcept;
   /// Calls `trim` if a request is pending, then clears it. For the allocation path: "at its next allocation".
   void honour_trim_request(const std::function<void()>& trim);
+  /// Everything the ledger asks of this process (a trim, a pause or resume from `plimsoll pause`/`resume`), and
+  /// its in-use bytes written; what TrimResponder calls every period. Cheap when nothing is asked (a few loads).
+  void honour_requests(const ShareHooks& hooks);
 
   std::uint64_t share_bytes() const noexcept;
   std::uint64_t cap_bytes() const noexcept;
@@ -75,13 +80,24 @@ class GpuShare {
   std::unique_ptr<Impl> impl_;
 };
 
-/// A backing adaptor: every map() is charged to the process's share (refused when the ledger refuses, so the heap
-/// releases its cache and reports OutOfMemory), every unmap() credited. Build an Allocator over it.
-std::unique_ptr<backings::Backing> make_shared_gpu_backing(GpuShare& share, std::unique_ptr<backings::Backing> upstream);
+/// What a governed process's allocator offers the ledger; a function left empty is not offered (a `pause` request
+/// is then answered with an error saying so).
+struct ShareHooks {
+  std::function<void()> trim;                  // give cached memory back when another process asks (Allocator::trim)
+  std::function<std::uint64_t()> in_use;       // live bytes, written to the ledger every period for `plimsoll top`
+  std::function<std::uint64_t(bool keep_contents)> pause;  // for `plimsoll pause PID` (Allocator::pause); throws
+  std::function<void()> resume;                // for `plimsoll resume PID` (Allocator::resume); throws
+};
+/// All four for one Allocator (which must outlive the responder using them).
+ShareHooks allocator_hooks(Allocator& allocator);
 
-/// A thread that answers trim requests within `period`: it calls `trim` (an Allocator's trim()) when asked.
+/// A thread that answers the ledger within `period`: trims when another process asks for memory back, carries out
+/// `plimsoll pause PID` / `plimsoll resume PID` requests and acknowledges them (with the error when one fails), and
+/// keeps the entry's in-use bytes current (sampled every period: no ledger write per allocation).
 class TrimResponder {
  public:
+  TrimResponder(GpuShare& share, ShareHooks hooks, std::chrono::milliseconds period = std::chrono::milliseconds(20));
+  /// Trims only.
   TrimResponder(GpuShare& share, std::function<void()> trim,
                 std::chrono::milliseconds period = std::chrono::milliseconds(20));
   ~TrimResponder();
@@ -92,5 +108,21 @@ class TrimResponder {
   struct State;
   std::unique_ptr<State> state_;
 };
+
+/// What `plimsoll pause PID` / `plimsoll resume PID` did to one GPU's entry of the process.
+struct ControlOutcome {
+  std::string gpu_uuid;
+  bool done = false;       // the process carried it out
+  std::string message;     // what it did ("paused: 1.50 GiB given back"), or why not
+};
+
+/// Asks the governed process `pid` to pause (or resume) its devices on every GPU whose ledger holds it, and waits up
+/// to `timeout` for each acknowledgement. Throws InvalidArgument when no ledger in `ledger_dir` holds `pid` (not
+/// governed, or not running), when the process is governed at the driver (an interposed framework's memory is
+/// not plimsoll's to unmap), and Error when it does not answer in time.
+std::vector<ControlOutcome> request_pause(int pid, bool keep_contents, std::chrono::milliseconds timeout,
+                                          const std::string& ledger_dir = ledger_directory());
+std::vector<ControlOutcome> request_resume(int pid, std::chrono::milliseconds timeout,
+                                           const std::string& ledger_dir = ledger_directory());
 
 }  // namespace plimsoll

@@ -30,6 +30,20 @@ long long plimsoll_torch_cuda_empty_cache(int device);
 /* torch.cuda.reset_peak_memory_stats(): the device's peaks start again from the current values. 0, or -1 when the
  * device was never used. */
 int plimsoll_torch_cuda_reset_peak(int device);
+/* Pause (docs/sharing.md, "Pause and resume"): gives cuda:`device`'s GPU memory back while keeping every address
+ * reserved, so PyTorch's tensors stay valid pointers; `keep_contents` != 0 copies their bytes to pinned host memory
+ * first, and back on resume. While paused, plimsoll_torch_malloc returns NULL (PyTorch raises its
+ * OutOfMemoryError). Waits for the device's queued work first. Returns the bytes given back, or -1 (paused already,
+ * a preallocated device, never used, no host memory for the contents): the reason is on stderr and in
+ * plimsoll_torch_cuda_last_error(). */
+long long plimsoll_torch_cuda_pause(int device, int keep_contents);
+/* Maps the memory back at the same addresses (and the contents). 0, or -1 (not paused; the memory is not available
+ * again: the device stays paused, call again later), the reason as for pause. */
+int plimsoll_torch_cuda_resume(int device);
+/* 1 while paused, 0 when not, -1 when the device was never used. */
+int plimsoll_torch_cuda_is_paused(int device);
+/* This thread's last pause/resume failure ("" if none). */
+const char* plimsoll_torch_cuda_last_error(void);
 
 #ifdef __cplusplus
 }

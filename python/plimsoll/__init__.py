@@ -11,17 +11,19 @@ Errors are plimsoll.Error subclasses carrying plimsoll's message; OutOfMemory is
 """
 from . import _plimsoll
 from ._plimsoll import (  # noqa: F401  (the public API)
-    Error, InvalidArgument, DeviceUnavailable, InvalidState, InvalidFree, OutOfMemory,
-    devices, stats, trim, configure, parse_size, format_size, step, current_step, leaks, replay, Recording,
+    Error, InvalidArgument, DeviceUnavailable, InvalidState, InvalidFree, OutOfMemory, PauseError,
+    devices, stats, trim, pause, resume, paused, configure, parse_size, format_size, step, current_step, leaks,
+    replay, Recording,
 )
 from . import estimate  # noqa: F401
 from ._hooks import install, uninstall, installed, hook_notes  # noqa: F401
 from ._scopes import device, tag  # noqa: F401
 
 __all__ = [
-    "Error", "InvalidArgument", "DeviceUnavailable", "InvalidState", "InvalidFree", "OutOfMemory",
-    "devices", "stats", "trim", "configure", "parse_size", "format_size", "step", "current_step", "leaks",
-    "replay", "record", "Recording", "estimate", "install", "uninstall", "installed", "hook_notes", "device", "tag",
+    "Error", "InvalidArgument", "DeviceUnavailable", "InvalidState", "InvalidFree", "OutOfMemory", "PauseError",
+    "devices", "stats", "trim", "pause", "resume", "paused", "configure", "parse_size", "format_size", "step",
+    "current_step", "leaks", "replay", "record", "Recording", "estimate", "install", "uninstall", "installed",
+    "hook_notes", "device", "tag",
 ]
 
 

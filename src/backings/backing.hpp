@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backings/device_copy.hpp"
 #include "backings/stream_events.hpp"
 
 namespace plimsoll::backings {
@@ -42,6 +43,13 @@ class Backing {
   virtual std::string describe() const = 0;
   /// The device's events, for stream-ordered reuse; nullptr (the default) where memory is used in program order.
   virtual StreamEvents* stream_events() noexcept { return nullptr; }
+  /// How to copy mapped memory to the host and back (pausing a device with its contents kept); nullptr where it
+  /// cannot be done (the simulated device has no contents). By default: memcpy when the memory is touchable().
+  virtual DeviceCopy* device_copy() noexcept { return touchable() ? &touchable_memory_copy() : nullptr; }
+  /// Whether a refused map() may be worth waiting for (memory other processes were asked to give back): then the
+  /// engine tries an allocation that failed once more, after wait_for_memory(), which it calls without its lock.
+  virtual bool can_wait_for_memory() const noexcept { return false; }
+  virtual void wait_for_memory() noexcept {}
 };
 
 }  // namespace plimsoll::backings

@@ -56,6 +56,7 @@ CudaVmmBacking::CudaVmmBacking(const cu::Api& api, cu::Device device)
     : api_(checked_api(api, device)),
       context_(api_, device),
       events_(api_.has_events() ? std::make_unique<CudaStreamEvents>(api_, context_) : nullptr),
+      copy_(api_.has_copies() ? std::make_unique<CudaDeviceCopy>(api_, context_) : nullptr),
       prop_(cu::device_allocation_prop(device)),
       granularity_(query_granularity(api_, context_, prop_)),
       ledger_(granularity_) {}

@@ -13,6 +13,7 @@
 
 #include "backings/backing.hpp"
 #include "backings/cuda_context.hpp"
+#include "backings/cuda_device_copy.hpp"
 #include "backings/cuda_stream_events.hpp"
 #include "backings/mapping_ledger.hpp"
 #include "devices/cuda_driver.hpp"
@@ -54,6 +55,8 @@ class CudaVmmBacking final : public Backing {
   /// events instead of the whole device.
   StreamEvents* stream_events() noexcept override { return events_.get(); }  // device memory: the host cannot dereference it
   std::string describe() const override;
+  /// Through the driver (cuMemcpyDtoH/HtoD); nullptr when it lacks the copy calls.
+  DeviceCopy* device_copy() noexcept override { return copy_.get(); }
 
   std::uint64_t mapped_bytes() const noexcept { return mapped_bytes_.load(); }
   /// The last map() failure other than out of memory ("cuMemSetAccess of ... failed: ..."), or empty.
@@ -69,6 +72,7 @@ class CudaVmmBacking final : public Backing {
   const cuda_driver::Api& api_;
   const CudaPrimaryContext context_;
   const std::unique_ptr<CudaStreamEvents> events_;  // after context_, which it uses
+  const std::unique_ptr<CudaDeviceCopy> copy_;       // after context_, which it uses
   const cuda_driver::MemAllocationProp prop_;  // pinned memory on this device, no export handle
   const std::uint64_t granularity_;            // recommended granularity, at least the minimum; a power of two
   mutable std::mutex mutex_;                   // the runtime may share one backing between logical devices

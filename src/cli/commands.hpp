@@ -19,6 +19,9 @@ void add_train_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 /// `plimsoll top`: every GPU ledger and its governed processes, live (src/cli/top_command.cpp).
 void add_top_command(CLI::App& app);
+/// `plimsoll pause PID` / `plimsoll resume PID`: a governed job's GPU memory given back and mapped back
+/// (src/cli/pause_command.cpp).
+void add_pause_commands(CLI::App& app);
 /// `plimsoll run -- COMMAND`: a Python program under plimsoll, reported on at exit (src/cli/run_command.cpp).
 void add_run_command(CLI::App& app);
 namespace plimsoll::cli {

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   add_estimate_command(app);
   add_plan_command(app);
   add_top_command(app);
+  add_pause_commands(app);
   add_run_command(app);
 
   // Arguments in reverse order, as CLI11's vector overload takes them. The (argc, argv) overload would do the

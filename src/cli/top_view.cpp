@@ -18,7 +18,8 @@ std::string gpu_block(const sharing::LedgerSnapshot& s) {
                {"peak", Table::Align::right}, {"context", Table::Align::right}, {"borrowed", Table::Align::right},
                {"refusals", Table::Align::right}, {"trim asks", Table::Align::right}});
   for (const sharing::ProcessRow& p : s.processes)
-    table.add_row({std::to_string(p.pid), p.running ? p.command : p.command + " (dead)",
+    table.add_row({std::to_string(p.pid),
+                   !p.running ? p.command + " (dead)" : p.paused ? p.command + " (paused)" : p.command,
                    p.interposed ? "driver" : "engine", format_size(p.share), format_size(p.cap),
                    format_size(p.in_use), format_size(p.charged), format_size(p.peak), format_size(p.context),
                    format_size(p.borrowed()), std::to_string(p.refusals),

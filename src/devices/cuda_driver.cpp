@@ -68,6 +68,10 @@ bool Api::has_host_register() const noexcept {
   return mem_host_register != nullptr && mem_host_unregister != nullptr && ctx_synchronize != nullptr;
 }
 
+bool Api::has_copies() const noexcept {
+  return memcpy_dtoh != nullptr && memcpy_htod != nullptr && ctx_synchronize != nullptr;
+}
+
 std::optional<Api> load(std::string& why) {
   // Never dlclose'd: the driver keeps threads and at-exit hooks that must not outlive its code, and a second
   // dlopen of a loaded library only bumps a reference count, so each scan reloading it costs nothing.
@@ -118,6 +122,8 @@ std::optional<Api> load(std::string& why) {
   bind(library, "cuMemHostRegister_v2", api.mem_host_register);
   bind(library, "cuMemHostUnregister", api.mem_host_unregister);
   bind(library, "cuCtxSynchronize", api.ctx_synchronize);
+  bind(library, "cuMemcpyDtoH_v2", api.memcpy_dtoh);
+  bind(library, "cuMemcpyHtoD_v2", api.memcpy_htod);
   bind(library, "cuMemAddressReserve", api.mem_address_reserve);
   bind(library, "cuMemAddressFree", api.mem_address_free);
   bind(library, "cuMemCreate", api.mem_create);

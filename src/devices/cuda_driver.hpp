@@ -104,6 +104,9 @@ struct Api {
   Result (*mem_host_register)(void* pointer, std::size_t bytes, unsigned int flags) = nullptr;  // cuMemHostRegister_v2
   Result (*mem_host_unregister)(void* pointer) = nullptr;
   Result (*ctx_synchronize)() = nullptr;  // waits for every stream of the current context
+  // Copies between device and host memory (pausing a device with its contents kept).
+  Result (*memcpy_dtoh)(void* host, DevicePtr device, std::size_t bytes) = nullptr;        // cuMemcpyDtoH_v2
+  Result (*memcpy_htod)(DevicePtr device, const void* host, std::size_t bytes) = nullptr;  // cuMemcpyHtoD_v2
 
   // Virtual memory management (CUDA 10.2+; drivers before that lack the symbols).
   Result (*mem_address_reserve)(DevicePtr* pointer, std::size_t bytes, std::size_t alignment, DevicePtr hint,
@@ -134,6 +137,7 @@ struct Api {
   bool has_plain_memory() const noexcept;
   bool has_events() const noexcept;
   bool has_host_register() const noexcept;
+  bool has_copies() const noexcept;
 };
 
 /// Loads the driver. On failure returns nothing and sets `why` to a sentence for GpuScan::unavailable_reason.

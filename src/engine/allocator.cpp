@@ -83,6 +83,16 @@ struct Allocator::Impl : engine::FrontUpstream {
   bool front_wanted PLIMSOLL_GUARDED_BY(lock) = false;  // set_thread_cache's choice, restored when a recording detaches
   std::uint64_t front_heap_bytes PLIMSOLL_GUARDED_BY(lock) = 0, front_heap_blocks PLIMSOLL_GUARDED_BY(lock) = 0;
   std::uint64_t front_heap_allocations PLIMSOLL_GUARDED_BY(lock) = 0, front_heap_frees PLIMSOLL_GUARDED_BY(lock) = 0;
+  // A first attempt whose failure is not reported: the backing may wait for memory (outside the lock) and the
+  // allocation is tried once more, which reports (backings::Backing::wait_for_memory).
+  bool quiet PLIMSOLL_GUARDED_BY(lock) = false;
+  bool backing_can_wait = false;  // backing->can_wait_for_memory(), asked once at construction
+
+  // The front serves allocations only while set_thread_cache wants it, no recording watches and the device runs:
+  // a paused device's blocks are unmapped, so none may be handed out of a cache.
+  void update_front_on() PLIMSOLL_REQUIRES(lock) {
+    front_on.store(front_wanted && observer == nullptr && !heap->paused(), std::memory_order_relaxed);
+  }
 
   std::uint64_t take_block(std::uint64_t size) override PLIMSOLL_EXCLUDES(lock) {
     util::SpinGuard guard(lock);
@@ -111,19 +121,20 @@ struct Allocator::Impl : engine::FrontUpstream {
 
   // Host and simulated devices: the front first (small requests, when on), then the heap under the lock; at
   // the limit, every thread's cache goes back to the heap before the allocation fails.
-  std::uint64_t allocate_host(std::size_t bytes, Tag tag) PLIMSOLL_EXCLUDES(lock) {
+  // `report_failure` false: a first attempt that may be retried (see quiet).
+  std::uint64_t allocate_host(std::size_t bytes, Tag tag, bool report_failure) PLIMSOLL_EXCLUDES(lock) {
     engine::ThreadCaches* caches = front.load(std::memory_order_acquire);
     if (caches != nullptr && bytes <= engine::ThreadCaches::kMaxSize && front_on.load(std::memory_order_relaxed)) {
       if (std::uint64_t addr = caches->allocate(bytes, tag)) return addr;
     }
     {
       util::SpinGuard guard(lock);
-      if (std::uint64_t addr = allocate(bytes, tag, caches == nullptr)) return addr;
+      if (std::uint64_t addr = allocate(bytes, tag, report_failure && caches == nullptr)) return addr;
+      if (caches == nullptr || heap->paused()) return 0;
     }
-    if (caches == nullptr) return 0;
     caches->flush();
     util::SpinGuard guard(lock);
-    return allocate(bytes, tag, true);
+    return allocate(bytes, tag, report_failure);
   }
 
   std::uint64_t allocate(std::size_t bytes, Tag tag, bool report_failure = true) PLIMSOLL_REQUIRES(lock) {
@@ -145,7 +156,7 @@ struct Allocator::Impl : engine::FrontUpstream {
     const std::uint64_t addr = allocate_unrecorded(bytes, tag, report_failure);
     record_mapping_change(mapped_before);
     if (addr == 0) {
-      if (report_failure) observer->out_of_memory(bytes, tag, site);
+      if (report_failure && !quiet) observer->out_of_memory(bytes, tag, site);
       return 0;
     }
     observer->allocated(addr, bytes, tag, site);
@@ -162,7 +173,7 @@ struct Allocator::Impl : engine::FrontUpstream {
   std::uint64_t allocate_unrecorded(std::size_t bytes, Tag tag, bool report_failure = true) PLIMSOLL_REQUIRES(lock) {
     std::uint64_t addr = heap->allocate(bytes, tag);
     if (addr == 0) {
-      if (report_failure) ++ooms;
+      if (report_failure && !quiet && heap->last_failure() != engine::HeapFailure::paused) ++ooms;
       return 0;
     }
     count_tag(tag, engine::Heap::round(bytes));
@@ -185,7 +196,7 @@ struct Allocator::Impl : engine::FrontUpstream {
     streams->poll();
     const std::uint64_t size = engine::Heap::round(bytes);
     std::uint64_t addr = 0;
-    if (stream != nullptr && bytes <= heap->span_bytes())
+    if (stream != nullptr && bytes <= heap->span_bytes() && !heap->paused())
       addr = streams->reuse(size, size <= heap->options().small_max, *stream);
     if (addr != 0) {
       heap->relabel(addr, bytes, tag);
@@ -198,7 +209,7 @@ struct Allocator::Impl : engine::FrontUpstream {
       if (addr != 0) {
         observer->allocated(addr, bytes, tag, site);
         if (site != 0) live_sites[addr] = site;
-      } else if (report_failure) {
+      } else if (report_failure && !quiet) {
         observer->out_of_memory(bytes, tag, site);
       }
     }
@@ -227,6 +238,37 @@ struct Allocator::Impl : engine::FrontUpstream {
       lock.unlock();
       back_off(polls);
       lock.lock();
+    }
+  }
+
+  // An allocation, with the device's streams when it has them, tried once more after the backing waited for memory
+  // (outside the lock) when it can (a shared GPU whose borrowers were asked to give memory back). On failure:
+  // with `numbers`, throws InvalidState on a paused device and fills `numbers` for the OOM report; without, 0.
+  std::uint64_t allocate_or_wait(std::size_t bytes, Tag tag, const engine::StreamHandle* stream, OomDetails* numbers)
+      PLIMSOLL_EXCLUDES(lock) {
+    for (bool last = !backing_can_wait;; last = true) {
+      std::uint64_t addr = 0;
+      if (streams == nullptr) {
+        addr = allocate_host(bytes, tag, last);
+      } else {
+        util::SpinGuard guard(lock);
+        quiet = !last;
+        addr = allocate_streamed(bytes, tag, stream);
+        quiet = false;
+      }
+      if (addr != 0) return addr;
+      {
+        util::SpinGuard guard(lock);
+        if (heap->paused()) {
+          if (numbers != nullptr) throw_paused(bytes);
+          return 0;
+        }
+        if (last) {
+          if (numbers != nullptr) *numbers = oom_numbers(bytes, tag);
+          return 0;
+        }
+      }
+      backing->wait_for_memory();  // never under the lock: other threads allocate and free meanwhile
     }
   }
 
@@ -307,6 +349,11 @@ struct Allocator::Impl : engine::FrontUpstream {
     return caches != nullptr ? caches->totals() : engine::FrontTotals{};
   }
 
+  [[noreturn]] void throw_paused(std::size_t bytes) const {
+    throw InvalidState("cannot allocate " + format_size(bytes) + " on " + description.name +
+                       ": the device is paused (its memory given back); call resume() first");
+  }
+
   [[noreturn]] void throw_bad_free(std::uint64_t addr) const PLIMSOLL_REQUIRES(lock) {
     for (const RecentFree& freed : recent) {
       if (freed.addr == addr && freed.size != 0) {
@@ -330,6 +377,7 @@ Allocator::Allocator(DeviceDescription description, std::unique_ptr<backings::Ba
   impl_->heap = std::make_unique<engine::Heap>(*impl_->backing, heap_options(impl_->description));
   if (backings::StreamEvents* events = impl_->backing->stream_events())
     impl_->streams = std::make_unique<engine::StreamOrder>(*impl_->heap, *events);
+  impl_->backing_can_wait = impl_->backing->can_wait_for_memory();
 }
 
 Allocator::~Allocator() {
@@ -347,39 +395,26 @@ Allocator::~Allocator() {
 // Host and simulated devices (no streams) take exactly the path they took before streams existed: the stream
 // checks sit before the lock, on a pointer fixed at construction, so they cost one predicted branch.
 void* Allocator::try_allocate(std::size_t bytes, Tag tag) noexcept {
-  if (impl_->streams != nullptr) [[unlikely]] {
-    util::SpinGuard guard(impl_->lock);
-    return reinterpret_cast<void*>(impl_->allocate_streamed(bytes, tag, nullptr));
-  }
-  return reinterpret_cast<void*>(impl_->allocate_host(bytes, tag));
+  return reinterpret_cast<void*>(impl_->allocate_or_wait(bytes, tag, nullptr, nullptr));
 }
 
 void* Allocator::allocate(std::size_t bytes, Tag tag) {
   if (impl_->streams != nullptr) [[unlikely]] return allocate_with_streams(bytes, nullptr, tag);
-  if (std::uint64_t addr = impl_->allocate_host(bytes, tag)) return reinterpret_cast<void*>(addr);
   OomDetails numbers;
-  {
-    util::SpinGuard guard(impl_->lock);
-    numbers = impl_->oom_numbers(bytes, tag);
-  }
+  if (std::uint64_t addr = impl_->allocate_or_wait(bytes, tag, nullptr, &numbers)) return reinterpret_cast<void*>(addr);
   throw OutOfMemory(explain_oom(std::move(numbers)));
 }
 
 void* Allocator::allocate_with_streams(std::size_t bytes, const void* stream, Tag tag) {
   OomDetails numbers;
-  {
-    util::SpinGuard guard(impl_->lock);
-    const auto* handle = static_cast<const engine::StreamHandle*>(stream);
-    if (std::uint64_t addr = impl_->allocate_streamed(bytes, tag, handle)) return reinterpret_cast<void*>(addr);
-    numbers = impl_->oom_numbers(bytes, tag);
-  }
+  const auto* handle = static_cast<const engine::StreamHandle*>(stream);
+  if (std::uint64_t addr = impl_->allocate_or_wait(bytes, tag, handle, &numbers)) return reinterpret_cast<void*>(addr);
   throw OutOfMemory(explain_oom(std::move(numbers)));
 }
 
 void* Allocator::try_allocate(std::size_t bytes, Stream stream, Tag tag) noexcept {
-  util::SpinGuard guard(impl_->lock);
-  if (impl_->streams == nullptr) return reinterpret_cast<void*>(impl_->allocate(bytes, tag));
-  return reinterpret_cast<void*>(impl_->allocate_streamed(bytes, tag, &stream.handle));
+  if (impl_->streams == nullptr) return try_allocate(bytes, tag);
+  return reinterpret_cast<void*>(impl_->allocate_or_wait(bytes, tag, &stream.handle, nullptr));
 }
 
 void* Allocator::allocate(std::size_t bytes, Stream stream, Tag tag) {
@@ -458,7 +493,7 @@ void Allocator::set_thread_cache(std::uint64_t bytes_per_thread) {
       impl_->front.store(caches, std::memory_order_release);
     }
     if (caches != nullptr && bytes_per_thread > 0) caches->set_bytes_per_thread(bytes_per_thread);
-    impl_->front_on.store(impl_->front_wanted && impl_->observer == nullptr, std::memory_order_relaxed);
+    impl_->update_front_on();
   }
   if (caches != nullptr && bytes_per_thread == 0) caches->flush();
 }
@@ -493,7 +528,7 @@ void Allocator::record_to(std::shared_ptr<Recording> recording) {
     impl_->observe_call_sites = call_sites;
     impl_->live_sites.clear();
     // A recording sees every call: the front steps aside while one is attached.
-    impl_->front_on.store(impl_->front_wanted && impl_->observer == nullptr, std::memory_order_relaxed);
+    impl_->update_front_on();
   }
   if (engine::ThreadCaches* caches = impl_->front.load(std::memory_order_acquire)) caches->flush();
 }
@@ -632,6 +667,61 @@ void Allocator::set_policy(const Policy& policy) {
   if (backings::StreamEvents* events = impl_->backing->stream_events())
     impl_->streams = std::make_unique<engine::StreamOrder>(*impl_->heap, *events);
   d = std::move(changed);
+}
+
+// Pause and resume: the heap does the work (engine/heap_pause.cpp); here the locks, the thread caches, the device's
+// queued work and the recording.
+std::uint64_t Allocator::pause(PauseOptions options) {
+  engine::ThreadCaches* caches = impl_->front.load(std::memory_order_acquire);
+  if (caches != nullptr) {
+    // The front stops serving first, then every cached block goes back to the heap (the front's locks come before
+    // the device lock), so nothing can hand out a block while its memory is away.
+    {
+      util::SpinGuard guard(impl_->lock);
+      impl_->front_on.store(false, std::memory_order_relaxed);
+    }
+    caches->flush();
+  }
+  util::SpinGuard guard(impl_->lock);
+  if (impl_->streams != nullptr) impl_->wait_for_parked();
+  // Queued kernels may still use live blocks: unmapping them must wait for the whole device.
+  backings::StreamEvents* events = impl_->backing->stream_events();
+  if (events != nullptr && impl_->heap->live_allocations() != 0 && !impl_->heap->paused()) events->note_unordered_free();
+  const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
+  std::uint64_t unmapped = 0;
+  try {
+    unmapped = impl_->heap->pause(options.keep_contents, impl_->description.name);
+  } catch (...) {
+    if (impl_->observer != nullptr) impl_->record_mapping_change(mapped_before);  // the cache may have gone
+    impl_->update_front_on();
+    throw;
+  }
+  if (impl_->observer != nullptr) impl_->record_mapping_change(mapped_before);
+  impl_->update_front_on();
+  return unmapped;
+}
+
+void Allocator::resume() {
+  // Like an allocation: a backing that can wait for memory (a shared GPU whose borrowers were asked to give it back)
+  // waits without the lock, and the resume is tried once more.
+  for (bool last = !impl_->backing_can_wait;; last = true) {
+    try {
+      util::SpinGuard guard(impl_->lock);
+      const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
+      impl_->heap->resume(impl_->description.name);
+      if (impl_->observer != nullptr) impl_->record_mapping_change(mapped_before);
+      impl_->update_front_on();
+      return;
+    } catch (const PauseError&) {
+      if (last) throw;
+    }
+    impl_->backing->wait_for_memory();
+  }
+}
+
+bool Allocator::paused() const {
+  util::SpinGuard guard(impl_->lock);
+  return impl_->heap->paused();
 }
 
 std::string DeviceDescription::summary() const {

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/paused_state.hpp"
 #include "plimsoll/error.hpp"
 #include "plimsoll/size.hpp"
 #include "util/checked_math.hpp"
@@ -50,6 +51,7 @@ Heap::Heap(backings::Backing& backing, HeapOptions options) : backing_(backing),
 }
 
 Heap::~Heap() {
+  paused_.reset();  // gives the host copies back; nothing is mapped while paused
   granules_.for_each_run(0, span_bytes_ / granules_.granule(), true, [&](std::uint64_t first, std::uint64_t count) {
     backing_.unmap(granules_.address_of(first), count * granules_.granule());
   });
@@ -58,6 +60,10 @@ Heap::~Heap() {
 
 std::uint64_t Heap::allocate(std::uint64_t bytes, std::uint16_t tag) {
   failure_ = HeapFailure::none;
+  if (paused_ != nullptr) [[unlikely]] {
+    failure_ = HeapFailure::paused;
+    return 0;
+  }
   if (bytes > span_bytes_) {
     failure_ = HeapFailure::too_large;
     return 0;

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <memory>
+#include <string_view>
 
 #include "backings/backing.hpp"
 #include "engine/address_map.hpp"
@@ -35,7 +37,7 @@ struct HeapOptions {
   double growth_factor = 1.1;
 };
 
-enum class HeapFailure { none, limit, device, address_space, too_large };
+enum class HeapFailure { none, limit, device, address_space, too_large, paused };
 
 struct HeapCounters {
   std::uint64_t in_use = 0;     // rounded bytes of live allocations
@@ -94,6 +96,22 @@ class Heap {
 
   /// Unmaps every whole granule that lies inside a free block; returns the bytes given back.
   std::uint64_t release_cached();
+
+  // Pause and resume (heap_pause.cpp, docs/engine.md "Pause and resume"). While paused nothing is mapped, every
+  // address stays reserved, frees are taken and allocations refused (HeapFailure::paused). `device` names the
+  // device in error messages.
+
+  /// Gives cached granules back, copies the rest to host memory when `keep_contents`, then unmaps them. Returns
+  /// the bytes unmapped. Throws InvalidState (a preallocated heap, paused already, contents that cannot be kept
+  /// on this backing) or Error (host memory or a copy refused); nothing but the cache is given back then.
+  std::uint64_t pause(bool keep_contents, std::string_view device);
+  /// Maps back what pause() unmapped, at the same addresses, and copies the contents back. Throws InvalidState
+  /// when not paused, PauseError when the memory cannot be mapped again (the device stays paused, contents
+  /// kept).
+  void resume(std::string_view device);
+  bool paused() const { return paused_ != nullptr; }
+  /// What resume() maps back (0 when not paused).
+  std::uint64_t paused_bytes() const;
 
   const HeapCounters& counters() const { return counters_; }
   std::uint64_t mapped_bytes() const { return granules_.mapped_bytes(); }
@@ -159,6 +177,8 @@ class Heap {
       verify_now();
     }
   }
+  struct PausedState;                     // engine/paused_state.hpp
+  std::unique_ptr<PausedState> paused_;  // null while running
 };
 
 /// Whether the library was built with PLIMSOLL_HEAP_SELF_CHECK.

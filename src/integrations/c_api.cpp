@@ -153,6 +153,25 @@ plimsoll_status plimsoll_trim(plimsoll_device* device, uint64_t* released_bytes)
   });
 }
 
+plimsoll_status plimsoll_pause(plimsoll_device* device, int keep_contents, uint64_t* unmapped_bytes) {
+  return guarded([&] {
+    const std::uint64_t unmapped =
+        allocator_of(device, "plimsoll_pause").pause(plimsoll::PauseOptions{.keep_contents = keep_contents != 0});
+    if (unmapped_bytes != nullptr) *unmapped_bytes = unmapped;
+  });
+}
+
+plimsoll_status plimsoll_resume(plimsoll_device* device) {
+  return guarded([&] { allocator_of(device, "plimsoll_resume").resume(); });
+}
+
+plimsoll_status plimsoll_is_paused(plimsoll_device* device, int* paused) {
+  return guarded([&] {
+    int& result = required(paused, "plimsoll_is_paused", "paused", "pass the address of an int");
+    result = allocator_of(device, "plimsoll_is_paused").paused() ? 1 : 0;
+  });
+}
+
 plimsoll_status plimsoll_get_stats(plimsoll_device* device, plimsoll_stats* out) {
   return guarded([&] {
     const char* function = "plimsoll_get_stats";

@@ -47,6 +47,8 @@ plimsoll_status guarded(Body&& body) noexcept {
     return fail(PLIMSOLL_INVALID_STATE, error.what());
   } catch (const InvalidFree& error) {
     return fail(PLIMSOLL_INVALID_FREE, error.what());
+  } catch (const PauseError& error) {
+    return fail(PLIMSOLL_PAUSE_FAILED, error.what());
   } catch (const std::bad_alloc&) {
     return fail(PLIMSOLL_OUT_OF_MEMORY,
                 "out of memory: the host could not allocate plimsoll's own bookkeeping (std::bad_alloc); free host "

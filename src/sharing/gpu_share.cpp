@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include "plimsoll/error.hpp"
+#include "plimsoll/size.hpp"
+#include "sharing/control_requests.hpp"
 #include "sharing/process_identity.hpp"
 
 namespace plimsoll {
@@ -28,6 +30,49 @@ void GpuShare::honour_trim_request(const std::function<void()>& trim) {
   if (!trim_requested()) return;
   trim();
   impl_->ledger.trim_done(impl_->slot);
+}
+
+namespace {
+
+// Carries out a pause or resume request; the answer's message says what was done, or why not.
+std::string carry_out(sharing::ControlKind kind, const ShareHooks& hooks, sharing::LedgerEntry& entry) {
+  constexpr auto relaxed = std::memory_order_relaxed;
+  if (kind == sharing::ControlKind::resume) {
+    if (!hooks.resume)
+      throw InvalidState("this process cannot be resumed from outside: its TrimResponder was given no resume hook "
+                         "(pass plimsoll::allocator_hooks(allocator))");
+    hooks.resume();
+    entry.flags.fetch_and(~sharing::kEntryPaused, relaxed);
+    entry.paused_bytes.store(0, relaxed);
+    return "resumed";
+  }
+  if (kind != sharing::ControlKind::pause && kind != sharing::ControlKind::pause_keeping_contents)
+    throw InvalidArgument(fmt::format("unknown request {} in the ledger entry; use the same plimsoll version for "
+                                      "the command and the job", static_cast<int>(kind)));
+  if (!hooks.pause)
+    throw InvalidState("this process cannot be paused from outside: its TrimResponder was given no pause hook "
+                       "(pass plimsoll::allocator_hooks(allocator))");
+  const bool keep = kind == sharing::ControlKind::pause_keeping_contents;
+  const std::uint64_t bytes = hooks.pause(keep);
+  entry.paused_bytes.store(bytes, relaxed);
+  entry.flags.fetch_or(sharing::kEntryPaused, relaxed);
+  return fmt::format("paused: {} given back{}", format_size(bytes), keep ? ", contents kept in host memory" : "");
+}
+
+}  // namespace
+
+void GpuShare::honour_requests(const ShareHooks& hooks) {
+  if (hooks.trim) honour_trim_request(hooks.trim);
+  sharing::LedgerEntry& entry = impl_->ledger.file().layout().entries[impl_->slot];
+  if (const auto pending = sharing::pending_control(entry)) {
+    try {
+      const std::string done = carry_out(pending->kind, hooks, entry);
+      sharing::answer_control(entry, pending->sequence, sharing::ControlStatus::done, done);
+    } catch (const std::exception& error) {
+      sharing::answer_control(entry, pending->sequence, sharing::ControlStatus::failed, error.what());
+    }
+  }
+  if (hooks.in_use) impl_->ledger.set_in_use(impl_->slot, hooks.in_use());
 }
 
 std::uint64_t GpuShare::share_bytes() const noexcept { return impl_->share; }

@@ -13,6 +13,7 @@
 
 #include "plimsoll/error.hpp"
 #include "plimsoll/size.hpp"
+#include "sharing/entry_liveness.hpp"
 
 namespace plimsoll::sharing {
 
@@ -115,17 +116,19 @@ void Ledger::clear_entry(LedgerEntry& e) noexcept {
   e.flags.store(0, relaxed);
   e.start_time.store(0, relaxed);
   for (auto* field : {&e.share, &e.cap, &e.charged, &e.in_use, &e.peak, &e.context, &e.refusals, &e.trim_wanted,
-                      &e.trim_requests, &e.trims})
+                      &e.trim_requests, &e.trims, &e.pid_namespace, &e.control_request, &e.control_answer,
+                      &e.paused_bytes})
     field->store(0, relaxed);
   for (auto& word : e.command) word.store(0, relaxed);
+  for (auto& word : e.control_message) word.store(0, relaxed);
 }
 
 std::size_t Ledger::reclaim_dead_locked() {
   std::size_t removed = 0;
-  for (LedgerEntry& e : file_.layout().entries) {
-    const int pid = e.pid.load(relaxed);
-    if (pid == 0) continue;
-    if (is_running(ProcessIdentity{.pid = pid, .start_time = e.start_time.load(relaxed)})) continue;
+  const std::uint64_t namespace_here = this_pid_namespace();
+  for (int slot = 0; slot < static_cast<int>(kLedgerEntries); ++slot) {
+    LedgerEntry& e = entry(slot);
+    if (e.pid.load(relaxed) == 0 || entry_alive(file_, slot, namespace_here)) continue;
     clear_entry(e);
     ++removed;
   }
@@ -185,7 +188,11 @@ int Ledger::join(const Member& member) {
                               file_.path(), kLedgerEntries));
     LedgerEntry& e = entry(free_slot);
     clear_entry(e);  // a holder that died in the middle of a leave may have left counters behind
-    e.flags.store((member.can_trim ? kEntryCanTrim : 0) | (member.interposed ? kEntryInterposed : 0), relaxed);
+    const bool locked_alive = file_.hold_liveness_lock(free_slot);
+    e.flags.store((member.can_trim ? kEntryCanTrim : 0) | (member.interposed ? kEntryInterposed : 0) |
+                      (locked_alive ? kEntryLivenessLock : 0),
+                  relaxed);
+    e.pid_namespace.store(this_pid_namespace(), relaxed);
     e.start_time.store(member.who.start_time, relaxed);
     e.share.store(member.share, relaxed);
     e.cap.store(member.cap, relaxed);
@@ -209,6 +216,7 @@ void Ledger::leave(int slot) noexcept {
       repair();
       return 0;
     });
+    file_.drop_liveness_lock(slot);
   } catch (...) {
     // An unusable lock at exit: the entry is reclaimed as dead by the next process.
   }

@@ -151,8 +151,7 @@ LedgerFile LedgerFile::open_or_create(std::string_view dir, std::string_view gpu
         ::close(fd);
         throw;
       }
-      ::close(fd);
-      return LedgerFile(std::move(path), layout, true);
+      return LedgerFile(std::move(path), layout, true, fd);
     }
     if (errno == EACCES || errno == EROFS || errno == EPERM)
       throw Error(fmt::format("cannot open the GPU ledger {} for writing ({}): run the job as a user who may write "
@@ -175,17 +174,46 @@ LedgerFile LedgerFile::open_read_only(const std::string& path) {
     ::close(fd);
     throw;
   }
-  ::close(fd);
-  return LedgerFile(path, layout, false);
+  return LedgerFile(path, layout, false, fd);
 }
 
 LedgerFile::LedgerFile(LedgerFile&& other) noexcept
-    : path_(std::move(other.path_)), layout_(other.layout_), writable_(other.writable_) {
+    : path_(std::move(other.path_)), layout_(other.layout_), writable_(other.writable_), fd_(other.fd_) {
   other.layout_ = nullptr;
+  other.fd_ = -1;
 }
 
 LedgerFile::~LedgerFile() {
   if (layout_ != nullptr) ::munmap(layout_, sizeof(LedgerFileLayout));
+  if (fd_ >= 0) ::close(fd_);  // drops this file's liveness locks
+}
+
+namespace {
+// One byte per slot, far past the file's end (locks past the end are allowed and touch no data).
+struct flock liveness_range(int slot, short type) {
+  struct flock range {};
+  range.l_type = type;
+  range.l_whence = SEEK_SET;
+  range.l_start = static_cast<off_t>((std::uint64_t{1} << 30) + static_cast<std::uint64_t>(slot));
+  range.l_len = 1;
+  return range;
+}
+}  // namespace
+
+bool LedgerFile::hold_liveness_lock(int slot) const noexcept {
+  struct flock range = liveness_range(slot, F_RDLCK);  // a read lock: the read-only `top` may test it
+  return fd_ >= 0 && ::fcntl(fd_, F_OFD_SETLK, &range) == 0;
+}
+
+void LedgerFile::drop_liveness_lock(int slot) const noexcept {
+  struct flock range = liveness_range(slot, F_UNLCK);
+  if (fd_ >= 0) ::fcntl(fd_, F_OFD_SETLK, &range);
+}
+
+bool LedgerFile::liveness_lock_held(int slot) const noexcept {
+  struct flock range = liveness_range(slot, F_WRLCK);  // conflicts with any other file's read lock
+  if (fd_ < 0 || ::fcntl(fd_, F_OFD_GETLK, &range) != 0) return true;  // cannot tell: alive
+  return range.l_type != F_UNLCK;
 }
 
 }  // namespace plimsoll::sharing

@@ -32,15 +32,27 @@ class LedgerFile {
   ~LedgerFile();
 
   LedgerFileLayout& layout() const noexcept { return *layout_; }
+
+  // Liveness across pid namespaces: a process in another pid namespace (a container) cannot be judged by its pid, so
+  // each member holds an open-file-description lock (F_OFD_SETLK) on one byte per slot, far past the file's end,
+  // for as long as it has the file open; the kernel drops it when the process dies, in any namespace. A forked
+  // child that did not exec keeps the parent's lock (it shares the open file).
+
+  /// Takes the lock for `slot` (false when the kernel refuses, e.g. a file system without OFD locks).
+  bool hold_liveness_lock(int slot) const noexcept;
+  void drop_liveness_lock(int slot) const noexcept;
+  /// Whether another open file holds the lock for `slot` (never this object's own).
+  bool liveness_lock_held(int slot) const noexcept;
   const std::string& path() const noexcept { return path_; }
   bool writable() const noexcept { return writable_; }
 
  private:
-  LedgerFile(std::string path, LedgerFileLayout* layout, bool writable)
-      : path_(std::move(path)), layout_(layout), writable_(writable) {}
+  LedgerFile(std::string path, LedgerFileLayout* layout, bool writable, int fd)
+      : path_(std::move(path)), layout_(layout), writable_(writable), fd_(fd) {}
   std::string path_;
   LedgerFileLayout* layout_ = nullptr;
   bool writable_ = false;
+  int fd_ = -1;  // kept open for the liveness locks
 };
 
 }  // namespace plimsoll::sharing

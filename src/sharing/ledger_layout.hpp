@@ -15,14 +15,23 @@
 namespace plimsoll::sharing {
 
 inline constexpr char kLedgerMagic[8] = {'P', 'L', 'M', 'L', 'E', 'D', 'G', 'R'};
-inline constexpr std::uint32_t kLedgerVersion = 1;
+inline constexpr std::uint32_t kLedgerVersion = 2;  // 2: pause/resume requests, pid namespaces
 inline constexpr std::uint32_t kLedgerEntries = 64;  // processes sharing one GPU at most
 inline constexpr std::size_t kUuidChars = 64;
 inline constexpr std::size_t kCommandChars = 32;
+inline constexpr std::size_t kControlMessageChars = 256;
 
 /// Entry flags.
 inline constexpr std::uint32_t kEntryCanTrim = 1;      // a plimsoll-engine process: gives cached memory back
 inline constexpr std::uint32_t kEntryInterposed = 2;   // governed at the driver (libplimsoll_cuda_intercept.so)
+inline constexpr std::uint32_t kEntryLivenessLock = 4; // holds its liveness lock on the file (ledger_file.hpp)
+inline constexpr std::uint32_t kEntryPaused = 8;       // its devices are paused (`plimsoll pause`)
+
+/// Pause and resume requests (`plimsoll pause PID`): `control_request` and `control_answer` hold
+/// (sequence << 8) | kind and (sequence << 8) | status. A request is pending while the sequences differ; the process
+/// writes `control_message`, then the answer.
+enum class ControlKind : std::uint8_t { none = 0, pause = 1, pause_keeping_contents = 2, resume = 3 };
+enum class ControlStatus : std::uint8_t { done = 0, failed = 1 };
 
 struct LedgerEntry {
   std::atomic<std::int32_t> pid;            // 0: a free slot (written last on join, first on leave)
@@ -39,6 +48,11 @@ struct LedgerEntry {
   std::atomic<std::uint64_t> trim_requests; // how often it was asked
   std::atomic<std::uint64_t> trims;         // how often it gave back
   std::atomic<std::uint64_t> command[kCommandChars / 8];  // the command name, NUL-padded
+  std::atomic<std::uint64_t> pid_namespace; // inode of the process's /proc/self/ns/pid (0: unknown)
+  std::atomic<std::uint64_t> control_request;
+  std::atomic<std::uint64_t> control_answer;
+  std::atomic<std::uint64_t> paused_bytes;  // what its pause gave back (kEntryPaused)
+  std::atomic<std::uint64_t> control_message[kControlMessageChars / 8];  // the last answer, NUL-padded
 };
 
 struct LedgerHeader {
@@ -77,7 +91,7 @@ struct LedgerFileLayout {
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free && std::atomic<std::int32_t>::is_always_lock_free,
               "the ledger is shared between processes through lock-free atomics");
-static_assert(sizeof(LedgerEntry) == 8 * 16);
+static_assert(sizeof(LedgerEntry) == 8 * 52);
 
 /// FNV-1a of the header's fixed part.
 std::uint64_t header_checksum(const LedgerHeader& header) noexcept;

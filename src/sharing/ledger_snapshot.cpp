@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sharing/process_identity.hpp"
+#include "sharing/entry_liveness.hpp"
 
 namespace plimsoll::sharing {
 
@@ -34,6 +34,9 @@ std::vector<ProcessRow> copy_rows(const LedgerFileLayout& layout, std::vector<st
     row.trim_wanted = e.trim_wanted.load(relaxed);
     row.trim_requests = e.trim_requests.load(relaxed);
     row.trims = e.trims.load(relaxed);
+    row.slot = static_cast<int>(&e - layout.entries);
+    row.paused = (flags & kEntryPaused) != 0;
+    row.paused_bytes = e.paused_bytes.load(relaxed);
     char name[kCommandChars + 1] = {};
     for (std::size_t word = 0; word < kCommandChars / 8; ++word) {
       const std::uint64_t bits = e.command[word].load(relaxed);
@@ -106,9 +109,8 @@ LedgerSnapshot read_snapshot(const LedgerFile& file) {
   }
   snapshot.repairs = header.repairs.load(relaxed);
   snapshot.reclaimed = header.reclaimed.load(relaxed);
-  for (std::size_t i = 0; i < snapshot.processes.size(); ++i)
-    snapshot.processes[i].running =
-        is_running(ProcessIdentity{.pid = snapshot.processes[i].pid, .start_time = start_times[i]});
+  const std::uint64_t namespace_here = this_pid_namespace();
+  for (ProcessRow& row : snapshot.processes) row.running = entry_alive(file, row.slot, namespace_here);
   snapshot.loans = attribute_loans(snapshot.processes, snapshot.limit_bytes);
   return snapshot;
 }
@@ -122,7 +124,7 @@ nlohmann::json to_json(const LedgerSnapshot& s) {
                          {"reserved_bytes", p.charged}, {"peak_bytes", p.peak}, {"context_bytes", p.context},
                          {"borrowed_bytes", p.borrowed()}, {"refusals", p.refusals},
                          {"trim_requested_bytes", p.trim_wanted}, {"trim_requests", p.trim_requests},
-                         {"trims", p.trims}});
+                         {"trims", p.trims}, {"paused", p.paused}, {"paused_bytes", p.paused_bytes}});
   }
   nlohmann::json loans = nlohmann::json::array();
   for (const Loan& loan : s.loans)

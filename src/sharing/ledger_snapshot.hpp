@@ -19,6 +19,9 @@ struct ProcessRow {
   bool interposed = false;
   std::uint64_t share = 0, cap = 0, charged = 0, in_use = 0, peak = 0, context = 0;
   std::uint64_t refusals = 0, trim_wanted = 0, trim_requests = 0, trims = 0;
+  int slot = 0;               // its entry in the file
+  bool paused = false;        // `plimsoll pause`d
+  std::uint64_t paused_bytes = 0;
   std::uint64_t borrowed() const { return charged > share ? charged - share : 0; }
 };
 

@@ -295,6 +295,33 @@ class BadInput(unittest.TestCase):
 
 
 class Module(unittest.TestCase):
+    def test_pause_keeps_arrays_at_their_addresses_with_their_contents(self):
+        done = subprocess.run([PYTHON, script("""
+            import numpy as np, plimsoll
+            plimsoll.configure("cpu", memory_limit="256MiB", growth="on_demand")
+            assert plimsoll.install(numpy=True, torch=False, device="cpu")["numpy"], plimsoll.hook_notes()
+            a = np.arange(1 << 20, dtype=np.float64)
+            expected, address = float(a.sum()), a.ctypes.data
+            assert plimsoll.pause("cpu", keep_contents=True) >= a.nbytes
+            assert plimsoll.paused("cpu") and plimsoll.stats("cpu")["reserved_bytes"] == 0, plimsoll.stats("cpu")
+            try:
+                plimsoll.pause("cpu")
+                raise SystemExit("paused twice without an error")
+            except plimsoll.InvalidState as error:
+                assert "paused already" in str(error), error
+            plimsoll.resume("cpu")
+            assert not plimsoll.paused("cpu") and a.ctypes.data == address and float(a.sum()) == expected
+            try:
+                plimsoll.resume("cpu")
+                raise SystemExit("resumed twice without an error")
+            except plimsoll.InvalidState as error:
+                assert "not paused" in str(error), error
+            assert issubclass(plimsoll.PauseError, plimsoll.Error)
+            print("ok")
+        """)], capture_output=True, text=True, env={**os.environ, "PLIMSOLL_LOG": "false"})
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("ok", done.stdout)
+
     def test_module_api(self):
         done = subprocess.run([PYTHON, script("""
             import json, numpy as np, tempfile, os

@@ -105,6 +105,17 @@ void bind_devices(py::module_& m) {
         py::arg("device"));
   m.def("trim", [](const std::string& device) { return Runtime::global().device(device).trim(); },
         py::arg("device") = "cpu", "Returns the device's cached free memory to the system; returns the bytes.");
+  m.def("pause",
+        [](const std::string& device, bool keep_contents) {
+          return Runtime::global().device(device).pause(PauseOptions{.keep_contents = keep_contents});
+        },
+        py::arg("device"), py::kw_only(), py::arg("keep_contents") = false, py::call_guard<py::gil_scoped_release>(),
+        "Gives the device's memory back keeping every address (docs/engine.md, \"Pause and resume\"); returns the "
+        "bytes given back. keep_contents copies the live bytes to host memory first.");
+  m.def("resume", [](const std::string& device) { Runtime::global().device(device).resume(); }, py::arg("device"),
+        py::call_guard<py::gil_scoped_release>(), "Maps a paused device's memory back at the same addresses.");
+  m.def("paused", [](const std::string& device) { return Runtime::global().device(device).paused(); },
+        py::arg("device"), "Whether the device is paused.");
   m.def("configure", &configure, py::arg("device"), py::kw_only(), py::arg("memory_limit") = py::none(),
         py::arg("memory_fraction") = py::none(), py::arg("growth") = py::none(), py::arg("reserve") = py::none(),
         py::arg("release_threshold") = py::none(),

@@ -138,6 +138,8 @@ void bind_errors(py::module_& m) {
   static PyObject* device_unavailable = make("DeviceUnavailable", error, "A device that does not exist.");
   static PyObject* invalid_state = make("InvalidState", error, "A call made in the wrong order.");
   static PyObject* invalid_free = make("InvalidFree", error, "A free of an address that is not live.");
+  static PyObject* pause_error = make("PauseError", error,
+                                      "A pause or resume not carried out (nothing lost; a paused device stays paused).");
   static PyObject* out_of_memory = make("OutOfMemory", pair(PyExc_MemoryError).release().ptr(),
                                         "A device's budget cannot hold a request; the message is plimsoll's report.");
   static PyObject* base = error;
@@ -154,6 +156,8 @@ void bind_errors(py::module_& m) {
       PyErr_SetString(invalid_state, e.what());
     } catch (const InvalidFree& e) {
       PyErr_SetString(invalid_free, e.what());
+    } catch (const PauseError& e) {
+      PyErr_SetString(pause_error, e.what());
     } catch (const Error& e) {
       PyErr_SetString(base, e.what());
     }

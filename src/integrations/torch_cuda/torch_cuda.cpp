@@ -193,3 +193,56 @@ extern "C" PLIMSOLL_TORCH_CUDA_EXPORT int plimsoll_torch_cuda_reset_peak(int dev
     return -1;
   }
 }
+
+namespace {
+thread_local std::string t_last_error;  // plimsoll_torch_cuda_last_error
+
+// The failure of a pause or resume: on stderr, as every other failure of this library, and kept for the caller.
+void say(const std::string& why) {
+  t_last_error = why;
+  std::fprintf(stderr, "plimsoll: %s\n", why.c_str());
+}
+}  // namespace
+
+extern "C" PLIMSOLL_TORCH_CUDA_EXPORT long long plimsoll_torch_cuda_pause(int device, int keep_contents) {
+  try {
+    DeviceState* state = plimsoll::torch_cuda::existing_device(device);
+    if (state == nullptr) {
+      say("cannot pause cuda:" + std::to_string(device) + ": plimsoll never allocated on it in this process");
+      return -1;
+    }
+    std::string why;
+    const long long given_back = plimsoll::torch_cuda::pause(*state->allocator, keep_contents != 0, why);
+    if (given_back < 0) say(why);
+    return given_back;
+  } catch (...) {
+    return -1;
+  }
+}
+
+extern "C" PLIMSOLL_TORCH_CUDA_EXPORT int plimsoll_torch_cuda_resume(int device) {
+  try {
+    DeviceState* state = plimsoll::torch_cuda::existing_device(device);
+    if (state == nullptr) {
+      say("cannot resume cuda:" + std::to_string(device) + ": plimsoll never allocated on it in this process");
+      return -1;
+    }
+    std::string why;
+    if (plimsoll::torch_cuda::resume(*state->allocator, why)) return 0;
+    say(why);
+    return -1;
+  } catch (...) {
+    return -1;
+  }
+}
+
+extern "C" PLIMSOLL_TORCH_CUDA_EXPORT int plimsoll_torch_cuda_is_paused(int device) {
+  try {
+    DeviceState* state = plimsoll::torch_cuda::existing_device(device);
+    return state == nullptr ? -1 : state->allocator->paused() ? 1 : 0;
+  } catch (...) {
+    return -1;
+  }
+}
+
+extern "C" PLIMSOLL_TORCH_CUDA_EXPORT const char* plimsoll_torch_cuda_last_error(void) { return t_last_error.c_str(); }

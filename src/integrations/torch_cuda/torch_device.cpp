@@ -55,4 +55,27 @@ std::string stats_json(const Allocator& allocator, int device) {
 
 std::uint64_t empty_cache(Allocator& allocator) { return allocator.trim(); }
 
+long long pause(Allocator& allocator, bool keep_contents, std::string& why) noexcept {
+  try {
+    return static_cast<long long>(allocator.pause(PauseOptions{.keep_contents = keep_contents}));
+  } catch (const std::exception& error) {
+    why = error.what();
+  } catch (...) {
+    why = "pause failed with an unknown exception";
+  }
+  return -1;
+}
+
+bool resume(Allocator& allocator, std::string& why) noexcept {
+  try {
+    allocator.resume();
+    return true;
+  } catch (const std::exception& error) {
+    why = error.what();
+  } catch (...) {
+    why = "resume failed with an unknown exception";
+  }
+  return false;
+}
+
 }  // namespace plimsoll::torch_cuda

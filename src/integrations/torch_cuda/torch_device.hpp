@@ -22,5 +22,9 @@ std::string stats_json(const Allocator& allocator, int device);
 /// torch.cuda.empty_cache for this device: waits for the work queued before the parked frees, then gives every
 /// cached granule back to the driver. Returns the bytes released.
 std::uint64_t empty_cache(Allocator& allocator);
+/// Allocator::pause for PyTorch: the bytes given back, or -1 with the reason in `why`. Never throws.
+long long pause(Allocator& allocator, bool keep_contents, std::string& why) noexcept;
+/// Allocator::resume: false with the reason in `why` (the device then stays paused). Never throws.
+bool resume(Allocator& allocator, std::string& why) noexcept;
 
 }  // namespace plimsoll::torch_cuda

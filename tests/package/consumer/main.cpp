@@ -3,9 +3,13 @@
 #include <plimsoll/plimsoll.h>
 
 #include <plimsoll/plimsoll.hpp>
+#include <plimsoll/sharing.hpp>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -68,6 +72,33 @@ void use_the_cpp_api() {
   check(stats.frees == 1, "one free counted, got " + std::to_string(stats.frees));
 }
 
+// Everything a process sharing a GPU needs from sharing.hpp, from the installed headers alone: the header names no
+// type that is not installed. The device's own pause and resume too.
+void use_the_sharing_api() {
+  constexpr std::uint64_t kMiB = 1024 * 1024;
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("plimsoll-consumer-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  {
+    plimsoll::Config config;
+    config.log_device_creation = false;
+    plimsoll::Runtime runtime(config);
+    plimsoll::Allocator& device = runtime.device("sim:1GiB");
+    plimsoll::GpuShare share("GPU-00000000-0000-0000-0000-0000c0n5umer", 1024 * kMiB,
+                             plimsoll::parse_share_spec("cuda:0=256MiB:512MiB"), dir.string());
+    const plimsoll::TrimResponder responder(share, plimsoll::allocator_hooks(device), std::chrono::milliseconds(5));
+    void* block = device.allocate(kMiB, "consumer");
+    const auto paused = plimsoll::request_pause(::getpid(), false, std::chrono::seconds(20), dir.string());
+    check(paused.size() == 1 && paused[0].done, "plimsoll pause of this process through the ledger");
+    check(device.paused(), "the device paused by the request");
+    const auto resumed = plimsoll::request_resume(::getpid(), std::chrono::seconds(20), dir.string());
+    check(resumed.size() == 1 && resumed[0].done, "plimsoll resume of this process through the ledger");
+    check(device.owns(block), "the allocation live at its address after resume");
+    device.deallocate(block);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 void use_the_c_abi() {
   plimsoll_device* device = nullptr;
   check(plimsoll_get_device("not-a-device", &device) == PLIMSOLL_INVALID_ARGUMENT,
@@ -81,6 +112,7 @@ void use_the_c_abi() {
 int main() {
   try {
     use_the_cpp_api();
+    use_the_sharing_api();
     use_the_c_abi();
   } catch (const std::exception& error) {
     std::fprintf(stderr, "consumer: FAILED: unexpected exception: %s\n", error.what());

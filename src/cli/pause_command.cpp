@@ -1,0 +1,79 @@
+// `plimsoll pause PID` / `plimsoll resume PID`: give a governed job's GPU memory back without ending it, and map it
+// back (docs/sharing.md, "Pause and resume"). A request through the job's ledger entries, answered by the job.
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "plimsoll/sharing.hpp"
+
+namespace {
+
+struct ControlOptions {
+  int pid = 0;
+  bool keep_contents = false;
+  double timeout_seconds = 5.0;
+  bool json = false;
+  std::string ledger_dir;
+};
+
+void report(const char* action, int pid, const std::vector<plimsoll::ControlOutcome>& outcomes, bool json) {
+  bool all_done = true;
+  nlohmann::json gpus = nlohmann::json::array();
+  for (const plimsoll::ControlOutcome& outcome : outcomes) {
+    all_done = all_done && outcome.done;
+    gpus.push_back({{"uuid", outcome.gpu_uuid}, {"done", outcome.done}, {"message", outcome.message}});
+    if (!json) fmt::print("{} {}: {}\n", outcome.gpu_uuid, outcome.done ? "done" : "refused", outcome.message);
+  }
+  if (json) fmt::print("{}\n", nlohmann::json{{"pid", pid}, {"action", action}, {"done", all_done}, {"gpus", gpus}}.dump(2));
+  std::fflush(stdout);
+  if (!all_done) throw CLI::RuntimeError(1);  // the process's reason is printed above
+}
+
+CLI::App* add_control(CLI::App& app, const char* name, const char* description,
+                      const std::shared_ptr<ControlOptions>& options) {
+  CLI::App* command = app.add_subcommand(name, description);
+  command->add_option("PID", options->pid, "the governed process (as `plimsoll top` lists it)")->required();
+  command->add_option("--timeout", options->timeout_seconds,
+                      "seconds to wait for the process to answer (default 5)")
+      ->check(CLI::Range(0.01, 3600.0));
+  command->add_flag("--json", options->json, "one JSON object: pid, action, done, and each GPU's answer");
+  command->add_option("--ledger-dir", options->ledger_dir,
+                      "where the ledgers are (default $PLIMSOLL_LEDGER_DIR, else /dev/shm)");
+  return command;
+}
+
+std::chrono::milliseconds timeout_of(const ControlOptions& options) {
+  return std::chrono::milliseconds(static_cast<long>(options.timeout_seconds * 1000.0));
+}
+
+std::string dir_of(const ControlOptions& options) {
+  return options.ledger_dir.empty() ? plimsoll::ledger_directory() : options.ledger_dir;
+}
+
+}  // namespace
+
+void add_pause_commands(CLI::App& app) {
+  auto pause_options = std::make_shared<ControlOptions>();
+  CLI::App* pause = add_control(app, "pause", "give a governed job's GPU memory back without ending it",
+                                pause_options);
+  pause->add_flag("--keep-contents", pause_options->keep_contents,
+                  "copy the job's live GPU memory to host memory first, and back on resume");
+  pause->callback([pause_options] {
+    const auto outcomes = plimsoll::request_pause(pause_options->pid, pause_options->keep_contents,
+                                                  timeout_of(*pause_options), dir_of(*pause_options));
+    report("pause", pause_options->pid, outcomes, pause_options->json);
+  });
+  auto resume_options = std::make_shared<ControlOptions>();
+  CLI::App* resume = add_control(app, "resume", "map a paused job's GPU memory back at the same addresses",
+                                 resume_options);
+  resume->callback([resume_options] {
+    const auto outcomes =
+        plimsoll::request_resume(resume_options->pid, timeout_of(*resume_options), dir_of(*resume_options));
+    report("resume", resume_options->pid, outcomes, resume_options->json);
+  });
+}
