@@ -17,6 +17,7 @@
 #include "backings/backing.hpp"
 #include "engine/allocation_observer.hpp"
 #include "engine/heap.hpp"
+#include "engine/plan_follower.hpp"
 #include "engine/stream_order.hpp"
 #include "util/spin_lock.hpp"
 #include "plimsoll/recording.hpp"
@@ -69,6 +70,10 @@ struct Allocator::Impl {
   // then streams are ignored. Declared after heap, which it refers to, so it goes first.
   std::unique_ptr<engine::StreamOrder> streams;
   std::uint64_t peak_live = 0;  // peak in-use bytes, parked blocks not counted (with streams)
+  // Step-aware placement (src/engine/plan_follower.hpp): made at the first step boundary, unless turned off
+  // (set_step_plan) or the device orders reuse by streams; null until then, and the hot paths test the pointer.
+  std::unique_ptr<engine::PlanFollower> plan;
+  bool step_plan_enabled = true;
 
   std::uint64_t allocate(std::size_t bytes, Tag tag) {
     if (observer != nullptr) [[unlikely]] return allocate_recorded(bytes, tag);
@@ -104,7 +109,7 @@ struct Allocator::Impl {
   }
 
   std::uint64_t allocate_unrecorded(std::size_t bytes, Tag tag, bool report_failure = true) {
-    std::uint64_t addr = heap->allocate(bytes, tag);
+    std::uint64_t addr = plan != nullptr ? plan->allocate(bytes, tag) : heap->allocate(bytes, tag);
     if (addr == 0) {
       if (report_failure) ++ooms;
       return 0;
@@ -349,6 +354,7 @@ void Allocator::deallocate(void* ptr) {
   const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
   engine::Heap::Freed freed;
   if (!impl_->heap->deallocate(addr, freed)) impl_->throw_bad_free(addr);
+  if (impl_->plan != nullptr) impl_->plan->freed(addr, freed.size);
   if (impl_->observer != nullptr) impl_->record_free(addr, mapped_before);
   Impl::TagCounter& counter = impl_->tags[freed.tag];
   counter.in_use -= freed.size;
@@ -369,6 +375,21 @@ void Allocator::reset_peaks() {
   impl_->heap->reset_peaks();
   impl_->peak_live = impl_->heap->counters().in_use - impl_->parked_bytes();
   for (Impl::TagCounter& tag : impl_->tags) tag.peak = tag.in_use;
+}
+
+void Allocator::step() {
+  std::lock_guard guard(impl_->lock);
+  if (!impl_->step_plan_enabled || impl_->streams != nullptr) return;
+  if (impl_->plan == nullptr) impl_->plan = std::make_unique<engine::PlanFollower>(*impl_->heap);
+  const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
+  impl_->plan->step_boundary();
+  if (impl_->observer != nullptr) impl_->record_mapping_change(mapped_before);
+}
+
+void Allocator::set_step_plan(bool enabled) {
+  std::lock_guard guard(impl_->lock);
+  impl_->step_plan_enabled = enabled;
+  if (!enabled) impl_->plan.reset();  // planned blocks are ordinary heap blocks: nothing to undo
 }
 
 std::uint64_t Allocator::trim() {
@@ -465,6 +486,7 @@ Stats Allocator::stats() const {
       s.parked_bytes = p.parked_bytes;
     }
     s.tags = impl_->tag_stats();
+    if (impl_->plan != nullptr) s.step_plan = impl_->plan->stats();
   }
   const backings::HostPages pages = impl_->backing->host_pages();  // may scan page tables: outside the lock
   s.committed_bytes = pages.committed_bytes;
@@ -490,6 +512,7 @@ void Allocator::set_policy(const Policy& policy) {
     changed.limit_bytes = static_cast<std::uint64_t>(std::floor(*policy.memory_fraction * static_cast<double>(d.total_bytes)));
   }
   impl_->streams.reset();  // refers to the heap; nothing is parked before the first allocation
+  impl_->plan.reset();     // refers to the heap too; made again at the next step boundary
   impl_->heap.reset();  // gives the old reservation back before taking the new one
   try {
     impl_->heap = std::make_unique<engine::Heap>(*impl_->backing, heap_options(changed));

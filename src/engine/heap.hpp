@@ -10,6 +10,8 @@
 // Not thread-safe: plimsoll::Allocator holds the lock.
 #include <cstdint>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "backings/backing.hpp"
 #include "engine/address_map.hpp"
@@ -34,7 +36,7 @@ struct HeapOptions {
   double growth_factor = 1.1;
 };
 
-enum class HeapFailure { none, limit, device, address_space, too_large };
+enum class HeapFailure { none, limit, device, address_space, too_large, occupied };
 
 struct HeapCounters {
   std::uint64_t in_use = 0;     // rounded bytes of live allocations
@@ -69,6 +71,15 @@ class Heap {
   /// Returns the address, or 0 when the request cannot be met even after giving back cached memory
   /// (last_failure() says why).
   std::uint64_t allocate(std::uint64_t bytes, std::uint16_t tag);
+
+  /// Places the request exactly at addr (step-aware placement, src/engine/plan_follower.hpp): 0, with nothing
+  /// changed, when [addr, addr + round(bytes)) is not inside one free block (HeapFailure::occupied) or its
+  /// missing granules cannot be mapped under the limit, even after giving back cached granules elsewhere.
+  std::uint64_t allocate_at(std::uint64_t addr, std::uint64_t bytes, std::uint16_t tag);
+  /// Makes the free memory under `ranges` ((addr, size) pairs, sorted, disjoint) mapped, giving back cached
+  /// granules outside them first when the limit requires it. False, with nothing mapped, when they cannot all
+  /// be mapped under the limit.
+  bool map_ranges(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges);
 
   struct Freed {
     std::uint64_t size = 0, requested = 0;
@@ -115,6 +126,9 @@ class Heap {
  private:
   BlockIndex allocate_large(std::uint64_t size);
   BlockIndex allocate_small(std::uint64_t size);
+  std::uint64_t finish_allocation(BlockIndex index, std::uint64_t bytes, std::uint16_t tag);
+  BlockIndex free_block_covering(std::uint64_t addr, std::uint64_t size) const;
+  bool map_exactly(std::uint64_t first, std::uint64_t last);
   BlockIndex take(FreeBins& bins, BlockIndex index, std::uint64_t addr, std::uint64_t size);
   struct Placement {
     BlockIndex block = kNoBlock;

@@ -1,0 +1,86 @@
+#include "engine/plan_follower.hpp"
+
+#include <algorithm>
+#include <vector>
+
+namespace plimsoll::engine {
+
+std::uint64_t PlanFollower::allocate(std::uint64_t bytes, std::uint16_t tag) {
+  if (plan_.entries.empty()) {
+    const std::uint64_t addr = heap_.allocate(bytes, tag);
+    if (observing_ && addr != 0) {
+      ++stats_.learning;
+      observation_.allocated(addr, Heap::round(bytes));
+    }
+    return addr;
+  }
+  const std::uint64_t size = Heap::round(bytes);
+  const std::size_t end = std::min(plan_.entries.size(), cursor_ + kLookahead);
+  if (cursor_ >= plan_.entries.size()) return fall_back(bytes, tag, &StepPlanStats::past_plan);
+  std::size_t match = cursor_;
+  while (match < end && plan_.entries[match].size != size) ++match;
+  if (match == end) return fall_back(bytes, tag, &StepPlanStats::not_in_plan);
+  stats_.skipped += match - cursor_;
+  cursor_ = match + 1;
+  if (const std::uint64_t addr = heap_.allocate_at(plan_.entries[match].addr, bytes, tag); addr != 0) {
+    ++stats_.followed;
+    observation_.allocated(addr, size);
+    return addr;
+  }
+  return fall_back(bytes, tag,
+                   heap_.last_failure() == HeapFailure::occupied ? &StepPlanStats::occupied : &StepPlanStats::over_limit);
+}
+
+std::uint64_t PlanFollower::fall_back(std::uint64_t bytes, std::uint16_t tag, std::uint64_t StepPlanStats::*reason) {
+  ++(stats_.*reason);
+  ++step_fallbacks_;
+  const std::uint64_t addr = heap_.allocate(bytes, tag);
+  if (addr != 0) observation_.allocated(addr, Heap::round(bytes));
+  return addr;
+}
+
+void PlanFollower::step_boundary() {
+  ++stats_.steps;
+  if (!observing_) {  // the first boundary: what came before (model building) is not a step
+    observing_ = true;
+    observation_.clear();
+    return;
+  }
+  const bool fell_back = step_fallbacks_ > 0;
+  const bool pack = plan_.entries.empty() || (fell_back && (first_plan_ || previous_step_fell_back_));
+  if (pack && !observation_.requests.empty()) {
+    first_plan_ = plan_.entries.empty() && stats_.plans == 0;
+    build_plan();
+  }
+  previous_step_fell_back_ = fell_back;
+  step_fallbacks_ = 0;
+  cursor_ = 0;
+  observation_.clear();
+}
+
+void PlanFollower::build_plan() {
+  // Memory that was live before the observed step began and still is stays where it is, for the whole step.
+  // Blocks the observed step left behind are not obstacles: the next step frees them (a step's gradients, its
+  // loss) or keeps them (optimizer state made in the first step), and the follower checks which at run time.
+  std::vector<Obstacle> obstacles;
+  heap_.walk([&](const BlockView& block) {
+    if (block.free || block.small) return;
+    if (!block.page && observation_.live.count(block.addr) != 0) return;
+    obstacles.push_back(Obstacle{block.addr, block.size});
+  });
+  observation_.pair_leftovers();
+  StepPlan plan = pack_step(observation_, std::move(obstacles), heap_.base(), heap_.span_bytes());
+  if (plan.entries.empty()) return;  // does not fit the address space: keep what there was
+  plan_ = std::move(plan);
+  ++stats_.plans;
+  stats_.plan_bytes = plan_.footprint == 0 ? 0 : [&] {
+    std::uint64_t lo = UINT64_MAX;
+    for (const StepPlan::Entry& e : plan_.entries) lo = std::min(lo, e.addr);
+    return heap_.base() + plan_.footprint - lo;
+  }();
+  stats_.plan_peak_bytes = plan_.peak_live;
+  // Mapped once here; if the limit does not allow it, planned requests map what they need as they come.
+  heap_.map_ranges(covered_ranges(plan_));
+}
+
+}  // namespace plimsoll::engine

@@ -1,0 +1,65 @@
+#pragma once
+// Step-aware placement, part 2: following a plan (src/engine/step_plan.hpp), and falling back to best fit.
+//
+// Between two step boundaries the follower watches the step (StepObservation). At a boundary it packs the
+// observed step into a plan, maps the plan's ranges once (they then stay mapped: planned memory is reused step
+// after step with no map or unmap), and from then on places each request that matches the plan, in size and in
+// order, at its planned address. Everything else goes to the heap's ordinary best fit, at once:
+//  - a request whose size is not among the next kLookahead planned ones (an extra tensor, another batch, a
+//    data-dependent shape) falls back and leaves the plan's cursor where it is, so the step resynchronises with
+//    the plan at the next request that matches;
+//  - a request that matches a planned one further on skips the ones between (the step did not make them);
+//  - a matched request whose planned range is not wholly free (a block placed there by a fallback, or left by an
+//    earlier step and not freed yet) or cannot be mapped under the limit falls back too.
+// Safety does not rest on the plan being right: the heap places a request at its planned address only when the
+// range lies inside one free block (Heap::allocate_at), so a wrong plan costs memory or speed, never correctness.
+//
+// When to pack again: a plan is packed at the first boundary after an observed step, and packed again from the
+// step just seen when that step fell back although the plan came from the first observed step (the first step of
+// a training job allocates its optimizer state and warm-up buffers, which later steps do not), or when two steps
+// in a row fell back (the workload changed). One odd step (a short last batch) keeps the plan.
+// Not thread-safe: plimsoll::Allocator holds the lock.
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/heap.hpp"
+#include "engine/step_plan.hpp"
+#include "plimsoll/stats.hpp"
+
+namespace plimsoll::engine {
+
+class PlanFollower {
+ public:
+  static constexpr std::size_t kLookahead = 64;
+
+  explicit PlanFollower(Heap& heap) : heap_(heap) {}
+
+  /// Planned placement when the request matches the plan, best fit otherwise; 0 when both fail (heap's
+  /// last_failure() says why).
+  std::uint64_t allocate(std::uint64_t bytes, std::uint16_t tag);
+  /// After the heap freed addr.
+  void freed(std::uint64_t addr, std::uint64_t size) {
+    if (observing_) observation_.freed(addr, size);
+  }
+  /// A training step ended and the next begins.
+  void step_boundary();
+
+  const StepPlanStats& stats() const { return stats_; }
+  const StepPlan& plan() const { return plan_; }
+
+ private:
+  std::uint64_t fall_back(std::uint64_t bytes, std::uint16_t tag, std::uint64_t StepPlanStats::*reason);
+  void build_plan();
+
+  Heap& heap_;
+  StepObservation observation_;
+  bool observing_ = false;  // from the first boundary on
+  StepPlan plan_;           // empty: none active
+  std::size_t cursor_ = 0;  // the next planned request of this step
+  bool first_plan_ = false;          // plan_ was packed from the first observed step
+  std::uint64_t step_fallbacks_ = 0;  // in the step under way
+  bool previous_step_fell_back_ = false;
+  StepPlanStats stats_;
+};
+
+}  // namespace plimsoll::engine
