@@ -22,7 +22,8 @@ struct MemoryUsage {
 /// the next steps out from a plan and places each request that matches it at its planned address.
 struct StepPlanStats {
   std::uint64_t steps = 0;        // step boundaries the device saw (Allocator::step)
-  std::uint64_t plans = 0;        // plans packed (the first after one observed step; again when steps change)
+  std::uint64_t plans = 0;        // plans followed (the first after one observed step; again when steps change)
+  std::uint64_t unfit = 0;        // plans packed but not followed: their ranges could not be mapped under the limit
   std::uint64_t learning = 0;     // requests of an observed step while no plan was active: best fit
   std::uint64_t followed = 0;     // requests placed at their planned address
   // Requests that fell back to best fit, and why:

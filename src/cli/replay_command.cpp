@@ -202,17 +202,17 @@ plimsoll::cli::Table results_table() {
 
 // Requests placed by the plan, of those made while one was active; "-" when no plan was packed.
 std::string planned_cell(const plimsoll::StepPlanStats& plan) {
-  if (plan.plans == 0) return "-";
+  if (plan.plans == 0) return plan.unfit > 0 ? "unfit" : "-";
   return fmt::format("{}/{}", plan.followed, plan.followed + plan.fallbacks());
 }
 
 // Why requests left the plan, for the traces where some did.
 std::string fallback_note(const ReplayResult& result) {
   const plimsoll::StepPlanStats& plan = result.step_plan;
-  return fmt::format("{} ({}): {} plan(s) of {} packed (its step's live peak {}), {} followed, {} fell back: {} not "
-                     "in the plan, {} range still occupied, {} over the limit, {} past the plan's end; {} planned "
-                     "skipped",
-                     std::filesystem::path(result.trace).filename().string(), result.policy, plan.plans,
+  return fmt::format("{} ({}): {} plan(s) followed, {} packed but over the limit; last {} (its step's live peak "
+                     "{}); {} followed, {} fell back: {} not in the plan, {} range still occupied, {} over the limit, "
+                     "{} past the plan's end; {} planned skipped",
+                     std::filesystem::path(result.trace).filename().string(), result.policy, plan.plans, plan.unfit,
                      plimsoll::format_size(plan.plan_bytes), plimsoll::format_size(plan.plan_peak_bytes),
                      plan.followed, plan.fallbacks(), plan.not_in_plan, plan.occupied, plan.over_limit,
                      plan.past_plan, plan.skipped);
@@ -319,7 +319,7 @@ void run_replay(const ReplayArgs& args) {
         continue;
       }
       table.add_row(table_row(result));
-      if (result.step_plan.plans > 0) plan_notes.push_back(fallback_note(result));
+      if (result.step_plan.plans + result.step_plan.unfit > 0) plan_notes.push_back(fallback_note(result));
       add_to_summary(summaries, result);
       if (result.oom) out_of_memory.push_back(std::move(result));
     }

@@ -74,7 +74,8 @@ class Heap {
 
   /// Places the request exactly at addr (step-aware placement, src/engine/plan_follower.hpp): 0, with nothing
   /// changed, when [addr, addr + round(bytes)) is not inside one free block (HeapFailure::occupied) or its
-  /// missing granules cannot be mapped under the limit, even after giving back cached granules elsewhere.
+  /// missing granules cannot be mapped under the limit (HeapFailure::limit; cached granules elsewhere are not
+  /// given back for it: the caller falls back to allocate(), which may).
   std::uint64_t allocate_at(std::uint64_t addr, std::uint64_t bytes, std::uint16_t tag);
   /// Makes the free memory under `ranges` ((addr, size) pairs, sorted, disjoint) mapped, giving back cached
   /// granules outside them first when the limit requires it. False, with nothing mapped, when they cannot all

@@ -52,9 +52,10 @@ std::uint64_t Heap::allocate_at(std::uint64_t addr, std::uint64_t bytes, std::ui
   const std::uint64_t first = granules_.first_covering(addr);
   const std::uint64_t last = granules_.end_covering(addr, size);
   const std::uint64_t missing = granules_.count_unmapped(first, last) * granules_.granule();
+  // Under the limit only, never by giving back cached granules: those were mapped for requests that fell back
+  // and will likely come again, and unmapping them here would map and unmap every step. Best fit takes over.
   if (missing > 0) {
-    const Placement placement{block, addr};
-    if (granules_.mapped_bytes() + missing > options_.limit && !release_cached_outside(placement, size)) {
+    if (granules_.mapped_bytes() + missing > options_.limit) {
       failure_ = HeapFailure::limit;
       return 0;
     }

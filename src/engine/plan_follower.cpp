@@ -1,6 +1,7 @@
 #include "engine/plan_follower.hpp"
 
 #include <algorithm>
+#include <unordered_set>
 #include <vector>
 
 namespace plimsoll::engine {
@@ -49,7 +50,7 @@ void PlanFollower::step_boundary() {
   const bool fell_back = step_fallbacks_ > 0;
   const bool pack = plan_.entries.empty() || (fell_back && (first_plan_ || previous_step_fell_back_));
   if (pack && !observation_.requests.empty()) {
-    first_plan_ = plan_.entries.empty() && stats_.plans == 0;
+    first_plan_ = stats_.plans + stats_.unfit == 0;
     build_plan();
   }
   previous_step_fell_back_ = fell_back;
@@ -63,14 +64,31 @@ void PlanFollower::build_plan() {
   // Blocks the observed step left behind are not obstacles: the next step frees them (a step's gradients, its
   // loss) or keeps them (optimizer state made in the first step), and the follower checks which at run time.
   std::vector<Obstacle> obstacles;
+  std::unordered_set<std::uint64_t> in_pages;  // leftovers inside small pages: the plan cannot reuse their place
   heap_.walk([&](const BlockView& block) {
-    if (block.free || block.small) return;
+    if (block.free) return;
+    if (block.small) {
+      in_pages.insert(block.addr);
+      return;
+    }
     if (!block.page && observation_.live.count(block.addr) != 0) return;
     obstacles.push_back(Obstacle{block.addr, block.size});
   });
   observation_.pair_leftovers();
+  // A leftover in a small page stays there (the page is an obstacle); its next copy gets a place of its own,
+  // still reserved over [0, held_until) for the copy after it.
+  for (StepObservation::Request& request : observation_.requests)
+    if (request.pinned != 0 && in_pages.count(request.pinned) != 0) request.pinned = 0;
   StepPlan plan = pack_step(observation_, std::move(obstacles), heap_.base(), heap_.span_bytes());
   if (plan.entries.empty()) return;  // does not fit the address space: keep what there was
+  // Mapped once, here. A plan whose ranges cannot all be mapped under the limit is not followed: half a plan
+  // would scatter planned blocks through the space best fit needs for the rest. The next step runs best fit,
+  // is observed, and is packed again (with its leftovers paired, the next plan is usually smaller).
+  if (!heap_.map_ranges(covered_ranges(plan))) {
+    ++stats_.unfit;
+    plan_ = StepPlan{};
+    return;
+  }
   plan_ = std::move(plan);
   ++stats_.plans;
   stats_.plan_bytes = plan_.footprint == 0 ? 0 : [&] {
@@ -79,8 +97,6 @@ void PlanFollower::build_plan() {
     return heap_.base() + plan_.footprint - lo;
   }();
   stats_.plan_peak_bytes = plan_.peak_live;
-  // Mapped once here; if the limit does not allow it, planned requests map what they need as they come.
-  heap_.map_ranges(covered_ranges(plan_));
 }
 
 }  // namespace plimsoll::engine

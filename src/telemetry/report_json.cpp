@@ -85,7 +85,7 @@ std::string replay_result_json(const ReplayResult& result) {
   line["steady_maps"] = result.steady_maps;
   line["steady_unmaps"] = result.steady_unmaps;
   const StepPlanStats& plan = result.step_plan;
-  line["step_plan"] = {{"steps", plan.steps},         {"plans", plan.plans},
+  line["step_plan"] = {{"steps", plan.steps},         {"plans", plan.plans}, {"unfit", plan.unfit},
                        {"learning", plan.learning},   {"followed", plan.followed},
                        {"fallbacks", plan.fallbacks()}, {"not_in_plan", plan.not_in_plan},
                        {"occupied", plan.occupied},   {"over_limit", plan.over_limit},
