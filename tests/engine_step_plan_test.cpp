@@ -16,6 +16,7 @@
 #include "engine_heap_checker.hpp"
 #include "plimsoll/allocator.hpp"
 #include "plimsoll/device.hpp"
+#include "plimsoll/recording.hpp"
 #include "plimsoll/runtime.hpp"
 
 namespace plimsoll::engine {
@@ -436,6 +437,26 @@ TEST(EngineStepPlan, AllocatorStepsReportPlannedRequests) {
       EXPECT_EQ(stats.followed, 0u);
     }
   }
+}
+
+// plimsoll::step() reaches every device, with no recording open: the mode is on by default.
+TEST(EngineStepPlan, PlimsollStepReachesEveryDevice) {
+  Config config;
+  config.log_device_creation = false;
+  Runtime runtime(config);
+  Allocator& first = runtime.device("sim:1GiB");
+  Allocator& second = runtime.device("sim:2GiB");
+  const std::uint64_t before = first.stats().step_plan.steps;
+  for (int s = 0; s < 3; ++s) {
+    plimsoll::step();
+    void* a = first.allocate(3 * MiB);
+    void* b = second.allocate(5 * MiB);
+    first.deallocate(a);
+    second.deallocate(b);
+  }
+  EXPECT_EQ(first.stats().step_plan.steps - before, 3u);
+  EXPECT_EQ(second.stats().step_plan.steps, 3u);
+  EXPECT_EQ(second.stats().step_plan.followed, 2u) << "step 1 observed and packed, steps 2 and 3 follow it";
 }
 
 }  // namespace

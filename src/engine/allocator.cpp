@@ -18,6 +18,7 @@
 #include "engine/allocation_observer.hpp"
 #include "engine/heap.hpp"
 #include "engine/plan_follower.hpp"
+#include "engine/step_listeners.hpp"
 #include "engine/stream_order.hpp"
 #include "util/spin_lock.hpp"
 #include "plimsoll/recording.hpp"
@@ -263,9 +264,11 @@ Allocator::Allocator(DeviceDescription description, std::unique_ptr<backings::Ba
   impl_->heap = std::make_unique<engine::Heap>(*impl_->backing, heap_options(impl_->description));
   if (backings::StreamEvents* events = impl_->backing->stream_events())
     impl_->streams = std::make_unique<engine::StreamOrder>(*impl_->heap, *events);
+  engine::listen_for_steps(this);
 }
 
 Allocator::~Allocator() {
+  engine::stop_listening_for_steps(this);
   if (impl_->streams == nullptr) return;
   std::unique_lock guard(impl_->lock);
   impl_->wait_for_parked(guard);
