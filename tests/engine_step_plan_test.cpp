@@ -105,6 +105,38 @@ TEST(EngineStepPlan, PairsLeftoversWithTheFreesOfTheirPreviousCopies) {
   EXPECT_EQ(step.requests[0].pinned, 0u);
 }
 
+TEST(EngineStepPlan, LeftoversBecomeObstaclesUntilTheirPreviousCopyIsFreed) {
+  StepObservation step;
+  step.freed(0xA000, 2 * MiB);        // tick 0: the previous step's gradient
+  step.allocated(0x100000, 1 * MiB);  // tick 1
+  step.allocated(0x200000, 2 * MiB);  // tick 2: this step's gradient
+  step.freed(0x100000, 1 * MiB);      // tick 3
+  step.allocated(0x400000, 3 * MiB);  // tick 4: optimizer state
+  const std::vector<Obstacle> obstacles = step.leftovers_as_obstacles();
+  ASSERT_EQ(obstacles.size(), 2u);
+  EXPECT_EQ(obstacles[0].addr, 0x200000u);
+  EXPECT_EQ(obstacles[0].until, 0u) << "its pair was freed at tick 0: in the next step it is gone from the start";
+  EXPECT_EQ(obstacles[1].addr, 0x400000u);
+  EXPECT_EQ(obstacles[1].until, UINT32_MAX) << "unpaired: an obstacle for the whole step";
+  EXPECT_EQ(step.requests[1].pinned, 0u);
+  EXPECT_EQ(step.requests[1].held_until, 0u);
+  EXPECT_EQ(step.requests[2].held_until, 0u);
+  // An obstacle until tick 3 keeps out what is born before it, not what comes after.
+  StepObservation next;
+  next.allocated(0x1, 1 * MiB);  // tick 0
+  next.freed(0x1, 1 * MiB);      // tick 1
+  next.allocated(0x2, 1 * MiB);  // tick 2
+  next.freed(0x2, 1 * MiB);      // tick 3
+  next.allocated(0x3, 1 * MiB);  // tick 4
+  next.freed(0x3, 1 * MiB);      // tick 5
+  const std::uint64_t base = 1ull << 30;
+  const std::vector<Obstacle> early{{base, 1 * MiB, 3}};
+  const StepPlan plan = pack_step(next, early, base, 64 * MiB);
+  EXPECT_NE(plan.entries[0].addr, base);
+  EXPECT_NE(plan.entries[1].addr, base);
+  EXPECT_EQ(plan.entries[2].addr, base) << "born at tick 4, after the obstacle's tick 3";
+}
+
 TEST(EngineStepPlan, RandomStepsPackValidly) {
   std::mt19937_64 random(7);
   for (int round = 0; round < 40; ++round) {

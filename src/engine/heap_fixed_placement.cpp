@@ -76,8 +76,16 @@ bool Heap::map_ranges(const std::vector<std::pair<std::uint64_t, std::uint64_t>>
     }
   }
   if (granules_.mapped_bytes() + missing > options_.limit) {
-    // Give back cached granules (whole granules in free blocks) that no range needs, as few as will do.
+    // Give back cached granules (whole granules in free blocks) that no range needs, as few as will do; none
+    // when that would not be enough.
     if (options_.preallocate) return false;
+    std::uint64_t spare = 0;
+    large_bins_.for_each(blocks_, [&](BlockIndex index) {
+      const Block& block = blocks_[index];
+      for (std::uint64_t g = granules_.first_inside(block.addr); g < granules_.end_inside(block.addr, block.size); ++g)
+        if (!wanted[g] && granules_.is_mapped(g)) spare += granules_.granule();
+    });
+    if (granules_.mapped_bytes() + missing - spare > options_.limit) return false;
     large_bins_.for_each(blocks_, [&](BlockIndex index) {
       const Block& block = blocks_[index];
       const std::uint64_t lo = granules_.first_inside(block.addr);

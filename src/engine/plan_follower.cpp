@@ -61,8 +61,6 @@ void PlanFollower::step_boundary() {
 
 void PlanFollower::build_plan() {
   // Memory that was live before the observed step began and still is stays where it is, for the whole step.
-  // Blocks the observed step left behind are not obstacles: the next step frees them (a step's gradients, its
-  // loss) or keeps them (optimizer state made in the first step), and the follower checks which at run time.
   std::vector<Obstacle> obstacles;
   std::unordered_set<std::uint64_t> in_pages;  // leftovers inside small pages: the plan cannot reuse their place
   heap_.walk([&](const BlockView& block) {
@@ -74,11 +72,10 @@ void PlanFollower::build_plan() {
     if (!block.page && observation_.live.count(block.addr) != 0) return;
     obstacles.push_back(Obstacle{block.addr, block.size});
   });
-  observation_.pair_leftovers();
-  // A leftover in a small page stays there (the page is an obstacle); its next copy gets a place of its own,
-  // still reserved over [0, held_until) for the copy after it.
-  for (StepObservation::Request& request : observation_.requests)
-    if (request.pinned != 0 && in_pages.count(request.pinned) != 0) request.pinned = 0;
+  // The step's leftovers stay where they are until their pair's free (StepObservation::leftovers_as_obstacles);
+  // those in small pages are covered by their page.
+  for (const Obstacle& o : observation_.leftovers_as_obstacles())
+    if (in_pages.count(o.addr) == 0) obstacles.push_back(o);
   StepPlan plan = pack_step(observation_, std::move(obstacles), heap_.base(), heap_.span_bytes());
   if (plan.entries.empty()) return;  // does not fit the address space: keep what there was
   // Mapped once, here. A plan whose ranges cannot all be mapped under the limit is not followed: half a plan

@@ -2,9 +2,12 @@
 // Step-aware placement, part 2: following a plan (src/engine/step_plan.hpp), and falling back to best fit.
 //
 // Between two step boundaries the follower watches the step (StepObservation). At a boundary it packs the
-// observed step into a plan, maps the plan's ranges once (they then stay mapped: planned memory is reused step
-// after step with no map or unmap), and from then on places each request that matches the plan, in size and in
-// order, at its planned address. Everything else goes to the heap's ordinary best fit, at once:
+// observed step into a plan around what stays live (memory older than the step for the whole step; the step's
+// leftovers until the tick their previous copies were freed in it, or the whole step when that is unknown),
+// maps the plan's ranges once (they then stay mapped: planned memory is reused step after step with no map or
+// unmap), and from then on places each request that matches the plan, in size and in order, at its planned
+// address. A plan whose ranges cannot be mapped under the limit is not followed (StepPlanStats::unfit): the
+// next step runs best fit and is packed again. Everything that does not match goes to best fit, at once:
 //  - a request whose size is not among the next kLookahead planned ones (an extra tensor, another batch, a
 //    data-dependent shape) falls back and leaves the plan's cursor where it is, so the step resynchronises with
 //    the plan at the next request that matches;
@@ -14,10 +17,10 @@
 // Safety does not rest on the plan being right: the heap places a request at its planned address only when the
 // range lies inside one free block (Heap::allocate_at), so a wrong plan costs memory or speed, never correctness.
 //
-// When to pack again: a plan is packed at the first boundary after an observed step, and packed again from the
-// step just seen when that step fell back although the plan came from the first observed step (the first step of
-// a training job allocates its optimizer state and warm-up buffers, which later steps do not), or when two steps
-// in a row fell back (the workload changed). One odd step (a short last batch) keeps the plan.
+// When to pack again: at every boundary while no plan is followed; then from the step just seen when that step
+// fell back although the plan came from the first observed step (the first step of a training job allocates its
+// optimizer state and warm-up buffers, which later steps do not, and its leftovers cannot be paired yet), or when
+// two steps in a row fell back (the workload changed). One odd step (a short last batch) keeps the plan.
 // Not thread-safe: plimsoll::Allocator holds the lock.
 #include <cstddef>
 #include <cstdint>

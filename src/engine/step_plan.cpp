@@ -39,6 +39,19 @@ void StepObservation::pair_leftovers() {
   }
 }
 
+std::vector<Obstacle> StepObservation::leftovers_as_obstacles() {
+  pair_leftovers();
+  std::vector<Obstacle> obstacles;
+  for (Request& request : requests) {
+    if (request.pinned == 0) continue;
+    const bool paired = request.held_until < ticks;
+    obstacles.push_back(Obstacle{request.pinned, request.size, paired ? request.held_until : UINT32_MAX});
+    request.pinned = 0;
+    if (!paired) request.held_until = 0;
+  }
+  return obstacles;
+}
+
 void StepObservation::clear() {
   requests.clear();
   older_frees.clear();
@@ -83,9 +96,13 @@ StepPlan pack_step(const StepObservation& step, std::vector<Obstacle> obstacles,
     return a < b;
   });
 
-  std::vector<Interval> fixed;
+  std::vector<Interval> fixed;  // obstacles for the whole step
+  std::vector<const Obstacle*> early;  // obstacles until a tick
   fixed.reserve(obstacles.size());
-  for (const Obstacle& o : obstacles) fixed.push_back({o.addr, o.addr + o.size});
+  for (const Obstacle& o : obstacles) {
+    if (o.until >= step.ticks) fixed.push_back({o.addr, o.addr + o.size});
+    else if (o.until > 0) early.push_back(&o);
+  }
 
   StepPlan plan;
   plan.entries.resize(n);
@@ -103,6 +120,9 @@ StepPlan pack_step(const StepObservation& step, std::vector<Obstacle> obstacles,
       continue;
     }
     taken.assign(fixed.begin(), fixed.end());
+    const std::uint32_t held = request.died == StepObservation::kOutlives ? request.held_until : 0;
+    for (const Obstacle* o : early)
+      if (request.born < o->until || held > 0) taken.push_back({o->addr, o->addr + o->size});
     for (const std::uint32_t j : placed) {
       if (lifetimes_overlap(request, end_of_life, step.requests[j], died(j)))
         taken.push_back({plan.entries[j].addr, plan.entries[j].addr + plan.entries[j].size});

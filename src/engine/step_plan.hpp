@@ -12,6 +12,13 @@
 
 namespace plimsoll::engine {
 
+/// A range of addresses the plan must leave alone for the whole step: memory live before the observed step
+/// began (weights, optimizer state, small pages), which the step does not free.
+struct Obstacle {
+  std::uint64_t addr = 0, size = 0;
+  std::uint32_t until = UINT32_MAX;  // in the range [0, until) of the step's ticks; past its end: the whole step
+};
+
 /// One step as the allocator saw it: each allocation, in order, with its lifetime in the step's own clock
 /// (one tick per allocation or free), and the frees of blocks older than the step.
 /// Invariants:
@@ -49,14 +56,13 @@ struct StepObservation {
   /// without a pair (the first observed step, whose leftovers are gradients and optimizer state alike) keeps its
   /// range for the whole step: held_until = ticks.
   void pair_leftovers();
+  /// The other way to carry leftovers into the plan: each stays where it is, an obstacle only until the tick its
+  /// pair is freed (the whole step when unpaired), and its next copy is placed by the packer like any request,
+  /// with [0, held_until) reserved for the copy after it (0 when unpaired). Returns those obstacles.
+  std::vector<Obstacle> leftovers_as_obstacles();
   void clear();
 };
 
-/// A range of addresses the plan must leave alone for the whole step: memory live before the observed step
-/// began (weights, optimizer state, small pages), which the step does not free.
-struct Obstacle {
-  std::uint64_t addr = 0, size = 0;
-};
 
 /// The packed step.
 /// Invariants (checked by pack_step's callers in tests/engine_step_plan_test.cpp, and relied on by the follower):
