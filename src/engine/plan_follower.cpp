@@ -49,7 +49,7 @@ void PlanFollower::step_boundary() {
   }
   const bool fell_back = step_fallbacks_ > 0;
   const bool pack = plan_.entries.empty() || (fell_back && (first_plan_ || previous_step_fell_back_));
-  if (pack && !observation_.requests.empty()) {
+  if (pack && !observation_.requests.empty() && stats_.steps >= next_try_) {
     first_plan_ = stats_.plans + stats_.unfit == 0;
     build_plan();
   }
@@ -84,6 +84,9 @@ void PlanFollower::build_plan() {
   if (!heap_.map_ranges(covered_ranges(plan))) {
     ++stats_.unfit;
     plan_ = StepPlan{};
+    // Packing costs O(requests^2) at the boundary: after plans that did not fit, try again after 1, 3, 7, ...
+    // boundaries rather than at every one.
+    next_try_ = stats_.steps + (std::uint64_t{1} << std::min<std::uint64_t>(stats_.unfit, 10)) - 1;
     return;
   }
   plan_ = std::move(plan);

@@ -62,6 +62,7 @@ class PlanFollower {
   bool first_plan_ = false;          // plan_ was packed from the first observed step
   std::uint64_t step_fallbacks_ = 0;  // in the step under way
   bool previous_step_fell_back_ = false;
+  std::uint64_t next_try_ = 0;  // the boundary (stats_.steps) from which packing is tried again after unfit plans
   StepPlanStats stats_;
 };
 
