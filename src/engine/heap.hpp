@@ -76,7 +76,9 @@ class Heap {
   /// changed, when [addr, addr + round(bytes)) is not inside one free block (HeapFailure::occupied) or its
   /// missing granules cannot be mapped under the limit (HeapFailure::limit; cached granules elsewhere are not
   /// given back for it: the caller falls back to allocate(), which may).
-  std::uint64_t allocate_at(std::uint64_t addr, std::uint64_t bytes, std::uint16_t tag);
+  /// `hint`: the address of a live allocation below addr, near it (0: none), where the search for addr's free
+  /// block starts; without one it walks the span from its start.
+  std::uint64_t allocate_at(std::uint64_t addr, std::uint64_t bytes, std::uint16_t tag, std::uint64_t hint = 0);
   /// Makes the free memory under `ranges` ((addr, size) pairs, sorted, disjoint) mapped, giving back cached
   /// granules outside them first when the limit requires it. False, with nothing mapped, when they cannot all
   /// be mapped under the limit.
@@ -128,7 +130,7 @@ class Heap {
   BlockIndex allocate_large(std::uint64_t size);
   BlockIndex allocate_small(std::uint64_t size);
   std::uint64_t finish_allocation(BlockIndex index, std::uint64_t bytes, std::uint16_t tag);
-  BlockIndex free_block_covering(std::uint64_t addr, std::uint64_t size) const;
+  BlockIndex free_block_covering(std::uint64_t addr, std::uint64_t size, std::uint64_t hint) const;
   bool map_exactly(std::uint64_t first, std::uint64_t last);
   BlockIndex take(FreeBins& bins, BlockIndex index, std::uint64_t addr, std::uint64_t size);
   struct Placement {

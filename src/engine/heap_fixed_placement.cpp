@@ -8,9 +8,12 @@
 
 namespace plimsoll::engine {
 
-// Walks the span's blocks in address order: O(blocks), done only for planned requests.
-BlockIndex Heap::free_block_covering(std::uint64_t addr, std::uint64_t size) const {
-  for (BlockIndex i = first_block_; i != kNoBlock; i = blocks_[i].next) {
+// Walks the span's blocks in address order from the hint's block (a live large block below addr), or from the
+// span's start: O(blocks between them), done only for planned requests.
+BlockIndex Heap::free_block_covering(std::uint64_t addr, std::uint64_t size, std::uint64_t hint) const {
+  BlockIndex start = hint != 0 && hint < addr ? live_.find(hint) : kNoBlock;
+  if (start == kNoBlock || blocks_[start].small) start = first_block_;
+  for (BlockIndex i = start; i != kNoBlock; i = blocks_[i].next) {
     const Block& block = blocks_[i];
     if (block.addr + block.size <= addr) continue;
     if (!block.free || block.addr > addr || addr + size > block.addr + block.size) return kNoBlock;
@@ -37,14 +40,14 @@ bool Heap::map_exactly(std::uint64_t first, std::uint64_t last) {
   return true;
 }
 
-std::uint64_t Heap::allocate_at(std::uint64_t addr, std::uint64_t bytes, std::uint16_t tag) {
+std::uint64_t Heap::allocate_at(std::uint64_t addr, std::uint64_t bytes, std::uint16_t tag, std::uint64_t hint) {
   failure_ = HeapFailure::none;
   const std::uint64_t size = round(bytes);
   if (bytes > span_bytes_ || addr < base_ || addr + size > base_ + span_bytes_ || addr % kQuantum != 0) {
     failure_ = HeapFailure::occupied;
     return 0;
   }
-  const BlockIndex block = free_block_covering(addr, size);
+  const BlockIndex block = free_block_covering(addr, size, hint);
   if (block == kNoBlock) {
     failure_ = HeapFailure::occupied;
     return 0;

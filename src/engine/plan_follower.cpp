@@ -23,7 +23,15 @@ std::uint64_t PlanFollower::allocate(std::uint64_t bytes, std::uint16_t tag) {
   if (match == end) return fall_back(bytes, tag, &StepPlanStats::not_in_plan);
   stats_.skipped += match - cursor_;
   cursor_ = match + 1;
-  if (const std::uint64_t addr = heap_.allocate_at(plan_.entries[match].addr, bytes, tag); addr != 0) {
+  std::uint64_t hint = 0;
+  for (const std::uint32_t j : plan_.below[match]) {
+    if (j == UINT32_MAX) break;
+    if (heap_.find_live(plan_.entries[j].addr)) {
+      hint = plan_.entries[j].addr;
+      break;
+    }
+  }
+  if (const std::uint64_t addr = heap_.allocate_at(plan_.entries[match].addr, bytes, tag, hint); addr != 0) {
     ++stats_.followed;
     observation_.allocated(addr, size);
     return addr;

@@ -149,6 +149,22 @@ StepPlan pack_step(const StepObservation& step, std::vector<Obstacle> obstacles,
     placed.push_back(i);
   }
 
+  // Nearest entries below each one, for the follower's search hints.
+  std::vector<std::uint32_t> by_addr(n);
+  std::iota(by_addr.begin(), by_addr.end(), 0u);
+  std::sort(by_addr.begin(), by_addr.end(),
+            [&](std::uint32_t a, std::uint32_t b) { return plan.entries[a].addr < plan.entries[b].addr; });
+  plan.below.assign(n, {});
+  for (auto& slots : plan.below) slots.fill(UINT32_MAX);
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::uint32_t i = by_addr[k];
+    std::size_t found = 0;
+    for (std::size_t back = k; back > 0 && found < StepPlan::kNeighbours; --back) {
+      const std::uint32_t j = by_addr[back - 1];
+      if (plan.entries[j].addr + plan.entries[j].size <= plan.entries[i].addr) plan.below[i][found++] = j;
+    }
+  }
+
   // The step's own peak: births add, deaths take away, in tick order.
   std::vector<std::pair<std::uint32_t, std::int64_t>> changes;
   changes.reserve(2 * n);

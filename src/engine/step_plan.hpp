@@ -5,6 +5,8 @@
 // lifetimes), the next steps can be laid out in advance, as static-graph memory planners lay out a graph: every
 // request gets a fixed address, chosen so that requests alive at the same time never share bytes and the whole
 // step fits in little more than its peak of live bytes. src/engine/plan_follower.hpp places requests by this plan.
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <unordered_map>
 #include <utility>
@@ -78,6 +80,10 @@ struct StepPlan {
     std::uint64_t addr = 0;
   };
   std::vector<Entry> entries;
+  /// For each entry, up to kNeighbours entries that end at or below its address, nearest first: when one of them
+  /// is live, the heap's search for the entry's free block starts there (Heap::allocate_at's hint).
+  static constexpr std::size_t kNeighbours = 4;
+  std::vector<std::array<std::uint32_t, kNeighbours>> below;
   std::uint64_t footprint = 0;
   std::uint64_t peak_live = 0;  // the observed step's own peak of live bytes (outliving requests included)
 };
