@@ -11,7 +11,7 @@ std::uint64_t PlanFollower::allocate(std::uint64_t bytes, std::uint16_t tag) {
     const std::uint64_t addr = heap_.allocate(bytes, tag);
     if (observing_ && addr != 0) {
       ++stats_.learning;
-      observation_.allocated(addr, Heap::round(bytes));
+      observe(addr, Heap::round(bytes));
     }
     return addr;
   }
@@ -33,7 +33,7 @@ std::uint64_t PlanFollower::allocate(std::uint64_t bytes, std::uint16_t tag) {
   }
   if (const std::uint64_t addr = heap_.allocate_at(plan_.entries[match].addr, bytes, tag, hint); addr != 0) {
     ++stats_.followed;
-    observation_.allocated(addr, size);
+    observe(addr, size);
     return addr;
   }
   return fall_back(bytes, tag,
@@ -44,15 +44,26 @@ std::uint64_t PlanFollower::fall_back(std::uint64_t bytes, std::uint16_t tag, st
   ++(stats_.*reason);
   ++step_fallbacks_;
   const std::uint64_t addr = heap_.allocate(bytes, tag);
-  if (addr != 0) observation_.allocated(addr, Heap::round(bytes));
+  if (addr != 0) observe(addr, Heap::round(bytes));
   return addr;
+}
+
+void PlanFollower::observe(std::uint64_t addr, std::uint64_t size) {
+  if (!observing_) return;
+  if (observation_.requests.size() >= kMaxStepRequests) {  // not a training step: stop watching until the next
+    observation_.clear();
+    observing_ = false;
+    return;
+  }
+  observation_.allocated(addr, size);
 }
 
 void PlanFollower::step_boundary() {
   ++stats_.steps;
-  if (!observing_) {  // the first boundary: what came before (model building) is not a step
+  if (!observing_) {  // the first boundary (what came before, model building, is not a step), or a step too long
     observing_ = true;
     observation_.clear();
+    cursor_ = 0;
     return;
   }
   const bool fell_back = step_fallbacks_ > 0;

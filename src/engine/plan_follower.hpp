@@ -34,6 +34,9 @@ namespace plimsoll::engine {
 class PlanFollower {
  public:
   static constexpr std::size_t kLookahead = 64;
+  // A "step" with more requests than this is not one (a program that called plimsoll::step() once and runs on):
+  // the follower stops recording it, so its memory stays bounded, and starts again at the next boundary.
+  static constexpr std::size_t kMaxStepRequests = std::size_t{1} << 20;
 
   explicit PlanFollower(Heap& heap) : heap_(heap) {}
 
@@ -52,11 +55,12 @@ class PlanFollower {
 
  private:
   std::uint64_t fall_back(std::uint64_t bytes, std::uint16_t tag, std::uint64_t StepPlanStats::*reason);
+  void observe(std::uint64_t addr, std::uint64_t size);
   void build_plan();
 
   Heap& heap_;
   StepObservation observation_;
-  bool observing_ = false;  // from the first boundary on
+  bool observing_ = false;  // from the first boundary on, but for the rest of a step too long to be one
   StepPlan plan_;           // empty: none active
   std::size_t cursor_ = 0;  // the next planned request of this step
   bool first_plan_ = false;          // plan_ was packed from the first observed step
