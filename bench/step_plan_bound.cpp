@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -92,7 +93,8 @@ int main(int argc, char** argv) {
       }
       const Bound b = bound_of(trace, step_index);
       const std::uint64_t total = granules(b.kept) + granules(b.footprint);
-      fmt::print("| {} | {} | {} | {} | {:.3f} | {} | {} | {} | {:.3f} |\n", trace.origin, step_index,
+      fmt::print("| {} | {} | {} | {} | {:.3f} | {} | {} | {} | {:.3f} |\n",
+                 std::filesystem::path(trace.origin).filename().string(), step_index,
                  plimsoll::format_size(b.step_peak), plimsoll::format_size(b.footprint),
                  b.step_peak == 0 ? 0.0 : static_cast<double>(b.footprint) / static_cast<double>(b.step_peak),
                  plimsoll::format_size(b.kept), plimsoll::format_size(total), plimsoll::format_size(b.trace_peak),
