@@ -35,7 +35,10 @@ std::string write_temp(const std::string& name, const std::string& text) {
 
 const std::set<std::string> kJsonKeys = {
     "trace",         "device", "policy", "steps", "steps_from", "peak_live_bytes", "peak_in_use_bytes",
-    "peak_reserved_bytes", "reserved_over_live", "maps", "unmaps", "steady_maps", "steady_unmaps", "oom", "oom_event", "ops", "ns_per_op"};
+    "peak_reserved_bytes", "reserved_over_live", "maps", "unmaps", "steady_maps", "steady_unmaps", "step_plan", "oom", "oom_event", "ops", "ns_per_op"};
+const std::set<std::string> kStepPlanKeys = {"steps",   "plans",       "unfit",    "learning",  "followed",
+                                             "fallbacks", "not_in_plan", "occupied", "over_limit", "past_plan",
+                                             "skipped", "plan_bytes",  "plan_peak_bytes"};
 
 TEST(CliReplay, JsonHasOneLinePerPolicyWithExactlyTheDocumentedKeys) {
   const std::string gpt = trace_path("gpt-6-512-b8.trace");
@@ -50,6 +53,13 @@ TEST(CliReplay, JsonHasOneLinePerPolicyWithExactlyTheDocumentedKeys) {
     std::set<std::string> keys;
     for (const auto& item : row.items()) keys.insert(item.key());
     EXPECT_EQ(keys, kJsonKeys);
+    std::set<std::string> plan_keys;
+    for (const auto& item : row["step_plan"].items()) plan_keys.insert(item.key());
+    EXPECT_EQ(plan_keys, kStepPlanKeys);
+    // gpt-6-512-b8 has three marked steps: the first is observed, the next two placed by the plan, mostly.
+    EXPECT_EQ(row["step_plan"]["steps"].get<std::uint64_t>(), 3u);
+    EXPECT_GE(row["step_plan"]["plans"].get<std::uint64_t>(), 1u);
+    EXPECT_GT(row["step_plan"]["followed"].get<std::uint64_t>(), row["step_plan"]["fallbacks"].get<std::uint64_t>());
 
     EXPECT_EQ(row["trace"], gpt);
     EXPECT_EQ(row["device"], "sim:16GiB");
@@ -104,7 +114,9 @@ TEST(CliReplay, TableHasARowPerTraceAndPolicy) {
                            trace_path("resnet18-b128-sgd.trace") + " --compare on_demand,preallocate");
   ASSERT_EQ(run.status, 0) << run.err;
   const std::vector<std::string> lines = lines_of(run.out);
-  ASSERT_EQ(lines.size(), 9u) << run.out;  // header, rule, 2 traces x 2 policies, blank, a summary per policy
+  // header, rule, 2 traces x 2 policies, blank, step-aware placement: a title and a line per run, blank, a summary
+  // per policy
+  ASSERT_EQ(lines.size(), 15u) << run.out;
   EXPECT_THAT(lines[0], StartsWith("trace"));
   EXPECT_THAT(lines[0], HasSubstr("reserved/live"));
   EXPECT_THAT(lines[0], HasSubstr("steady maps"));
@@ -114,8 +126,20 @@ TEST(CliReplay, TableHasARowPerTraceAndPolicy) {
   EXPECT_THAT(lines[4], StartsWith("resnet18-b128-sgd.trace"));
   EXPECT_THAT(lines[2], HasSubstr("1.19 GiB"));  // 1280932064 bytes of peak live
   EXPECT_THAT(lines[2], HasSubstr(" no "));
-  EXPECT_THAT(lines[7], StartsWith("on_demand: 2 traces"));
-  EXPECT_THAT(lines[8], StartsWith("preallocate: 2 traces"));
+  EXPECT_THAT(lines[0], HasSubstr("planned"));
+  EXPECT_THAT(lines[7], StartsWith("step-aware placement"));
+  EXPECT_THAT(lines[8], StartsWith("gpt-6-512-b8.trace (on_demand): "));
+  EXPECT_THAT(lines[8], HasSubstr(" followed, "));
+  EXPECT_THAT(lines[13], StartsWith("on_demand: 2 traces"));
+  EXPECT_THAT(lines[14], StartsWith("preallocate: 2 traces"));
+}
+
+TEST(CliReplay, NoStepPlanReplaysWithBestFitAlone) {
+  const CliRun run = plimsoll("replay " + trace_path("gpt-6-512-b8.trace") + " --no-step-plan --json");
+  ASSERT_EQ(run.status, 0) << run.err;
+  const nlohmann::json row = nlohmann::json::parse(lines_of(run.out).at(0));
+  EXPECT_EQ(row["step_plan"]["steps"].get<std::uint64_t>(), 0u);
+  EXPECT_EQ(row["step_plan"]["followed"].get<std::uint64_t>(), 0u);
 }
 
 TEST(CliReplay, TableExplainsAnOutOfMemory) {

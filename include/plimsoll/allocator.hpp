@@ -96,6 +96,15 @@ class Allocator {
   /// fragmentation and at who holds what; it walks the whole heap, so it is not for hot paths.
   std::string snapshot() const;
 
+  /// A training-step boundary (plimsoll::step() calls it on every device; replays call it at each step of the
+  /// trace). From the first boundary on, the device watches each step; after one step it packs a plan of the
+  /// step offline and places the matching requests of later steps at their planned addresses, falling back to
+  /// best fit for the rest (docs/engine.md, "Step-aware placement"; Stats::step_plan counts both). No effect on
+  /// devices that order reuse by streams, or when turned off.
+  void step();
+  /// Step-aware placement on (the default) or off. Off, step() does nothing and every request takes best fit;
+  /// blocks already placed by a plan stay valid.
+  void set_step_plan(bool enabled);
   /// Returns cached free memory to the backing; returns the bytes released. On a CUDA device it first waits for
   /// the work queued before every parked free (stream-ordered reuse), so that their blocks can go too.
   std::uint64_t trim();

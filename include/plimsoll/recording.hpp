@@ -64,7 +64,8 @@ class Recording {
 };
 
 /// Marks a training-step boundary in every open recording: ends step N (if one is open) and begins step N+1.
-/// Steps are numbered from 1, process-wide. The leak watch and the timelines read these markers.
+/// Steps are numbered from 1, process-wide. The leak watch and the timelines read these markers. Every device
+/// hears it too (Allocator::step): step-aware placement lays later steps out from the ones it saw.
 void step();
 /// The number of the step step() last began (0 before the first call).
 int current_step();

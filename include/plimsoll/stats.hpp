@@ -18,6 +18,25 @@ struct MemoryUsage {
   std::uint64_t reserved_bytes = 0;  // as Stats::reserved_bytes
 };
 
+/// Step-aware placement (docs/engine.md, "Step-aware placement"): after the first training step the device lays
+/// the next steps out from a plan and places each request that matches it at its planned address.
+struct StepPlanStats {
+  std::uint64_t steps = 0;        // step boundaries the device saw (Allocator::step)
+  std::uint64_t plans = 0;        // plans followed (the first after one observed step; again when steps change)
+  std::uint64_t unfit = 0;        // plans packed but not followed: their ranges could not be mapped under the limit
+  std::uint64_t learning = 0;     // requests of an observed step while no plan was active: best fit
+  std::uint64_t followed = 0;     // requests placed at their planned address
+  // Requests that fell back to best fit, and why:
+  std::uint64_t not_in_plan = 0;  // size and order match no planned request (an extra tensor, another shape)
+  std::uint64_t occupied = 0;     // matched, but a block was still live in the planned range
+  std::uint64_t over_limit = 0;   // matched, but the range's granules could not be mapped under the limit
+  std::uint64_t past_plan = 0;    // the step asked for more requests than the plan has
+  std::uint64_t skipped = 0;      // planned requests a step did not make (the follower resynchronised past them)
+  std::uint64_t plan_bytes = 0;   // the current plan's footprint: address span from its lowest to highest byte
+  std::uint64_t plan_peak_bytes = 0;  // the live peak of the step it was packed from (its lower bound)
+  std::uint64_t fallbacks() const { return not_in_plan + occupied + over_limit + past_plan; }
+};
+
 struct Stats {
   std::uint64_t in_use_bytes = 0;        // rounded sizes of live allocations
   std::uint64_t requested_bytes = 0;     // sizes as asked for, of live allocations
@@ -43,6 +62,7 @@ struct Stats {
   std::uint64_t committed_bytes = 0;
   std::uint64_t resident_bytes = 0;
   std::vector<TagStats> tags;            // by current bytes, largest first
+  StepPlanStats step_plan;
 };
 
 }  // namespace plimsoll

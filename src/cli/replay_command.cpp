@@ -51,6 +51,7 @@ struct ReplayArgs {
   double memory_fraction = 0;
   double limit_over_live = 0;
   bool touch_memory = false;
+  bool no_step_plan = false;
   bool json = false;
   // Memory timeline files; empty when not asked for.
   std::string plot;
@@ -160,6 +161,7 @@ ReplayResult run_one(const ReplayArgs& args, const plimsoll::Trace& trace, const
   // A fresh runtime per run: every policy starts from an empty device, and peaks belong to this run alone.
   plimsoll::Runtime runtime(config);
   plimsoll::Allocator& allocator = runtime.device(args.device);
+  if (args.no_step_plan) allocator.set_step_plan(false);
 
   std::optional<plimsoll::telemetry::TimelineRecorder> recorder;
   if (context.timelines != nullptr) recorder.emplace(trace);
@@ -193,8 +195,27 @@ plimsoll::cli::Table results_table() {
                                {"unmaps", Align::right},
                                {"steady maps", Align::right},
                                {"steady unmaps", Align::right},
+                               {"planned", Align::right},
                                {"OOM", Align::left},
                                {"ns/op", Align::right}});
+}
+
+// Requests placed by the plan, of those made while one was active; "-" when no plan was packed.
+std::string planned_cell(const plimsoll::StepPlanStats& plan) {
+  if (plan.plans == 0) return plan.unfit > 0 ? "unfit" : "-";
+  return fmt::format("{}/{}", plan.followed, plan.followed + plan.fallbacks());
+}
+
+// Why requests left the plan, for the traces where some did.
+std::string fallback_note(const ReplayResult& result) {
+  const plimsoll::StepPlanStats& plan = result.step_plan;
+  return fmt::format("{} ({}): {} plan(s) followed, {} packed but over the limit; last {} (its step's live peak "
+                     "{}); {} followed, {} fell back: {} not in the plan, {} range still occupied, {} over the limit, "
+                     "{} past the plan's end; {} planned skipped",
+                     std::filesystem::path(result.trace).filename().string(), result.policy, plan.plans, plan.unfit,
+                     plimsoll::format_size(plan.plan_bytes), plimsoll::format_size(plan.plan_peak_bytes),
+                     plan.followed, plan.fallbacks(), plan.not_in_plan, plan.occupied, plan.over_limit,
+                     plan.past_plan, plan.skipped);
 }
 
 std::vector<std::string> table_row(const ReplayResult& result) {
@@ -210,6 +231,7 @@ std::vector<std::string> table_row(const ReplayResult& result) {
           fmt::format("{}", result.unmaps),
           fmt::format("{}", result.steady_maps),
           fmt::format("{}", result.steady_unmaps),
+          planned_cell(result.step_plan),
           oom,
           fmt::format("{:.1f}", result.ns_per_op)};
 }
@@ -268,6 +290,7 @@ void run_replay(const ReplayArgs& args) {
   std::vector<std::pair<plimsoll::Growth, std::optional<std::uint64_t>>> logged;
   std::vector<Timeline> timelines;
   std::vector<std::string> step_notes;  // how the steps of traces without markers were found
+  std::vector<std::string> plan_notes;  // step-aware placement, per run that packed a plan
   const std::size_t runs = traces.size() * growths.size();
   std::size_t run = 0;
   for (const std::string& path : traces) {
@@ -296,6 +319,7 @@ void run_replay(const ReplayArgs& args) {
         continue;
       }
       table.add_row(table_row(result));
+      if (result.step_plan.plans + result.step_plan.unfit > 0) plan_notes.push_back(fallback_note(result));
       add_to_summary(summaries, result);
       if (result.oom) out_of_memory.push_back(std::move(result));
     }
@@ -307,6 +331,11 @@ void run_replay(const ReplayArgs& args) {
   if (!step_notes.empty()) {
     fmt::print("\nsteps (steady maps count from the end of the first):\n");
     for (const std::string& note : step_notes) fmt::print("{}\n", note);
+  }
+  if (!plan_notes.empty()) {
+    fmt::print("\nstep-aware placement (planned: requests placed at their planned address, of those made while a "
+               "plan was active):\n");
+    for (const std::string& note : plan_notes) fmt::print("{}\n", note);
   }
   if (traces.size() > 1) {
     fmt::print("\n");
@@ -359,6 +388,8 @@ void add_replay_command(CLI::App& app) {
   replay->add_flag("--touch-memory", args->touch_memory,
                    "Write one byte per 4 KiB page of each new block (cpu device only), so ns/op includes "
                    "first-touch page faults");
+  replay->add_flag("--no-step-plan", args->no_step_plan,
+                   "Turn step-aware placement off: every request takes best fit (to compare with it on)");
   replay->add_flag("--json", args->json,
                    "One JSON object per line per (trace, policy), instead of the table; no device log lines");
   replay->add_option("--plot", args->plot,

@@ -17,6 +17,8 @@
 #include "backings/backing.hpp"
 #include "engine/allocation_observer.hpp"
 #include "engine/heap.hpp"
+#include "engine/plan_follower.hpp"
+#include "engine/step_listeners.hpp"
 #include "engine/stream_order.hpp"
 #include "engine/thread_cache.hpp"
 #include "util/spin_lock.hpp"
@@ -87,6 +89,10 @@ struct Allocator::Impl : engine::FrontUpstream {
   // allocation is tried once more, which reports (backings::Backing::wait_for_memory).
   bool quiet PLIMSOLL_GUARDED_BY(lock) = false;
   bool backing_can_wait = false;  // backing->can_wait_for_memory(), asked once at construction
+  // Step-aware placement (src/engine/plan_follower.hpp): made at the first step boundary, unless turned off
+  // (set_step_plan) or the device orders reuse by streams; null until then, and the hot paths test the pointer.
+  std::unique_ptr<engine::PlanFollower> plan PLIMSOLL_PT_GUARDED_BY(lock);
+  bool step_plan_enabled PLIMSOLL_GUARDED_BY(lock) = true;
 
   // The front serves allocations only while set_thread_cache wants it, no recording watches and the device runs:
   // a paused device's blocks are unmapped, so none may be handed out of a cache.
@@ -171,7 +177,7 @@ struct Allocator::Impl : engine::FrontUpstream {
   }
 
   std::uint64_t allocate_unrecorded(std::size_t bytes, Tag tag, bool report_failure = true) PLIMSOLL_REQUIRES(lock) {
-    std::uint64_t addr = heap->allocate(bytes, tag);
+    std::uint64_t addr = plan != nullptr ? plan->allocate(bytes, tag) : heap->allocate(bytes, tag);
     if (addr == 0) {
       if (report_failure && !quiet && heap->last_failure() != engine::HeapFailure::paused) ++ooms;
       return 0;
@@ -378,9 +384,11 @@ Allocator::Allocator(DeviceDescription description, std::unique_ptr<backings::Ba
   if (backings::StreamEvents* events = impl_->backing->stream_events())
     impl_->streams = std::make_unique<engine::StreamOrder>(*impl_->heap, *events);
   impl_->backing_can_wait = impl_->backing->can_wait_for_memory();
+  engine::listen_for_steps(this);
 }
 
 Allocator::~Allocator() {
+  engine::stop_listening_for_steps(this);
   impl_->front.store(nullptr, std::memory_order_release);
   impl_->front_owner.reset();  // cached blocks back to the heap while it is still there
   if (impl_->streams == nullptr) return;
@@ -460,6 +468,7 @@ void Allocator::deallocate(void* ptr) {
   const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
   engine::Heap::Freed freed;
   if (!impl_->heap->deallocate(addr, freed)) impl_->throw_bad_free(addr);
+  if (impl_->plan != nullptr) impl_->plan->freed(addr, freed.size);
   if (impl_->observer != nullptr) impl_->record_free(addr, mapped_before);
   Impl::TagCounter& counter = impl_->tags[freed.tag];
   counter.in_use -= freed.size;
@@ -505,6 +514,22 @@ void Allocator::reset_peaks() {
   impl_->heap->reset_peaks();
   impl_->peak_live = impl_->heap->counters().in_use - impl_->parked_bytes();
   for (Impl::TagCounter& tag : impl_->tags) tag.peak = tag.in_use;
+}
+
+void Allocator::step() {
+  util::SpinGuard guard(impl_->lock);
+  // A paused device maps nothing until resume(): its plan waits for the next boundary after that.
+  if (!impl_->step_plan_enabled || impl_->streams != nullptr || impl_->heap->paused()) return;
+  if (impl_->plan == nullptr) impl_->plan = std::make_unique<engine::PlanFollower>(*impl_->heap);
+  const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
+  impl_->plan->step_boundary();
+  if (impl_->observer != nullptr) impl_->record_mapping_change(mapped_before);
+}
+
+void Allocator::set_step_plan(bool enabled) {
+  util::SpinGuard guard(impl_->lock);
+  impl_->step_plan_enabled = enabled;
+  if (!enabled) impl_->plan.reset();  // planned blocks are ordinary heap blocks: nothing to undo
 }
 
 std::uint64_t Allocator::trim() {
@@ -627,6 +652,7 @@ Stats Allocator::stats() const {
       s.parked_bytes = p.parked_bytes;
     }
     s.tags = impl_->tag_stats(front.tags);
+    if (impl_->plan != nullptr) s.step_plan = impl_->plan->stats();
   }
   const backings::HostPages pages = impl_->backing->host_pages();  // may scan page tables: outside the lock
   s.committed_bytes = pages.committed_bytes;
@@ -655,6 +681,7 @@ void Allocator::set_policy(const Policy& policy) {
     throw InvalidState("cannot change the policy of " + d.name + " while its per-thread caches hold memory; call "
                        "trim() first");
   impl_->streams.reset();  // refers to the heap; nothing is parked before the first allocation
+  impl_->plan.reset();     // refers to the heap too; made again at the next step boundary
   impl_->heap.reset();  // gives the old reservation back before taking the new one
   try {
     impl_->heap = std::make_unique<engine::Heap>(*impl_->backing, heap_options(changed));

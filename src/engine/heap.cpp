@@ -71,6 +71,11 @@ std::uint64_t Heap::allocate(std::uint64_t bytes, std::uint16_t tag) {
   const std::uint64_t size = round(bytes);
   BlockIndex index = size <= options_.small_max ? allocate_small(size) : allocate_large(size);
   if (index == kNoBlock) return 0;
+  return finish_allocation(index, bytes, tag);
+}
+
+std::uint64_t Heap::finish_allocation(BlockIndex index, std::uint64_t bytes, std::uint16_t tag) {
+  const std::uint64_t size = blocks_[index].size;
   Block& block = blocks_[index];
   block.free = false;
   block.tag = tag;

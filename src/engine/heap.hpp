@@ -13,6 +13,8 @@
 #include <string>
 #include <memory>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "backings/backing.hpp"
 #include "engine/address_map.hpp"
@@ -37,7 +39,7 @@ struct HeapOptions {
   double growth_factor = 1.1;
 };
 
-enum class HeapFailure { none, limit, device, address_space, too_large, paused };
+enum class HeapFailure { none, limit, device, address_space, too_large, paused, occupied };
 
 struct HeapCounters {
   std::uint64_t in_use = 0;     // rounded bytes of live allocations
@@ -72,6 +74,18 @@ class Heap {
   /// Returns the address, or 0 when the request cannot be met even after giving back cached memory
   /// (last_failure() says why).
   std::uint64_t allocate(std::uint64_t bytes, std::uint16_t tag);
+
+  /// Places the request exactly at addr (step-aware placement, src/engine/plan_follower.hpp): 0, with nothing
+  /// changed, when [addr, addr + round(bytes)) is not inside one free block (HeapFailure::occupied) or its
+  /// missing granules cannot be mapped under the limit (HeapFailure::limit; cached granules elsewhere are not
+  /// given back for it: the caller falls back to allocate(), which may).
+  /// `hint`: the address of a live allocation below addr, near it (0: none), where the search for addr's free
+  /// block starts; without one it walks the span from its start.
+  std::uint64_t allocate_at(std::uint64_t addr, std::uint64_t bytes, std::uint16_t tag, std::uint64_t hint = 0);
+  /// Makes the free memory under `ranges` ((addr, size) pairs, sorted, disjoint) mapped, giving back cached
+  /// granules outside them first when the limit requires it. False, with nothing mapped, when they cannot all
+  /// be mapped under the limit.
+  bool map_ranges(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges);
 
   struct Freed {
     std::uint64_t size = 0, requested = 0;
@@ -144,6 +158,9 @@ class Heap {
   friend struct HeapTestAccess;  // tests/engine_self_check_test.cpp breaks invariants on purpose
   BlockIndex allocate_large(std::uint64_t size);
   BlockIndex allocate_small(std::uint64_t size);
+  std::uint64_t finish_allocation(BlockIndex index, std::uint64_t bytes, std::uint16_t tag);
+  BlockIndex free_block_covering(std::uint64_t addr, std::uint64_t size, std::uint64_t hint) const;
+  bool map_exactly(std::uint64_t first, std::uint64_t last);
   BlockIndex take(FreeBins& bins, BlockIndex index, std::uint64_t addr, std::uint64_t size);
   struct Placement {
     BlockIndex block = kNoBlock;

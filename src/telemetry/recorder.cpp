@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/step_listeners.hpp"
 #include "plimsoll/error.hpp"
 
 namespace plimsoll {
@@ -221,10 +222,14 @@ const std::string& Recording::path() const { return impl_->path; }
 std::uint64_t Recording::events() const { return impl_->events_written.load(std::memory_order_relaxed); }
 
 void step() {
-  OpenRecordings& registry = open_recordings();
-  std::lock_guard guard(registry.mutex);
-  ++registry.step;
-  for (Recording::Impl* recording : registry.recordings) recording->step_boundary(registry.step);
+  {
+    OpenRecordings& registry = open_recordings();
+    std::lock_guard guard(registry.mutex);
+    ++registry.step;
+    for (Recording::Impl* recording : registry.recordings) recording->step_boundary(registry.step);
+  }
+  // Outside the recordings' lock: a device that maps its plan reports it to its recording, which takes that lock.
+  engine::announce_step();
 }
 
 int current_step() {

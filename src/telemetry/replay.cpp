@@ -95,11 +95,18 @@ ReplayResult replay(const Trace& trace, Allocator& allocator, const ReplayOption
   std::uint64_t reserved = before.reserved_bytes;
   if (options.timeline != nullptr) options.timeline->begin(in_use, reserved, before.limit_bytes);
   const std::size_t progress_every = std::max<std::size_t>(1, options.progress_every);
+  // Where the program would call plimsoll::step(): as step 1 begins, then as each step ends and the next begins.
+  std::vector<bool> boundary(trace.events.size() + 1, false);
+  if (options.mark_steps && !trace.steps.empty()) {
+    boundary[trace.steps.front().begin] = true;
+    for (std::size_t k = 0; k + 1 < trace.steps.size(); ++k) boundary[trace.steps[k].end] = true;
+  }
 
   const auto started = std::chrono::steady_clock::now();
   for (std::size_t index = 0; index < trace.events.size(); ++index) {
     if (options.progress && index % progress_every == 0 && index > 0) options.progress(index);
     const TraceEvent& event = trace.events[index];
+    if (boundary[index]) allocator.step();
     const bool changes_live = event.kind == TraceEvent::Kind::allocate || event.kind == TraceEvent::Kind::free;
     if (changes_live && event.slot >= trace.slots) {
       // Only a Trace built by hand can get here; parse_trace numbers slots itself.
@@ -152,6 +159,7 @@ ReplayResult replay(const Trace& trace, Allocator& allocator, const ReplayOption
   result.reserved_over_live = trace.peak_live_bytes == 0 ? 0.0
                                                          : static_cast<double>(after.peak_reserved_bytes) /
                                                                static_cast<double>(trace.peak_live_bytes);
+  result.step_plan = after.step_plan;
   result.maps = after.maps - before.maps;
   result.unmaps = after.unmaps - before.unmaps;
   if (steady_reached) {

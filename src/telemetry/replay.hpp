@@ -8,6 +8,7 @@
 #include <string>
 
 #include "plimsoll/allocator.hpp"
+#include "plimsoll/stats.hpp"
 #include "plimsoll/trace.hpp"
 #include "telemetry/timeline.hpp"
 
@@ -24,6 +25,9 @@ struct ReplayOptions {
   /// When set, called with the number of events done every `progress_every` events and once at the end.
   std::function<void(std::size_t events_done)> progress{};
   std::size_t progress_every = std::size_t{1} << 16;
+  /// Call Allocator::step() where the trace's steps meet, as plimsoll::step() would in the recorded program:
+  /// before the first step and at the end of every step but the last. Step-aware placement learns from them.
+  bool mark_steps = true;
 };
 
 struct ReplayResult {
@@ -42,6 +46,8 @@ struct ReplayResult {
   // detected): the steady-state traffic once caches are warm. Zero for a trace without steps.
   std::uint64_t steady_maps = 0;
   std::uint64_t steady_unmaps = 0;
+  // Step-aware placement over the replay (Allocator::step; all zero when the device did not use it).
+  StepPlanStats step_plan;
   bool oom = false;
   std::optional<std::size_t> oom_event;  // index into Trace::events of the allocation that failed
   std::uint32_t oom_line = 0;            // its line in the trace file

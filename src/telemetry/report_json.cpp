@@ -84,6 +84,13 @@ std::string replay_result_json(const ReplayResult& result) {
   line["unmaps"] = result.unmaps;
   line["steady_maps"] = result.steady_maps;
   line["steady_unmaps"] = result.steady_unmaps;
+  const StepPlanStats& plan = result.step_plan;
+  line["step_plan"] = {{"steps", plan.steps},         {"plans", plan.plans}, {"unfit", plan.unfit},
+                       {"learning", plan.learning},   {"followed", plan.followed},
+                       {"fallbacks", plan.fallbacks()}, {"not_in_plan", plan.not_in_plan},
+                       {"occupied", plan.occupied},   {"over_limit", plan.over_limit},
+                       {"past_plan", plan.past_plan}, {"skipped", plan.skipped},
+                       {"plan_bytes", plan.plan_bytes}, {"plan_peak_bytes", plan.plan_peak_bytes}};
   line["oom"] = result.oom;
   line["oom_event"] = result.oom_event ? nlohmann::ordered_json(*result.oom_event) : nlohmann::ordered_json();
   line["ops"] = result.ops;

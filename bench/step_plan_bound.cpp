@@ -1,0 +1,108 @@
+// plimsoll_step_plan_bound: the lower bound for step-aware placement on a trace. Packs one recorded step offline
+// with the engine's own packer (src/engine/step_plan.hpp), with no obstacles and every address free, and prints
+// what the step's requests need (its footprint) against their own live peak, and what the whole device would need
+// (memory the step does not free + the footprint, in 2 MiB granules) against the trace's peak live bytes.
+//   plimsoll_step_plan_bound [--step N] TRACE...        (N: index into the trace's steps, default 1)
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "engine/heap.hpp"
+#include "engine/step_plan.hpp"
+#include "plimsoll/size.hpp"
+#include "plimsoll/trace.hpp"
+
+namespace {
+
+constexpr std::uint64_t kGranule = 2ull << 20;
+
+struct Bound {
+  std::uint64_t step_peak = 0;   // the step's own requests: their live peak
+  std::uint64_t footprint = 0;   // packed
+  std::uint64_t kept = 0;        // live across the whole step (weights, optimizer state)
+  std::uint64_t trace_peak = 0;  // of the whole trace
+};
+
+Bound bound_of(const plimsoll::Trace& trace, std::size_t step_index) {
+  const plimsoll::TraceStep& step = trace.steps.at(step_index);
+  // Sizes and liveness before the step, by slot.
+  std::vector<std::uint64_t> size(trace.slots, 0);
+  std::vector<bool> live(trace.slots, false);
+  for (std::size_t i = 0; i < step.begin; ++i) {
+    const plimsoll::TraceEvent& e = trace.events[i];
+    if (e.kind == plimsoll::TraceEvent::Kind::allocate) {
+      size[e.slot] = plimsoll::engine::Heap::round(e.bytes);
+      live[e.slot] = true;
+    } else if (e.kind == plimsoll::TraceEvent::Kind::free) {
+      live[e.slot] = false;
+    }
+  }
+  std::vector<bool> freed_in_step(trace.slots, false);
+  plimsoll::engine::StepObservation observed;
+  for (std::size_t i = step.begin; i < step.end; ++i) {
+    const plimsoll::TraceEvent& e = trace.events[i];
+    // Slots stand for addresses: the packer only needs them distinct (+1: no address 0).
+    if (e.kind == plimsoll::TraceEvent::Kind::allocate) {
+      size[e.slot] = plimsoll::engine::Heap::round(e.bytes);
+      observed.allocated(e.slot + 1ull, size[e.slot]);
+    } else if (e.kind == plimsoll::TraceEvent::Kind::free) {
+      if (live[e.slot]) freed_in_step[e.slot] = true;
+      observed.freed(e.slot + 1ull, size[e.slot]);
+    }
+  }
+  observed.pair_leftovers();
+  for (auto& request : observed.requests) request.pinned = 0;  // every address is free: nothing to pin to
+  const plimsoll::engine::StepPlan plan = plimsoll::engine::pack_step(observed, {}, 1ull << 40, 1ull << 44);
+  Bound bound;
+  bound.step_peak = plan.peak_live;
+  bound.footprint = plan.footprint;
+  for (std::uint32_t slot = 0; slot < trace.slots; ++slot)
+    if (live[slot] && !freed_in_step[slot]) bound.kept += size[slot];
+  bound.trace_peak = trace.peak_live_bytes;
+  return bound;
+}
+
+std::uint64_t granules(std::uint64_t bytes) { return (bytes + kGranule - 1) / kGranule * kGranule; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"The lower bound of step-aware placement: one recorded step packed offline"};
+  std::vector<std::string> traces;
+  std::size_t step_index = 1;
+  app.add_option("traces", traces, "Trace files")->required();
+  app.add_option("--step", step_index, "Which step to pack (index into the trace's steps)")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    fmt::print("| trace | step | step's live peak | packed footprint | footprint/peak | kept across the step | bound "
+               "(kept + footprint, in granules) | trace peak live | bound/peak live |\n");
+    fmt::print("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (const std::string& path : traces) {
+      const plimsoll::Trace trace = plimsoll::read_trace(path);
+      if (trace.steps.size() <= step_index) {
+        std::fprintf(stderr, "%s: has %zu steps, no step %zu; pass --step with a smaller index\n", path.c_str(),
+                     trace.steps.size(), step_index);
+        return 1;
+      }
+      const Bound b = bound_of(trace, step_index);
+      const std::uint64_t total = granules(b.kept) + granules(b.footprint);
+      fmt::print("| {} | {} | {} | {} | {:.3f} | {} | {} | {} | {:.3f} |\n",
+                 std::filesystem::path(trace.origin).filename().string(), step_index,
+                 plimsoll::format_size(b.step_peak), plimsoll::format_size(b.footprint),
+                 b.step_peak == 0 ? 0.0 : static_cast<double>(b.footprint) / static_cast<double>(b.step_peak),
+                 plimsoll::format_size(b.kept), plimsoll::format_size(total), plimsoll::format_size(b.trace_peak),
+                 b.trace_peak == 0 ? 0.0 : static_cast<double>(total) / static_cast<double>(b.trace_peak));
+    }
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "error: %s\n", error.what());
+    return 1;
+  }
+  return 0;
+}

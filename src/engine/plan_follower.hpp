@@ -1,0 +1,75 @@
+#pragma once
+// Step-aware placement, part 2: following a plan (src/engine/step_plan.hpp), and falling back to best fit.
+//
+// Between two step boundaries the follower watches the step (StepObservation). At a boundary it packs the
+// observed step into a plan around what stays live (memory older than the step for the whole step; the step's
+// leftovers until the tick their previous copies were freed in it, or the whole step when that is unknown),
+// maps the plan's ranges once (they then stay mapped: planned memory is reused step after step with no map or
+// unmap), and from then on places each request that matches the plan, in size and in order, at its planned
+// address. A plan whose ranges cannot be mapped under the limit is not followed (StepPlanStats::unfit): the
+// next step runs best fit and is packed again. Everything that does not match goes to best fit, at once:
+//  - a request whose size is not among the next kLookahead planned ones (an extra tensor, another batch, a
+//    data-dependent shape) falls back and leaves the plan's cursor where it is, so the step resynchronises with
+//    the plan at the next request that matches;
+//  - a request that matches a planned one further on skips the ones between (the step did not make them);
+//  - a matched request whose planned range is not wholly free (a block placed there by a fallback, or left by an
+//    earlier step and not freed yet) or cannot be mapped under the limit falls back too.
+// Safety does not rest on the plan being right: the heap places a request at its planned address only when the
+// range lies inside one free block (Heap::allocate_at), so a wrong plan costs memory or speed, never correctness.
+//
+// When to pack again: at every boundary while no plan is followed; then from the step just seen when that step
+// fell back although the plan came from the first observed step (the first step of a training job allocates its
+// optimizer state and warm-up buffers, which later steps do not, and its leftovers cannot be paired yet), or when
+// two steps in a row fell back (the workload changed). One odd step (a short last batch) keeps the plan.
+// Not thread-safe: plimsoll::Allocator holds the lock.
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/heap.hpp"
+#include "engine/step_plan.hpp"
+#include "plimsoll/stats.hpp"
+
+namespace plimsoll::engine {
+
+class PlanFollower {
+ public:
+  static constexpr std::size_t kLookahead = 64;
+  // A "step" with more requests than this is not one (a program that called plimsoll::step() once and runs on):
+  // the follower stops recording it, so its memory stays bounded, and starts again at the next boundary. Packing
+  // runs under the device's lock at the boundary and costs up to the square of the step's requests, so the cap
+  // also bounds that pause; the shared traces' steps have at most 28,126 requests (MobileNetV2).
+  static constexpr std::size_t kMaxStepRequests = std::size_t{1} << 16;
+
+  explicit PlanFollower(Heap& heap) : heap_(heap) {}
+
+  /// Planned placement when the request matches the plan, best fit otherwise; 0 when both fail (heap's
+  /// last_failure() says why).
+  std::uint64_t allocate(std::uint64_t bytes, std::uint16_t tag);
+  /// After the heap freed addr.
+  void freed(std::uint64_t addr, std::uint64_t size) {
+    if (observing_) observation_.freed(addr, size);
+  }
+  /// A training step ended and the next begins.
+  void step_boundary();
+
+  const StepPlanStats& stats() const { return stats_; }
+  const StepPlan& plan() const { return plan_; }
+
+ private:
+  std::uint64_t fall_back(std::uint64_t bytes, std::uint16_t tag, std::uint64_t StepPlanStats::*reason);
+  void observe(std::uint64_t addr, std::uint64_t size);
+  void build_plan();
+
+  Heap& heap_;
+  StepObservation observation_;
+  bool observing_ = false;  // from the first boundary on, but for the rest of a step too long to be one
+  StepPlan plan_;           // empty: none active
+  std::size_t cursor_ = 0;  // the next planned request of this step
+  bool first_plan_ = false;          // plan_ was packed from the first observed step
+  std::uint64_t step_fallbacks_ = 0;  // in the step under way
+  bool previous_step_fell_back_ = false;
+  std::uint64_t next_try_ = 0;  // the boundary (stats_.steps) from which packing is tried again after unfit plans
+  StepPlanStats stats_;
+};
+
+}  // namespace plimsoll::engine

@@ -1,0 +1,199 @@
+#include "engine/step_plan.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+namespace plimsoll::engine {
+
+void StepObservation::allocated(std::uint64_t addr, std::uint64_t size) {
+  live[addr] = static_cast<std::uint32_t>(requests.size());
+  requests.push_back(Request{size, ticks++, kOutlives});
+}
+
+void StepObservation::freed(std::uint64_t addr, std::uint64_t size) {
+  const auto found = live.find(addr);
+  if (found == live.end()) {
+    older_frees.push_back(OlderFree{size, ticks++});
+    return;
+  }
+  requests[found->second].died = ticks++;
+  live.erase(found);
+}
+
+void StepObservation::pair_leftovers() {
+  std::unordered_map<std::uint64_t, std::vector<std::uint32_t>> frees_by_size;  // ticks, latest first
+  for (auto it = older_frees.rbegin(); it != older_frees.rend(); ++it) frees_by_size[it->size].push_back(it->tick);
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> leftovers;  // (request, address), in allocation order
+  for (const auto& [addr, index] : live) leftovers.emplace_back(index, addr);
+  std::sort(leftovers.begin(), leftovers.end());
+  for (const auto& [index, addr] : leftovers) {
+    Request& request = requests[index];
+    request.pinned = addr;
+    request.held_until = ticks;
+    auto found = frees_by_size.find(request.size);
+    if (found == frees_by_size.end() || found->second.empty()) continue;
+    const std::uint32_t tick = found->second.back();
+    found->second.pop_back();
+    // The previous copy must be gone before this one is born, or they cannot share a range.
+    if (tick <= request.born) request.held_until = tick;
+  }
+}
+
+std::vector<Obstacle> StepObservation::leftovers_as_obstacles() {
+  pair_leftovers();
+  std::vector<Obstacle> obstacles;
+  for (Request& request : requests) {
+    if (request.pinned == 0) continue;
+    const bool paired = request.held_until < ticks;
+    obstacles.push_back(Obstacle{request.pinned, request.size, paired ? request.held_until : UINT32_MAX});
+    request.pinned = 0;
+    if (!paired) request.held_until = 0;
+  }
+  return obstacles;
+}
+
+void StepObservation::clear() {
+  requests.clear();
+  older_frees.clear();
+  live.clear();
+  ticks = 0;
+}
+
+namespace {
+struct Interval {
+  std::uint64_t addr, end;
+};
+
+// [born, died) and, for a request that outlives the step, [0, held_until): whether two requests are ever live
+// at the same tick.
+bool lifetimes_overlap(const StepObservation::Request& a, std::uint32_t a_died, const StepObservation::Request& b,
+                       std::uint32_t b_died) {
+  const auto meets = [](std::uint32_t lo1, std::uint32_t hi1, std::uint32_t lo2, std::uint32_t hi2) {
+    return lo1 < hi2 && lo2 < hi1;
+  };
+  if (meets(a.born, a_died, b.born, b_died)) return true;
+  const std::uint32_t a_held = a.died == StepObservation::kOutlives ? a.held_until : 0;
+  const std::uint32_t b_held = b.died == StepObservation::kOutlives ? b.held_until : 0;
+  return meets(0, a_held, b.born, b_died) || meets(a.born, a_died, 0, b_held) || (a_held > 0 && b_held > 0);
+}
+}  // namespace
+
+StepPlan pack_step(const StepObservation& step, std::vector<Obstacle> obstacles, std::uint64_t base,
+                   std::uint64_t span) {
+  const std::size_t n = step.requests.size();
+  const auto died = [&](std::size_t i) {
+    return step.requests[i].died == StepObservation::kOutlives ? step.ticks : step.requests[i].died;
+  };
+  std::vector<std::uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0u);
+  std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
+    const auto& ra = step.requests[a];
+    const auto& rb = step.requests[b];
+    if ((ra.pinned != 0) != (rb.pinned != 0)) return ra.pinned != 0;  // pinned first: they are where they are
+    if (ra.size != rb.size) return ra.size > rb.size;
+    const std::uint32_t la = died(a) - ra.born, lb = died(b) - rb.born;
+    if (la != lb) return la > lb;
+    return a < b;
+  });
+
+  std::vector<Interval> fixed;  // obstacles for the whole step
+  std::vector<const Obstacle*> early;  // obstacles until a tick
+  fixed.reserve(obstacles.size());
+  for (const Obstacle& o : obstacles) {
+    if (o.until >= step.ticks) fixed.push_back({o.addr, o.addr + o.size});
+    else if (o.until > 0) early.push_back(&o);
+  }
+
+  StepPlan plan;
+  plan.entries.resize(n);
+  std::vector<std::uint32_t> placed;  // indices into step.requests, placed so far
+  placed.reserve(n);
+  std::vector<Interval> taken;
+  const std::uint64_t limit = base + span;
+  for (const std::uint32_t i : order) {
+    const auto& request = step.requests[i];
+    const std::uint32_t end_of_life = died(i);
+    if (request.pinned != 0) {
+      plan.entries[i] = StepPlan::Entry{request.size, request.pinned};
+      plan.footprint = std::max(plan.footprint, request.pinned + request.size - base);
+      placed.push_back(i);
+      continue;
+    }
+    taken.assign(fixed.begin(), fixed.end());
+    const std::uint32_t held = request.died == StepObservation::kOutlives ? request.held_until : 0;
+    for (const Obstacle* o : early)
+      if (request.born < o->until || held > 0) taken.push_back({o->addr, o->addr + o->size});
+    for (const std::uint32_t j : placed) {
+      if (lifetimes_overlap(request, end_of_life, step.requests[j], died(j)))
+        taken.push_back({plan.entries[j].addr, plan.entries[j].addr + plan.entries[j].size});
+    }
+    std::sort(taken.begin(), taken.end(), [](const Interval& a, const Interval& b) { return a.addr < b.addr; });
+    // Best fit among the gaps between what is taken; the open space above everything only when no gap fits.
+    std::uint64_t best_addr = 0, best_gap = UINT64_MAX;
+    std::uint64_t cursor = base;
+    for (const Interval& t : taken) {
+      if (t.end <= cursor) continue;
+      if (t.addr > cursor) {
+        const std::uint64_t gap = t.addr - cursor;
+        if (gap >= request.size && gap < best_gap) {
+          best_gap = gap;
+          best_addr = cursor;
+        }
+      }
+      cursor = std::max(cursor, t.end);
+    }
+    if (best_gap == UINT64_MAX) best_addr = cursor;
+    if (best_addr + request.size > limit) return StepPlan{};
+    plan.entries[i] = StepPlan::Entry{request.size, best_addr};
+    plan.footprint = std::max(plan.footprint, best_addr + request.size - base);
+    placed.push_back(i);
+  }
+
+  // Nearest entries below each one, for the follower's search hints.
+  std::vector<std::uint32_t> by_addr(n);
+  std::iota(by_addr.begin(), by_addr.end(), 0u);
+  std::sort(by_addr.begin(), by_addr.end(),
+            [&](std::uint32_t a, std::uint32_t b) { return plan.entries[a].addr < plan.entries[b].addr; });
+  plan.below.assign(n, {});
+  for (auto& slots : plan.below) slots.fill(UINT32_MAX);
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::uint32_t i = by_addr[k];
+    std::size_t found = 0;
+    for (std::size_t back = k; back > 0 && found < StepPlan::kNeighbours; --back) {
+      const std::uint32_t j = by_addr[back - 1];
+      if (plan.entries[j].addr + plan.entries[j].size <= plan.entries[i].addr) plan.below[i][found++] = j;
+    }
+  }
+
+  // The step's own peak: births add, deaths take away, in tick order.
+  std::vector<std::pair<std::uint32_t, std::int64_t>> changes;
+  changes.reserve(2 * n);
+  for (std::size_t i = 0; i < n; ++i) {
+    changes.emplace_back(step.requests[i].born, static_cast<std::int64_t>(step.requests[i].size));
+    if (step.requests[i].died != StepObservation::kOutlives)
+      changes.emplace_back(step.requests[i].died, -static_cast<std::int64_t>(step.requests[i].size));
+  }
+  std::sort(changes.begin(), changes.end());
+  std::int64_t live = 0;
+  for (const auto& [tick, delta] : changes) {
+    live += delta;
+    plan.peak_live = std::max(plan.peak_live, static_cast<std::uint64_t>(live));
+  }
+  return plan;
+}
+
+std::vector<std::pair<std::uint64_t, std::uint64_t>> covered_ranges(const StepPlan& plan) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;  // (addr, end) while merging
+  ranges.reserve(plan.entries.size());
+  for (const StepPlan::Entry& e : plan.entries) ranges.emplace_back(e.addr, e.addr + e.size);
+  std::sort(ranges.begin(), ranges.end());
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> merged;
+  for (const auto& [addr, end] : ranges) {
+    if (!merged.empty() && addr <= merged.back().second) merged.back().second = std::max(merged.back().second, end);
+    else merged.emplace_back(addr, end);
+  }
+  for (auto& [addr, end] : merged) end -= addr;  // to (addr, size)
+  return merged;
+}
+
+}  // namespace plimsoll::engine

@@ -1,0 +1,102 @@
+#pragma once
+// Step-aware placement, part 1: what one training step asked for, and the plan packed from it offline.
+//
+// A training step repeats the same requests in the same order. Once one step has been seen whole (sizes, order,
+// lifetimes), the next steps can be laid out in advance, as static-graph memory planners lay out a graph: every
+// request gets a fixed address, chosen so that requests alive at the same time never share bytes and the whole
+// step fits in little more than its peak of live bytes. src/engine/plan_follower.hpp places requests by this plan.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace plimsoll::engine {
+
+/// A range of addresses the plan must leave alone for the whole step: memory live before the observed step
+/// began (weights, optimizer state, small pages), which the step does not free.
+struct Obstacle {
+  std::uint64_t addr = 0, size = 0;
+  std::uint32_t until = UINT32_MAX;  // in the range [0, until) of the step's ticks; past its end: the whole step
+};
+
+/// One step as the allocator saw it: each allocation, in order, with its lifetime in the step's own clock
+/// (one tick per allocation or free), and the frees of blocks older than the step.
+/// Invariants:
+///  - requests are in allocation order; requests[i].born < requests[i+1].born;
+///  - born < died <= ticks for every request; died == kOutlives while it has not been freed in the step;
+///  - live maps the address of each request still live to its index in requests (and nothing else);
+///  - older_frees are in tick order, each tick < ticks.
+/// Lifetimes that cross a boundary: a request the step does not free (a step's gradients, freed by the next
+/// step's zero_grad) has, in the plan, a second interval [0, held_until): the previous step's copy of it, still
+/// live at the start of the step. pack_step's caller sets held_until and pinned (step_plan.cpp, plan_follower.cpp).
+struct StepObservation {
+  static constexpr std::uint32_t kOutlives = UINT32_MAX;
+  struct Request {
+    std::uint64_t size = 0;  // rounded (Heap::round)
+    std::uint32_t born = 0;
+    std::uint32_t died = kOutlives;
+    std::uint32_t held_until = 0;  // outliving requests: the previous step's copy lives [0, held_until)
+    std::uint64_t pinned = 0;      // outliving requests: the address both copies share (0: the packer chooses)
+  };
+  struct OlderFree {
+    std::uint64_t size = 0;
+    std::uint32_t tick = 0;
+  };
+  std::vector<Request> requests;
+  std::vector<OlderFree> older_frees;
+  std::uint32_t ticks = 0;
+  std::unordered_map<std::uint64_t, std::uint32_t> live;
+
+  void allocated(std::uint64_t addr, std::uint64_t size);
+  /// A free of a block of `size` rounded bytes. A block older than the step joins older_frees.
+  void freed(std::uint64_t addr, std::uint64_t size);
+  /// Pairs each request the step did not free with a free, in this step, of an older block of the same size
+  /// (the previous step's copy of it, freed at the same point of every step), in order: sets held_until to that
+  /// free's tick and pins the request where its block lies now, so both copies share one range. A request
+  /// without a pair (the first observed step, whose leftovers are gradients and optimizer state alike) keeps its
+  /// range for the whole step: held_until = ticks.
+  void pair_leftovers();
+  /// The other way to carry leftovers into the plan: each stays where it is, an obstacle only until the tick its
+  /// pair is freed (the whole step when unpaired), and its next copy is placed by the packer like any request,
+  /// with [0, held_until) reserved for the copy after it (0 when unpaired). Returns those obstacles.
+  std::vector<Obstacle> leftovers_as_obstacles();
+  void clear();
+};
+
+
+/// The packed step.
+/// Invariants (checked by pack_step's callers in tests/engine_step_plan_test.cpp, and relied on by the follower):
+///  - entries are the observation's requests, in order, with the same sizes;
+///  - every entry lies inside [base, base + span) and is quantum-aligned;
+///  - two entries whose lifetimes overlap never overlap in addresses, and no entry overlaps an obstacle (a
+///    request that outlives the step is live over [born, ticks) and [0, held_until));
+///  - a pinned request's entry is at its pinned address;
+///  - footprint is the highest entry end minus base: the address space the plan needs above the base.
+struct StepPlan {
+  struct Entry {
+    std::uint64_t size = 0;
+    std::uint64_t addr = 0;
+  };
+  std::vector<Entry> entries;
+  /// For each entry, up to kNeighbours entries that end at or below its address, nearest first: when one of them
+  /// is live, the heap's search for the entry's free block starts there (Heap::allocate_at's hint).
+  static constexpr std::size_t kNeighbours = 4;
+  std::vector<std::array<std::uint32_t, kNeighbours>> below;
+  std::uint64_t footprint = 0;
+  std::uint64_t peak_live = 0;  // the observed step's own peak of live bytes (outliving requests included)
+};
+
+/// Best fit by size and lifetime (the greedy-by-size order of static memory planners): requests go largest
+/// first, each at the lowest address where it meets no obstacle and no request already placed whose lifetime
+/// overlaps its own. Requests that outlive the step are live from birth to the end of the step: the blocks they
+/// leave behind are assumed freed before the next step needs their place (the follower checks, at run time).
+/// Empty (no entries) when the plan does not fit in [base, base + span).
+StepPlan pack_step(const StepObservation& step, std::vector<Obstacle> obstacles, std::uint64_t base,
+                   std::uint64_t span);
+
+/// Merged address ranges [addr, addr + size) that the plan's entries cover: what must stay mapped.
+std::vector<std::pair<std::uint64_t, std::uint64_t>> covered_ranges(const StepPlan& plan);
+
+}  // namespace plimsoll::engine

@@ -1,0 +1,495 @@
+// Step-aware placement: the offline packer (src/engine/step_plan.hpp), the follower and its fallback
+// (src/engine/plan_follower.hpp), and a randomized run that mixes steps matching the plan with steps that do
+// not, checked by the independent heap checker.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "backings/sim_backing.hpp"
+#include "engine/heap.hpp"
+#include "engine/plan_follower.hpp"
+#include "engine/step_plan.hpp"
+#include "engine_heap_checker.hpp"
+#include "plimsoll/allocator.hpp"
+#include "plimsoll/device.hpp"
+#include "plimsoll/recording.hpp"
+#include "plimsoll/runtime.hpp"
+
+namespace plimsoll::engine {
+namespace {
+
+constexpr std::uint64_t KiB = 1ull << 10;
+constexpr std::uint64_t MiB = 1ull << 20;
+constexpr std::uint64_t GiB = 1ull << 30;
+
+// ---- The packer
+
+// Checks StepPlan's invariants against the observation it was packed from.
+void expect_valid_plan(const StepObservation& step, const StepPlan& plan, const std::vector<Obstacle>& obstacles,
+                       std::uint64_t base, std::uint64_t span) {
+  ASSERT_EQ(plan.entries.size(), step.requests.size());
+  const auto ends = [&](std::size_t i) {
+    return step.requests[i].died == StepObservation::kOutlives ? step.ticks : step.requests[i].died;
+  };
+  const auto held = [&](std::size_t i) {
+    return step.requests[i].died == StepObservation::kOutlives ? step.requests[i].held_until : 0u;
+  };
+  for (std::size_t i = 0; i < plan.entries.size(); ++i) {
+    const StepPlan::Entry& a = plan.entries[i];
+    ASSERT_EQ(a.size, step.requests[i].size);
+    ASSERT_EQ(a.addr % 256, 0u);
+    ASSERT_GE(a.addr, base);
+    ASSERT_LE(a.addr + a.size, base + span);
+    if (step.requests[i].pinned != 0) {
+      ASSERT_EQ(a.addr, step.requests[i].pinned);
+    }
+    for (const Obstacle& o : obstacles) {
+      ASSERT_TRUE(a.addr + a.size <= o.addr || o.addr + o.size <= a.addr) << "entry " << i << " on an obstacle";
+    }
+    for (std::size_t j = i + 1; j < plan.entries.size(); ++j) {
+      const StepPlan::Entry& b = plan.entries[j];
+      if (a.addr + a.size <= b.addr || b.addr + b.size <= a.addr) continue;
+      // Overlapping in space: they must never be live at the same tick.
+      const bool meet = (step.requests[i].born < ends(j) && step.requests[j].born < ends(i)) ||
+                        (held(i) > step.requests[j].born) || (held(j) > step.requests[i].born) ||
+                        (held(i) > 0 && held(j) > 0);
+      ASSERT_FALSE(meet) << "entries " << i << " and " << j << " share bytes while both live";
+    }
+  }
+}
+
+TEST(EngineStepPlan, DisjointLifetimesShareAddresses) {
+  StepObservation step;
+  // a chain: each request is freed right after the next is made, so at most two are live at once
+  step.allocated(0x1000, 4 * MiB);
+  for (std::uint64_t i = 1; i < 10; ++i) {
+    step.allocated(0x1000 + i * 0x10000000, 4 * MiB);
+    step.freed(0x1000 + (i - 1) * 0x10000000, 4 * MiB);
+  }
+  step.freed(0x1000 + 9 * 0x10000000ull, 4 * MiB);
+  const std::uint64_t base = 1ull << 30;
+  const StepPlan plan = pack_step(step, {}, base, 1 * GiB);
+  ASSERT_NO_FATAL_FAILURE(expect_valid_plan(step, plan, {}, base, 1 * GiB));
+  EXPECT_EQ(plan.peak_live, 8 * MiB);
+  EXPECT_EQ(plan.footprint, 8 * MiB) << "a chain of two live at a time packs into two slots";
+}
+
+TEST(EngineStepPlan, KeepsClearOfObstaclesAndFailsWhenItCannotFit) {
+  StepObservation step;
+  step.allocated(0x10, 6 * MiB);
+  step.freed(0x10, 6 * MiB);
+  const std::uint64_t base = 1ull << 30;
+  const std::vector<Obstacle> obstacles{{base + 4 * MiB, 1 * MiB}};
+  const StepPlan plan = pack_step(step, obstacles, base, 16 * MiB);
+  ASSERT_NO_FATAL_FAILURE(expect_valid_plan(step, plan, obstacles, base, 16 * MiB));
+  EXPECT_EQ(plan.entries[0].addr, base + 5 * MiB) << "the 4 MiB gap below the obstacle is too small";
+  EXPECT_TRUE(pack_step(step, obstacles, base, 8 * MiB).entries.empty()) << "does not fit: no plan";
+}
+
+TEST(EngineStepPlan, PairsLeftoversWithTheFreesOfTheirPreviousCopies) {
+  StepObservation step;
+  step.freed(0xA000, 2 * MiB);       // tick 0: the previous step's gradient, allocated before this step
+  step.allocated(0x100000, 1 * MiB);  // tick 1: a step-local tensor
+  step.allocated(0x200000, 2 * MiB);  // tick 2: this step's gradient, left for the next step
+  step.freed(0x100000, 1 * MiB);      // tick 3
+  step.allocated(0x400000, 3 * MiB);  // tick 4: optimizer state made in this step, kept for good
+  step.pair_leftovers();
+  EXPECT_EQ(step.requests[1].pinned, 0x200000u);
+  EXPECT_EQ(step.requests[1].held_until, 0u) << "the previous copy went at tick 0";
+  EXPECT_EQ(step.requests[2].pinned, 0x400000u);
+  EXPECT_EQ(step.requests[2].held_until, step.ticks) << "unpaired: holds its range for the whole step";
+  EXPECT_EQ(step.requests[0].pinned, 0u);
+}
+
+TEST(EngineStepPlan, LeftoversBecomeObstaclesUntilTheirPreviousCopyIsFreed) {
+  StepObservation step;
+  step.freed(0xA000, 2 * MiB);        // tick 0: the previous step's gradient
+  step.allocated(0x100000, 1 * MiB);  // tick 1
+  step.allocated(0x200000, 2 * MiB);  // tick 2: this step's gradient
+  step.freed(0x100000, 1 * MiB);      // tick 3
+  step.allocated(0x400000, 3 * MiB);  // tick 4: optimizer state
+  const std::vector<Obstacle> obstacles = step.leftovers_as_obstacles();
+  ASSERT_EQ(obstacles.size(), 2u);
+  EXPECT_EQ(obstacles[0].addr, 0x200000u);
+  EXPECT_EQ(obstacles[0].until, 0u) << "its pair was freed at tick 0: in the next step it is gone from the start";
+  EXPECT_EQ(obstacles[1].addr, 0x400000u);
+  EXPECT_EQ(obstacles[1].until, UINT32_MAX) << "unpaired: an obstacle for the whole step";
+  EXPECT_EQ(step.requests[1].pinned, 0u);
+  EXPECT_EQ(step.requests[1].held_until, 0u);
+  EXPECT_EQ(step.requests[2].held_until, 0u);
+  // An obstacle until tick 3 keeps out what is born before it, not what comes after.
+  StepObservation next;
+  next.allocated(0x1, 1 * MiB);  // tick 0
+  next.freed(0x1, 1 * MiB);      // tick 1
+  next.allocated(0x2, 1 * MiB);  // tick 2
+  next.freed(0x2, 1 * MiB);      // tick 3
+  next.allocated(0x3, 1 * MiB);  // tick 4
+  next.freed(0x3, 1 * MiB);      // tick 5
+  const std::uint64_t base = 1ull << 30;
+  const std::vector<Obstacle> early{{base, 1 * MiB, 3}};
+  const StepPlan plan = pack_step(next, early, base, 64 * MiB);
+  EXPECT_NE(plan.entries[0].addr, base);
+  EXPECT_NE(plan.entries[1].addr, base);
+  EXPECT_EQ(plan.entries[2].addr, base) << "born at tick 4, after the obstacle's tick 3";
+}
+
+TEST(EngineStepPlan, RandomStepsPackValidly) {
+  std::mt19937_64 random(7);
+  for (int round = 0; round < 40; ++round) {
+    StepObservation step;
+    std::vector<std::uint64_t> live;
+    std::uint64_t next_addr = 1ull << 40;
+    for (int op = 0; op < 300; ++op) {
+      if (live.empty() || random() % 100 < 55) {
+        const std::uint64_t size = Heap::round(random() % 3 == 0 ? random() % (8 * MiB) : random() % (64 * KiB));
+        step.allocated(next_addr, size);
+        live.push_back(next_addr);
+        next_addr += 64 * MiB;
+      } else {
+        const std::size_t pick = random() % live.size();
+        step.freed(live[pick], 0);
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(pick));
+      }
+      if (random() % 50 == 0) step.freed(random() % 4096 * 256, Heap::round(random() % (8 * MiB)));
+    }
+    step.pair_leftovers();
+    const std::uint64_t base = 1ull << 30;
+    const std::vector<Obstacle> obstacles{{base + 3 * MiB, 2 * MiB}, {base + 40 * MiB, 256}};
+    // Pinned requests keep their own addresses: give the packer a span that holds them.
+    const StepPlan plan = pack_step(step, obstacles, base, (1ull << 41) - base);
+    ASSERT_NO_FATAL_FAILURE(expect_valid_plan(step, plan, obstacles, base, (1ull << 41) - base)) << "round " << round;
+    EXPECT_GE(plan.footprint + (1ull << 40), plan.peak_live);
+  }
+}
+
+// ---- The follower on a real heap
+
+// One step of a made-up training loop: `sizes` allocated in order; each freed `life` requests later, except the
+// ones marked to outlive the step (freed early in the next step, like gradients).
+struct StepShape {
+  std::vector<std::uint64_t> sizes;
+  std::vector<int> life;      // requests until it is freed; 0: outlives the step
+  std::size_t free_prev_at = 2;  // the previous step's leftovers are freed after this many allocations
+};
+
+StepShape training_like_shape(std::uint64_t scale = 1) {
+  StepShape shape;
+  for (int i = 0; i < 40; ++i) {
+    shape.sizes.push_back(scale * ((i % 5 == 0) ? 24 * MiB : (i % 3 == 0) ? 3 * MiB + 512 : 96 * KiB + 64 * static_cast<std::uint64_t>(i)));
+    shape.life.push_back(i % 9 == 4 ? 0 : 1 + (i * 7) % 11);
+  }
+  return shape;
+}
+
+// Runs one step through the follower; the heap checker sees every allocation and free.
+class Loop {
+ public:
+  Loop(Heap& heap, PlanFollower& follower, testing::HeapChecker& check)
+      : heap_(heap), follower_(follower), check_(check) {}
+
+  void step(const StepShape& shape, std::uint16_t tag = 1) {
+    std::vector<std::pair<std::size_t, std::uint64_t>> pending;  // (free after request, addr)
+    std::vector<std::uint64_t> leftovers;
+    for (std::size_t i = 0; i < shape.sizes.size(); ++i) {
+      if (i == shape.free_prev_at) free_all(previous_);
+      const std::uint64_t addr = follower_.allocate(shape.sizes[i], tag);
+      ASSERT_NE(addr, 0u) << "request " << i << " failed: " << static_cast<int>(heap_.last_failure());
+      ASSERT_NO_FATAL_FAILURE(check_.allocated(addr, shape.sizes[i]));
+      if (shape.life[i] == 0) leftovers.push_back(addr);
+      else pending.emplace_back(i + static_cast<std::size_t>(shape.life[i]), addr);
+      for (auto it = pending.begin(); it != pending.end();) {
+        if (it->first == i) {
+          free_one(it->second);
+          it = pending.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (const auto& [when, addr] : pending) free_one(addr);
+    if (shape.sizes.size() <= shape.free_prev_at) free_all(previous_);
+    previous_ = leftovers;
+    ASSERT_NO_FATAL_FAILURE(check_.walk());
+    follower_.step_boundary();
+  }
+
+  void finish() { free_all(previous_); }
+
+ private:
+  void free_one(std::uint64_t addr) {
+    Heap::Freed freed;
+    ASSERT_TRUE(heap_.deallocate(addr, freed));
+    follower_.freed(addr, freed.size);
+    check_.freed(addr);
+  }
+  void free_all(std::vector<std::uint64_t>& addrs) {
+    for (std::uint64_t addr : addrs) free_one(addr);
+    addrs.clear();
+  }
+
+  Heap& heap_;
+  PlanFollower& follower_;
+  testing::HeapChecker& check_;
+  std::vector<std::uint64_t> previous_;
+};
+
+TEST(EngineStepPlan, RepeatedStepsFollowThePlanWithoutMappingAgain) {
+  backings::SimBacking sim(8 * GiB);
+  HeapOptions options;
+  options.limit = 1 * GiB;
+  Heap heap(sim, options);
+  PlanFollower follower(heap);
+  testing::HeapChecker check(heap);
+  Loop loop(heap, follower, check);
+  const std::uint64_t weights = heap.allocate(50 * MiB, 0);  // live across every step
+  ASSERT_NO_FATAL_FAILURE(check.allocated(weights, 50 * MiB));
+  follower.step_boundary();  // step 1 begins
+  const StepShape shape = training_like_shape();
+  for (int s = 0; s < 3; ++s) ASSERT_NO_FATAL_FAILURE(loop.step(shape));
+  ASSERT_GE(follower.stats().plans, 1u);
+  const std::uint64_t maps = heap.counters().maps, unmaps = heap.counters().unmaps;
+  const std::uint64_t mapped = heap.mapped_bytes();
+  const StepPlanStats before = follower.stats();
+  for (int s = 0; s < 5; ++s) ASSERT_NO_FATAL_FAILURE(loop.step(shape));
+  const StepPlanStats after = follower.stats();
+  EXPECT_EQ(after.followed - before.followed, 5 * shape.sizes.size()) << "every request of a steady step follows";
+  EXPECT_EQ(after.fallbacks(), before.fallbacks());
+  EXPECT_EQ(heap.counters().maps, maps) << "steady steps map nothing";
+  EXPECT_EQ(heap.counters().unmaps, unmaps);
+  EXPECT_EQ(heap.mapped_bytes(), mapped);
+  // The plan packs the step near its live peak.
+  EXPECT_LE(after.plan_bytes, after.plan_peak_bytes * 9 / 8);
+  EXPECT_GE(after.plan_bytes, after.plan_peak_bytes);
+  loop.finish();
+}
+
+TEST(EngineStepPlan, ExtraMissingAndResizedRequestsFallBackAndResynchronise) {
+  backings::SimBacking sim(8 * GiB);
+  HeapOptions options;
+  options.limit = 1 * GiB;
+  Heap heap(sim, options);
+  PlanFollower follower(heap);
+  testing::HeapChecker check(heap);
+  Loop loop(heap, follower, check);
+  follower.step_boundary();
+  const StepShape shape = training_like_shape();
+  for (int s = 0; s < 3; ++s) ASSERT_NO_FATAL_FAILURE(loop.step(shape));
+
+  StepShape extra = shape;  // an extra tensor in the middle
+  extra.sizes.insert(extra.sizes.begin() + 10, 5 * MiB + 256);
+  extra.life.insert(extra.life.begin() + 10, 3);
+  StepPlanStats before = follower.stats();
+  ASSERT_NO_FATAL_FAILURE(loop.step(extra));
+  EXPECT_EQ(follower.stats().not_in_plan - before.not_in_plan, 1u);
+  EXPECT_GE(follower.stats().followed - before.followed, shape.sizes.size() - 3) << "resynchronised after it";
+
+  StepShape missing = shape;  // a planned tensor the step does not make
+  missing.sizes.erase(missing.sizes.begin() + 7);
+  missing.life.erase(missing.life.begin() + 7);
+  before = follower.stats();
+  ASSERT_NO_FATAL_FAILURE(loop.step(missing));
+  EXPECT_GE(follower.stats().skipped - before.skipped, 1u);
+  EXPECT_EQ(follower.stats().not_in_plan, before.not_in_plan);
+
+  // Another batch: every size differs, everything falls back at once, and the heap stays sound.
+  before = follower.stats();
+  ASSERT_NO_FATAL_FAILURE(loop.step(training_like_shape(2)));
+  EXPECT_EQ(follower.stats().followed, before.followed);
+  EXPECT_GE(follower.stats().not_in_plan - before.not_in_plan, shape.sizes.size() - 8);
+  // Back to the usual batch: one odd step keeps the plan, and the step follows it again.
+  before = follower.stats();
+  ASSERT_NO_FATAL_FAILURE(loop.step(shape));
+  ASSERT_NO_FATAL_FAILURE(loop.step(shape));
+  EXPECT_GE(follower.stats().followed - before.followed, shape.sizes.size());
+  loop.finish();
+}
+
+TEST(EngineStepPlan, ABlockInThePlannedRangeMakesTheRequestFallBackSafely) {
+  backings::SimBacking sim(8 * GiB);
+  HeapOptions options;
+  options.limit = 1 * GiB;
+  Heap heap(sim, options);
+  PlanFollower follower(heap);
+  testing::HeapChecker check(heap);
+  Loop loop(heap, follower, check);
+  follower.step_boundary();
+  const StepShape shape = training_like_shape();
+  for (int s = 0; s < 2; ++s) ASSERT_NO_FATAL_FAILURE(loop.step(shape));
+  // Squat on the first planned request's range with a block made outside the plan's view.
+  const std::uint64_t squatter = heap.allocate_at(follower.plan().entries[0].addr, 256, 0);
+  ASSERT_NE(squatter, 0u);
+  ASSERT_NO_FATAL_FAILURE(check.allocated(squatter, 256));
+  const StepPlanStats before = follower.stats();
+  ASSERT_NO_FATAL_FAILURE(loop.step(shape));
+  EXPECT_GE(follower.stats().occupied - before.occupied, 1u);
+  Heap::Freed freed;
+  ASSERT_TRUE(heap.deallocate(squatter, freed));
+  check.freed(squatter);
+  loop.finish();
+}
+
+// Random steps around one pattern: most match it exactly, the rest add tensors, drop some, change sizes, or are
+// another pattern altogether; the limit is tight enough that planned placement meets the limit sometimes. Every
+// allocation and every step's heap is checked by the independent checker.
+TEST(EngineStepPlan, RandomizedMatchingAndNonMatchingStepsKeepTheHeapSound) {
+  std::mt19937_64 random(11);
+  for (int seed = 0; seed < 8; ++seed) {
+    backings::SimBacking sim(16 * GiB);
+    HeapOptions options;
+    options.limit = 640 * MiB;
+    Heap heap(sim, options);
+    PlanFollower follower(heap);
+    testing::HeapChecker check(heap);
+    std::vector<std::uint64_t> persistent;
+    for (int i = 0; i < 5; ++i) {
+      const std::uint64_t bytes = (random() % 16 + 1) * MiB;
+      const std::uint64_t addr = heap.allocate(bytes, 0);
+      ASSERT_NO_FATAL_FAILURE(check.allocated(addr, bytes));
+      persistent.push_back(addr);
+    }
+    StepShape base;
+    for (int i = 0; i < 120; ++i) {
+      base.sizes.push_back(random() % 4 == 0 ? random() % (32 * MiB) : random() % (512 * KiB));
+      base.life.push_back(random() % 10 == 0 ? 0 : static_cast<int>(1 + random() % 30));
+    }
+    follower.step_boundary();
+    std::vector<std::uint64_t> previous;
+    std::uint64_t failed = 0;
+    for (int s = 0; s < 100; ++s) {
+      StepShape shape = base;
+      const unsigned kind = static_cast<unsigned>(random() % 10);
+      if (kind == 6) {  // extra tensors
+        for (int k = 0; k < 3; ++k) {
+          const auto at = static_cast<std::ptrdiff_t>(random() % shape.sizes.size());
+          shape.sizes.insert(shape.sizes.begin() + at, random() % (4 * MiB));
+          shape.life.insert(shape.life.begin() + at, static_cast<int>(random() % 5));
+        }
+      } else if (kind == 7) {  // dropped tensors
+        for (int k = 0; k < 3; ++k) {
+          const auto at = static_cast<std::ptrdiff_t>(random() % shape.sizes.size());
+          shape.sizes.erase(shape.sizes.begin() + at);
+          shape.life.erase(shape.life.begin() + at);
+        }
+      } else if (kind == 8) {  // data-dependent shapes
+        for (std::uint64_t& size : shape.sizes)
+          if (random() % 8 == 0) size = size * (random() % 3 + 1) / 2;
+      } else if (kind == 9) {  // another batch
+        for (std::uint64_t& size : shape.sizes) size = size * 3 / 4;
+      }
+      // The step, by hand (requests may fail under the limit: the failure must be clean and change nothing).
+      std::vector<std::pair<std::size_t, std::uint64_t>> pending;
+      std::vector<std::uint64_t> leftovers;
+      const auto free_one = [&](std::uint64_t addr) {
+        Heap::Freed freed;
+        ASSERT_TRUE(heap.deallocate(addr, freed));
+        follower.freed(addr, freed.size);
+        check.freed(addr);
+      };
+      for (std::size_t i = 0; i < shape.sizes.size(); ++i) {
+        if (i == 3) {
+          for (std::uint64_t addr : previous) ASSERT_NO_FATAL_FAILURE(free_one(addr));
+          previous.clear();
+        }
+        const std::uint64_t addr = follower.allocate(shape.sizes[i], 1);
+        if (addr == 0) {
+          ++failed;
+          const HeapFailure why = heap.last_failure();
+          ASSERT_TRUE(why == HeapFailure::limit || why == HeapFailure::address_space) << static_cast<int>(why);
+        } else {
+          ASSERT_NO_FATAL_FAILURE(check.allocated(addr, shape.sizes[i]));
+          if (shape.life[i] == 0) leftovers.push_back(addr);
+          else pending.emplace_back(i + static_cast<std::size_t>(shape.life[i]), addr);
+        }
+        for (auto it = pending.begin(); it != pending.end();) {
+          if (it->first == i) {
+            ASSERT_NO_FATAL_FAILURE(free_one(it->second));
+            it = pending.erase(it);
+          } else {
+            ++it;
+          }
+        }
+        ASSERT_LE(heap.mapped_bytes(), options.limit);
+      }
+      for (const auto& [when, addr] : pending) ASSERT_NO_FATAL_FAILURE(free_one(addr));
+      for (std::uint64_t addr : previous) ASSERT_NO_FATAL_FAILURE(free_one(addr));
+      previous = leftovers;
+      ASSERT_NO_FATAL_FAILURE(check.walk()) << "seed " << seed << " step " << s;
+      follower.step_boundary();
+    }
+    for (std::uint64_t addr : previous) {
+      Heap::Freed freed;
+      ASSERT_TRUE(heap.deallocate(addr, freed));
+      check.freed(addr);
+    }
+    for (std::uint64_t addr : persistent) {
+      Heap::Freed freed;
+      ASSERT_TRUE(heap.deallocate(addr, freed));
+      check.freed(addr);
+    }
+    ASSERT_NO_FATAL_FAILURE(check.walk());
+    EXPECT_EQ(heap.counters().in_use, 0u);
+    const StepPlanStats& stats = follower.stats();
+    EXPECT_GT(stats.followed, stats.fallbacks()) << "most steps match the pattern";
+    EXPECT_GT(stats.not_in_plan, 0u);
+    heap.release_cached();
+    EXPECT_EQ(heap.mapped_bytes(), 0u) << "everything freed, everything can go back";
+    ::testing::Test::RecordProperty("failed_requests", static_cast<int>(failed));
+  }
+}
+
+// ---- Through Allocator: step() turns the mode on, stats report it, set_step_plan(false) turns it off.
+
+TEST(EngineStepPlan, AllocatorStepsReportPlannedRequests) {
+  for (const bool enabled : {true, false}) {
+    Config config;
+    config.log_device_creation = false;
+    Runtime runtime(config);
+    Allocator& device = runtime.device("sim:4GiB");
+    device.set_step_plan(enabled);
+    for (int s = 0; s < 4; ++s) {
+      device.step();
+      std::vector<void*> blocks;
+      for (int i = 0; i < 10; ++i) blocks.push_back(device.allocate(static_cast<std::size_t>(i + 1) * MiB));
+      for (void* block : blocks) device.deallocate(block);
+    }
+    const StepPlanStats stats = device.stats().step_plan;
+    if (enabled) {
+      EXPECT_EQ(stats.steps, 4u);
+      EXPECT_EQ(stats.plans, 1u);
+      EXPECT_EQ(stats.learning, 10u);
+      EXPECT_EQ(stats.followed, 30u);
+      EXPECT_EQ(stats.fallbacks(), 0u);
+      EXPECT_GE(stats.plan_bytes, stats.plan_peak_bytes);
+    } else {
+      EXPECT_EQ(stats.steps, 0u);
+      EXPECT_EQ(stats.followed, 0u);
+    }
+  }
+}
+
+// plimsoll::step() reaches every device, with no recording open: the mode is on by default.
+TEST(EngineStepPlan, PlimsollStepReachesEveryDevice) {
+  Config config;
+  config.log_device_creation = false;
+  Runtime runtime(config);
+  Allocator& first = runtime.device("sim:1GiB");
+  Allocator& second = runtime.device("sim:2GiB");
+  const std::uint64_t before = first.stats().step_plan.steps;
+  for (int s = 0; s < 3; ++s) {
+    plimsoll::step();
+    void* a = first.allocate(3 * MiB);
+    void* b = second.allocate(5 * MiB);
+    first.deallocate(a);
+    second.deallocate(b);
+  }
+  EXPECT_EQ(first.stats().step_plan.steps - before, 3u);
+  EXPECT_EQ(second.stats().step_plan.steps, 3u);
+  EXPECT_EQ(second.stats().step_plan.followed, 2u) << "step 1 observed and packed, steps 2 and 3 follow it";
+}
+
+}  // namespace
+}  // namespace plimsoll::engine
