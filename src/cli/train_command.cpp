@@ -258,8 +258,8 @@ void print_stages(const TrainReport& report) {
   for (std::size_t s = 0; s < report.stage_busy_seconds.size(); ++s) {
     busy += fmt::format("{}stage {} {:.2f} s", s == 0 ? "" : ", ", s, report.stage_busy_seconds[s]);
   }
-  fmt::print("model parallel: {} stages, one per device above (stage 0 the convolutions, stage 1 the linear "
-             "layers), {} micro-batches per step; computing: {} in {:.2f} s of training steps\n",
+  fmt::print("model parallel: {} stages, one per device above (stage 0 the first conv block, stage 1 the "
+             "rest), {} micro-batches per step; computing: {} in {:.2f} s of training steps\n",
              report.model_parallel, report.micro_batches, busy, report.step_seconds);
 }
 

@@ -44,13 +44,13 @@ BatchView micro_batch(const BatchView& batch, std::size_t i, std::size_t count) 
 }  // namespace
 
 struct StagedReplica::Impl {
-  Allocator& first;   // stage 0: the features
-  Allocator& second;  // stage 1: the classifier
+  Allocator& first;   // stage 0: the first conv block
+  Allocator& second;  // stage 1: the second conv block and the linear layers
   std::size_t micro_batches;
   int compute_threads;
-  FashionFeatures features{nullptr};
-  FashionClassifier classifier{nullptr};
-  std::unique_ptr<::torch::optim::Adam> features_optimizer, classifier_optimizer;
+  FashionFirstStage first_stage{nullptr};
+  FashionSecondStage second_stage{nullptr};
+  std::unique_ptr<::torch::optim::Adam> first_optimizer, second_optimizer;
   BatchFeed feed;       // images only from stage 0's thread, labels from stage 1's: no state is shared
   BatchFeed eval_feed;  // test batches, never kept
   double first_busy = 0, second_busy = 0;
@@ -64,13 +64,13 @@ struct StagedReplica::Impl {
     {
       DeviceScope scope(first);
       TagScope tagged(tags::weights);
-      features = FashionFeatures(kChannels);
-      features_optimizer = std::make_unique<::torch::optim::Adam>(features->parameters(), adam);
+      first_stage = FashionFirstStage(kChannels);
+      first_optimizer = std::make_unique<::torch::optim::Adam>(first_stage->parameters(), adam);
     }
     DeviceScope scope(second);
     TagScope tagged(tags::weights);
-    classifier = FashionClassifier(options.classes);
-    classifier_optimizer = std::make_unique<::torch::optim::Adam>(classifier->parameters(), adam);
+    second_stage = FashionSecondStage(options.classes);
+    second_optimizer = std::make_unique<::torch::optim::Adam>(second_stage->parameters(), adam);
   }
 };
 
@@ -93,15 +93,15 @@ StepResult StagedReplica::train_step(const BatchView& batch) {
   const std::size_t count = std::min(m.micro_batches, batch.samples);
   const double whole = static_cast<double>(batch.samples);
   return translating_oom([&] {
-    m.features->train();
-    m.classifier->train();
+    m.first_stage->train();
+    m.second_stage->train();
     {
       DeviceScope scope(m.first);
-      m.features_optimizer->zero_grad();
+      m.first_optimizer->zero_grad();
     }
     {
       DeviceScope scope(m.second);
-      m.classifier_optimizer->zero_grad();
+      m.second_optimizer->zero_grad();
     }
     // Stage 0's outputs, graph attached, until their gradients come back.
     std::vector<at::Tensor> outputs(count);
@@ -114,7 +114,7 @@ StepResult StagedReplica::train_step(const BatchView& batch) {
             DeviceScope scope(m.first);
             at::Tensor images = m.feed.images(micro_batch(batch, i, count));
             TagScope tagged(tags::activations);
-            outputs[i] = m.features->forward(images);
+            outputs[i] = m.first_stage->forward(images);
             m.first_busy += seconds_since(started);
             // Stage 1 copies it onto its own device; the graph stays with stage 0's tensor.
             return outputs[i].detach();
@@ -131,7 +131,7 @@ StepResult StagedReplica::train_step(const BatchView& batch) {
               TagScope tagged(tags::activations);
               input = features.clone().requires_grad_(true);
               features.reset();  // stage 0's tensor: its copy here is what this stage computes on
-              logits = m.classifier->forward(input);
+              logits = m.second_stage->forward(input);
               loss = ::torch::nn::functional::cross_entropy(logits, labels);
               // The micro-batch's mean loss weighted by its share of the batch: the gradients summed over the
               // micro-batches are those of the whole batch's mean loss.
@@ -166,11 +166,11 @@ StepResult StagedReplica::train_step(const BatchView& batch) {
     {
       DeviceScope scope(m.first);
       TagScope tagged(tags::optimizer_state);
-      m.features_optimizer->step();
+      m.first_optimizer->step();
     }
     DeviceScope scope(m.second);
     TagScope tagged(tags::optimizer_state);
-    m.classifier_optimizer->step();
+    m.second_optimizer->step();
     return result;
   });
 }
@@ -179,21 +179,21 @@ StepResult StagedReplica::evaluate(const BatchView& batch) {
   Impl& m = *impl_;
   return translating_oom([&] {
     ::torch::NoGradGuard no_grad;
-    m.features->eval();
-    m.classifier->eval();
+    m.first_stage->eval();
+    m.second_stage->eval();
     at::Tensor features;
     {
       DeviceScope scope(m.first);
       TagScope tagged(tags::activations);
       at::Tensor images = m.eval_feed.images(batch);
-      features = m.features->forward(images);
+      features = m.first_stage->forward(images);
     }
     DeviceScope scope(m.second);
     TagScope tagged(tags::activations);
     at::Tensor labels = m.eval_feed.labels(batch);
     at::Tensor input = features.clone();
     features.reset();
-    at::Tensor logits = m.classifier->forward(input);
+    at::Tensor logits = m.second_stage->forward(input);
     return score(logits, labels, ::torch::nn::functional::cross_entropy(logits, labels));
   });
 }
@@ -202,8 +202,8 @@ void StagedReplica::keep_every_batch(bool keep) { impl_->feed.keep_every_batch(k
 
 std::uint64_t StagedReplica::parameters() const {
   std::uint64_t count = 0;
-  for (const at::Tensor& p : impl_->features->parameters()) count += static_cast<std::uint64_t>(p.numel());
-  for (const at::Tensor& p : impl_->classifier->parameters()) count += static_cast<std::uint64_t>(p.numel());
+  for (const at::Tensor& p : impl_->first_stage->parameters()) count += static_cast<std::uint64_t>(p.numel());
+  for (const at::Tensor& p : impl_->second_stage->parameters()) count += static_cast<std::uint64_t>(p.numel());
   return count;
 }
 

@@ -3,7 +3,7 @@
 // plimsoll device, with micro-batches pipelined between them so both stages compute at once
 // (pipeline_schedule.hpp). Like replica.hpp, this header includes no libtorch header (C++17 and C++20).
 //
-// Stage 0 (the convolutions) and stage 1 (the linear layers) each keep their weights, gradients, optimizer state
+// Stage 0 (the first conv block) and stage 1 (the second conv block and the linear layers) each keep their weights, gradients, optimizer state
 // and activations on their own device, under the tags of plimsoll::torch::tags. What crosses between them is
 // copied: a micro-batch's features onto stage 1's device (its activations), and the gradient of those features
 // back onto stage 0's (its gradients). Images go to stage 0's device, labels to stage 1's (batches).

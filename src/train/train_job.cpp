@@ -15,7 +15,6 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <nlohmann/json.hpp>
 
 #include "plimsoll/allocator.hpp"
 #include "plimsoll/datasets.hpp"
@@ -47,14 +46,10 @@ constexpr std::size_t kMaxDevices = 16;
 constexpr AugmentOptions kAugment{.flip = true, .max_shift = 1};
 constexpr std::size_t kQueuedBatches = 4;  // the loader's byte budget, in batches
 
-}  // namespace
-
-namespace {
-
 void validate_model_parallel(const TrainOptions& o) {
   if (o.model_parallel != 1 && o.model_parallel != StagedReplica::kStages) {
-    throw InvalidArgument(fmt::format("--model-parallel {}: the network splits into {} stages (its convolutions and "
-                                      "its linear layers); give --model-parallel {}, or 1 for no split",
+    throw InvalidArgument(fmt::format("--model-parallel {}: the network splits into {} stages (the first conv block, "
+                                      "then the rest); give --model-parallel {}, or 1 for no split",
                                       o.model_parallel, StagedReplica::kStages, StagedReplica::kStages));
   }
   if (o.model_parallel == 1) {

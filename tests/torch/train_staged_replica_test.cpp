@@ -24,9 +24,9 @@ using plimsoll::train::StepResult;
 using namespace plimsoll::torch_test;
 
 constexpr std::size_t kPixels = 28 * 28;
-// FashionCnn's parameters by stage: the convolutions and batch norms, then the two linear layers.
-constexpr std::uint64_t kFeatureParameters = 16 * 9 + 32 * 16 * 9 + 2 * 16 + 2 * 32;
-constexpr std::uint64_t kClassifierParameters = 1568 * 128 + 128 + 128 * 10 + 10;
+// FashionCnn's parameters by stage (src/train/model.hpp): the first conv block; the second and the linear layers.
+constexpr std::uint64_t kFirstStageParameters = 16 * 9 + 2 * 16;
+constexpr std::uint64_t kSecondStageParameters = 32 * 16 * 9 + 2 * 32 + 1568 * 128 + 128 + 128 * 10 + 10;
 
 struct Data {
   std::vector<float> images;
@@ -61,7 +61,7 @@ TEST_F(TrainStagedReplica, OneMicroBatchTrainsExactlyAsTheSingleDeviceReplica) {
   Replica whole(main_device(), options);
   StagedReplica staged({&other_device(), &small_device()}, options, 1, 1);
   EXPECT_EQ(staged.parameters(), whole.parameters());
-  EXPECT_EQ(staged.parameters(), kFeatureParameters + kClassifierParameters);
+  EXPECT_EQ(staged.parameters(), kFirstStageParameters + kSecondStageParameters);
   for (std::size_t step = 0; step < 3; ++step) {
     const BatchView batch = data.view(32 * step, 32 * (step + 1));
     const StepResult expected = whole.forward_backward(batch);
@@ -72,8 +72,8 @@ TEST_F(TrainStagedReplica, OneMicroBatchTrainsExactlyAsTheSingleDeviceReplica) {
     EXPECT_EQ(got.samples, expected.samples);
   }
   // Same weights and batch-norm statistics after the steps: the same evaluation.
-  const StepResult expected = whole.evaluate(data.view(0, 96));
-  const StepResult got = staged.evaluate(data.view(0, 96));
+  const StepResult expected = whole.evaluate(data.view(0, 32));
+  const StepResult got = staged.evaluate(data.view(0, 32));
   EXPECT_DOUBLE_EQ(got.loss_sum, expected.loss_sum);
   EXPECT_EQ(got.correct, expected.correct);
 }
@@ -99,10 +99,10 @@ TEST_F(TrainStagedReplica, EachStageKeepsItsTensorsOnItsOwnDeviceUnderItsTrainin
   {
     StagedReplica staged({&other_device(), &small_device()}, {}, 4, 1);
     // In-use bytes are rounded up to 256 per allocation; stage 0's weights include batch norm's running statistics.
-    EXPECT_GE(tag_in_use(other_device(), "weights"), kFeatureParameters * sizeof(float));
-    EXPECT_LT(tag_in_use(other_device(), "weights"), 32u << 10);
-    EXPECT_GE(tag_in_use(small_device(), "weights"), kClassifierParameters * sizeof(float));
-    EXPECT_LT(tag_in_use(small_device(), "weights"), kClassifierParameters * sizeof(float) + 4 * 256);
+    EXPECT_GE(tag_in_use(other_device(), "weights"), kFirstStageParameters * sizeof(float));
+    EXPECT_LT(tag_in_use(other_device(), "weights"), 4u << 10);
+    EXPECT_GE(tag_in_use(small_device(), "weights"), kSecondStageParameters * sizeof(float));
+    EXPECT_LT(tag_in_use(small_device(), "weights"), kSecondStageParameters * sizeof(float) + 12 * 256);
     staged.train_step(data.view(0, 32));
     for (plimsoll::Allocator* device : {&other_device(), &small_device()}) {
       const std::uint64_t gradients = tag_in_use(*device, "gradients");
@@ -111,8 +111,8 @@ TEST_F(TrainStagedReplica, EachStageKeepsItsTensorsOnItsOwnDeviceUnderItsTrainin
       EXPECT_EQ(tag_in_use(*device, "activations"), 0u);                 // freed by the end of the step
       EXPECT_EQ(tag_in_use(*device, "batches"), 0u);
     }
-    EXPECT_GE(tag_in_use(other_device(), "gradients"), kFeatureParameters * sizeof(float));
-    EXPECT_GE(tag_in_use(small_device(), "gradients"), kClassifierParameters * sizeof(float));
+    EXPECT_GE(tag_in_use(other_device(), "gradients"), kFirstStageParameters * sizeof(float));
+    EXPECT_GE(tag_in_use(small_device(), "gradients"), kSecondStageParameters * sizeof(float));
     staged.evaluate(data.view(0, 32));
     EXPECT_EQ(tag_in_use(other_device(), "activations"), 0u);
     EXPECT_EQ(tag_in_use(small_device(), "activations"), 0u);
@@ -125,7 +125,7 @@ TEST_F(TrainStagedReplica, EachStageKeepsItsTensorsOnItsOwnDeviceUnderItsTrainin
 // The second stage runs on its own thread: its out-of-memory must stop the first stage too, come back to the
 // caller as plimsoll's report, and free both stages' in-flight tensors.
 TEST_F(TrainStagedReplica, OutOfMemoryOnTheSecondStageStopsBothStagesAndLeavesNothingBehind) {
-  // Stage 1 on 8 MiB: its weights fit, a 512-sample micro-batch's features (3 MiB) and their gradient do not.
+  // Stage 1 on 8 MiB: its weights fit, a 512-sample micro-batch's input (6 MiB) and its gradient do not.
   StagedReplica staged({&other_device(), &small_device()}, {}, 2, 1);
   const Data data = random_data(1024, 14);
   // A step that fits first, so that both stages hold what they hold between steps (gradients, Adam's moments): an
