@@ -97,6 +97,11 @@ TEST_F(TrainModelParallel, EachDeviceHoldsItsOwnStageAndTheAccuracyStaysWithinTw
   EXPECT_FALSE(split["leak"].get<bool>());
 }
 
+TEST_F(TrainModelParallel, DefaultEpochsReachEightyFivePercent) {
+  const nlohmann::json report = json_of(run_plimsoll("train --model-parallel 2 --json --quiet"));
+  EXPECT_GE(report["test_accuracy"].get<double>(), 0.85);
+}
+
 TEST_F(TrainModelParallel, HumanReportShowsBothDevicesByTagAndTheStages) {
   const CliRun run = run_plimsoll("train --epochs 1 --limit-batches 5 --model-parallel 2 --micro-batches 2");
   ASSERT_EQ(run.status, 0) << run.err;
