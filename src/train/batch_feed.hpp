@@ -26,6 +26,9 @@ class BatchFeed {
   void keep_every_batch(bool keep) { keep_every_batch_ = keep; }
 
  private:
+  static at::Tensor images_in_place(const BatchView& batch);  // views of the caller's buffer, not copies
+  static at::Tensor labels_in_place(const BatchView& batch);
+
   bool keep_every_batch_ = false;
   std::vector<at::Tensor> handed_out_;  // only with keep_every_batch_: the leak
 };
