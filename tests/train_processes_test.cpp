@@ -128,6 +128,10 @@ TEST_F(TrainProcesses, HumanReportHasOneRowPerRank) {
   const std::regex row(R"(\n\s+[01]\s+\S+\s+\d+\s+cpu\s)");
   EXPECT_EQ(std::distance(std::sregex_iterator(run.out.begin(), run.out.end(), row), std::sregex_iterator()), 2)
       << run.out;
+  // Rank 0 speaks for the job: one "created device" line, not one per rank.
+  const std::regex created("plimsoll: created device");
+  EXPECT_EQ(std::distance(std::sregex_iterator(run.err.begin(), run.err.end(), created), std::sregex_iterator()), 1)
+      << run.err;
 }
 
 TEST_F(TrainProcesses, AKilledRankStopsTheJobNamingItAndLeavesNoProcessBehind) {

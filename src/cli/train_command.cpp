@@ -23,6 +23,7 @@
 #include "cli/leak_text.hpp"
 #include "cli/output.hpp"
 #include "train/launcher.hpp"
+#include "train/rank_report.hpp"
 #include "train/replica.hpp"
 #include "train/train_job.hpp"
 #endif
@@ -64,6 +65,9 @@ struct TrainArgs {
   std::string master;  // HOST:PORT
   double timeout_seconds = 60;
   bool verify_replicas = false;
+  // Model parallelism.
+  std::size_t model_parallel = 1;
+  std::optional<std::size_t> micro_batches;  // none: plimsoll::train::kDefaultMicroBatches
 };
 
 #ifdef PLIMSOLL_HAVE_TRAIN
@@ -90,6 +94,11 @@ plimsoll::train::TrainOptions job_options(const TrainArgs& args) {
   o.leak_demo = args.leak_demo;
   o.progress = !args.quiet;
   o.verify_replicas = args.verify_replicas;
+  o.model_parallel = args.model_parallel;
+  if (args.micro_batches == std::size_t{0}) {
+    throw plimsoll::InvalidArgument("--micro-batches 0: give at least 1 (each step is split into that many)");
+  }
+  o.micro_batches = args.micro_batches.value_or(0);
   return o;
 }
 
@@ -207,24 +216,15 @@ nlohmann::ordered_json json_report(const TrainReport& report) {
                       {"where", plimsoll::cli::where_made(group, report.trace)}});
   }
   out["leak_groups"] = std::move(groups);
+  if (report.model_parallel > 1) {
+    out["model_parallel"] = {{"stages", report.model_parallel},
+                             {"micro_batches", report.micro_batches},
+                             {"stage_busy_seconds", report.stage_busy_seconds}};
+  }
   if (!report.ranks.empty()) {
     nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
     for (const auto& rank : report.ranks) {
-      ranks.push_back({{"rank", rank.rank},
-                       {"pid", rank.pid},
-                       {"host", rank.host},
-                       {"device", rank.device},
-                       {"limit_bytes", rank.limit_bytes},
-                       {"in_use_bytes", rank.in_use_bytes},
-                       {"peak_in_use_bytes", rank.peak_in_use_bytes},
-                       {"reserved_bytes", rank.reserved_bytes},
-                       {"peak_reserved_bytes", rank.peak_reserved_bytes},
-                       {"leak", rank.leak},
-                       {"leak_verdict", rank.leak_verdict},
-                       {"leak_bytes_per_step", rank.leak_bytes_per_step},
-                       {"replica_checks", rank.replica_checks},
-                       {"step_seconds", rank.step_seconds},
-                       {"all_reduce_seconds", rank.all_reduce_seconds}});
+      ranks.push_back(nlohmann::ordered_json::parse(plimsoll::train::rank_report_json(rank)));
     }
     out["ranks"] = std::move(ranks);
   }
@@ -249,6 +249,18 @@ void print_memory(const TrainReport& report) {
   fmt::print("input pipeline: peak {} held of a {} budget, {} batch buffers allocated (then recycled)\n",
              format_size(report.loader.peak_bytes_held), format_size(report.loader.byte_budget),
              report.loader.buffers_allocated);
+}
+
+void print_stages(const TrainReport& report) {
+  if (report.model_parallel < 2) return;
+  // What each stage computed against the steps' wall time: more than the wall time in all means they overlapped.
+  std::string busy;
+  for (std::size_t s = 0; s < report.stage_busy_seconds.size(); ++s) {
+    busy += fmt::format("{}stage {} {:.2f} s", s == 0 ? "" : ", ", s, report.stage_busy_seconds[s]);
+  }
+  fmt::print("model parallel: {} stages, one per device above (stage 0 the first conv block, stage 1 the "
+             "rest), {} micro-batches per step; computing: {} in {:.2f} s of training steps\n",
+             report.model_parallel, report.micro_batches, busy, report.step_seconds);
 }
 
 void print_ranks(const TrainReport& report) {
@@ -292,6 +304,7 @@ void print_human(const TrainReport& report) {
              100 * report.test_accuracy, report.epochs.size(), report.steps, report.seconds, report.parameters,
              last.train_loss);
   print_memory(report);
+  print_stages(report);
   print_ranks(report);
   print_leaks(report);
   if (!report.trace_path.empty()) fmt::print("trace: {} (plimsoll replay / leaks read it)\n", report.trace_path);
@@ -416,5 +429,11 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str();
   train->add_flag("--verify-replicas", args->verify_replicas,
                   "After every step, check that every rank holds bitwise-equal weights (an all-gather of a hash)");
+  train->add_option("--model-parallel", args->model_parallel,
+                    "Split the network into 2 stages on the logical devices cpu/0 and cpu/1 (each with its own "
+                    "--memory-limit), micro-batches pipelined between them")
+      ->capture_default_str();
+  train->add_option("--micro-batches", args->micro_batches,
+                    "Micro-batches per step with --model-parallel (default 4)");
   train->callback([args] { run_train(*args); });
 }

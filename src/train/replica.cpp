@@ -11,10 +11,10 @@
 #include <torch/utils.h>
 
 #include "plimsoll/torch.hpp"
-#include "plimsoll/torch_error.hpp"
 #include "train/batch_feed.hpp"
 #include "train/model.hpp"
 #include "train/replica_tensors.hpp"
+#include "train/torch_step.hpp"
 
 namespace plimsoll::train {
 namespace {
@@ -24,25 +24,6 @@ using plimsoll::torch::DeviceScope;
 using plimsoll::torch::TagScope;
 
 constexpr std::int64_t kChannels = 1;
-
-// libtorch reports plimsoll's out-of-memory error as plimsoll::torch::HostOutOfMemoryError (a c10::Error) with
-// plimsoll's report as its message (cpu_allocator.cpp); the job wants the report alone, as plimsoll's own error type.
-template <class F>
-auto translating_oom(F&& body) -> decltype(body()) {
-  try {
-    return body();
-  } catch (const plimsoll::torch::HostOutOfMemoryError& oom) {
-    throw TrainingOutOfMemory(oom.msg());
-  }
-}
-
-StepResult score(const ::torch::Tensor& logits, const ::torch::Tensor& labels, const ::torch::Tensor& loss) {
-  StepResult result;
-  result.samples = static_cast<std::size_t>(labels.size(0));
-  result.loss_sum = loss.item<double>() * static_cast<double>(result.samples);
-  result.correct = static_cast<std::size_t>(logits.argmax(1).eq(labels).sum().item<std::int64_t>());
-  return result;
-}
 
 }  // namespace
 

@@ -15,7 +15,6 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <nlohmann/json.hpp>
 
 #include "plimsoll/allocator.hpp"
 #include "plimsoll/datasets.hpp"
@@ -30,7 +29,9 @@
 #include "telemetry/timeline.hpp"
 #include "telemetry/timeline_html.hpp"
 #include "train/process_group.hpp"
+#include "train/rank_report.hpp"
 #include "train/replica.hpp"
+#include "train/staged_replica.hpp"
 #include "train/train_progress.hpp"
 
 namespace plimsoll::train {
@@ -44,6 +45,40 @@ constexpr std::size_t kMaxDevices = 16;
 // shifts to pay off.
 constexpr AugmentOptions kAugment{.flip = true, .max_shift = 1};
 constexpr std::size_t kQueuedBatches = 4;  // the loader's byte budget, in batches
+
+void validate_model_parallel(const TrainOptions& o) {
+  if (o.model_parallel != 1 && o.model_parallel != StagedReplica::kStages) {
+    throw InvalidArgument(fmt::format("--model-parallel {}: the network splits into {} stages (the first conv block, "
+                                      "then the rest); give --model-parallel {}, or 1 for no split",
+                                      o.model_parallel, StagedReplica::kStages, StagedReplica::kStages));
+  }
+  if (o.model_parallel == 1) {
+    if (o.micro_batches != 0) {
+      throw InvalidArgument(fmt::format("--micro-batches {} without --model-parallel: micro-batches are what the "
+                                        "pipeline of a model-parallel run passes between its stages; add "
+                                        "--model-parallel {} or drop --micro-batches",
+                                        o.micro_batches, StagedReplica::kStages));
+    }
+    return;
+  }
+  if (o.devices > 1) {
+    throw InvalidArgument(fmt::format("--model-parallel {} with --devices {}: data and model parallelism together "
+                                      "are not supported; give one of them",
+                                      o.model_parallel, o.devices));
+  }
+  if (o.distributed) {
+    throw InvalidArgument(fmt::format("--model-parallel {} in a job of {} processes: model parallelism runs in one "
+                                      "process; drop --nproc (and --rank/--world-size, RANK/WORLD_SIZE), or drop "
+                                      "--model-parallel",
+                                      o.model_parallel, o.distributed->world_size));
+  }
+  const std::size_t micro = o.micro_batches == 0 ? kDefaultMicroBatches : o.micro_batches;
+  if (micro > o.batch_size) {
+    throw InvalidArgument(fmt::format("--micro-batches {} with --batch-size {}: every micro-batch needs at least one "
+                                      "sample; give at most {} micro-batches or raise --batch-size",
+                                      micro, o.batch_size, o.batch_size));
+  }
+}
 
 }  // namespace
 
@@ -59,6 +94,7 @@ void validate(const TrainOptions& o) {
                                       o.devices, o.batch_size));
   }
   if (!(o.learning_rate > 0)) throw InvalidArgument("--lr must be a positive number");
+  validate_model_parallel(o);
   if (o.distributed) {
     const ProcessGroupOptions& d = *o.distributed;
     if (d.world_size < 1 || d.rank < 0 || d.rank >= d.world_size) {
@@ -86,15 +122,26 @@ void validate(const TrainOptions& o) {
                                       "--device cpu",
                                       o.device, o.devices));
   }
+  if (o.model_parallel > 1 && name.logical >= 0) {
+    throw InvalidArgument(fmt::format("--device {} with --model-parallel {}: the stages go on logical devices "
+                                      "split from a physical one; give --device cpu",
+                                      o.device, o.model_parallel));
+  }
   if (!o.record_path.empty()) telemetry::check_writable(o.record_path, "--record");
   if (!o.html_path.empty()) telemetry::check_writable(o.html_path, "--html");
 }
 
 namespace {
 
+// Logical devices split from --device: one per data-parallel replica, or one per model-parallel stage (the two
+// cannot be combined), 1 for none.
+std::size_t logical_device_count(const TrainOptions& o) { return std::max(o.devices, o.model_parallel); }
+
 // The environment's config (PLIMSOLL_* variables, PLIMSOLL_CONFIG), with the command line on top.
-Config job_config(const TrainOptions& o, std::uint64_t host_limit) {
+Config job_config(const TrainOptions& o, std::uint64_t host_limit, int rank) {
   Config config = apply_environment(Config{});
+  // Rank 0 speaks for a multi-process job: the other ranks' "created device" lines would only repeat its own.
+  if (rank != 0) config.log_device_creation = false;
   Policy policy = config.policy_for(DeviceName::parse(o.device));
   if (o.growth) policy.growth = *o.growth;
   if (o.memory_limit) {
@@ -103,10 +150,10 @@ Config job_config(const TrainOptions& o, std::uint64_t host_limit) {
   }
   policy.validate();
   config.device_policies[o.device] = policy;
-  if (o.devices > 1) {
+  if (const std::size_t count = logical_device_count(o); count > 1) {
     // Each logical device gets the limit asked for, or an equal share of the host's.
-    const std::uint64_t each = o.memory_limit.value_or(host_limit / o.devices);
-    config.logical_devices[o.device] = std::vector<LogicalDeviceConfig>(o.devices, LogicalDeviceConfig{each});
+    const std::uint64_t each = o.memory_limit.value_or(host_limit / count);
+    config.logical_devices[o.device] = std::vector<LogicalDeviceConfig>(count, LogicalDeviceConfig{each});
   }
   return config;
 }
@@ -119,9 +166,10 @@ std::uint64_t host_limit_of(const Runtime& runtime, const std::string& device) {
 }
 
 std::vector<std::string> replica_devices(const TrainOptions& o) {
-  if (o.devices == 1) return {o.device};
+  const std::size_t count = logical_device_count(o);
+  if (count == 1) return {o.device};
   std::vector<std::string> names;
-  for (std::size_t i = 0; i < o.devices; ++i) names.push_back(fmt::format("{}/{}", o.device, i));
+  for (std::size_t i = 0; i < count; ++i) names.push_back(fmt::format("{}/{}", o.device, i));
   return names;
 }
 
@@ -143,46 +191,6 @@ void kill_if_asked(int rank, std::uint64_t step) {
     std::fflush(stderr);
     std::raise(SIGKILL);
   }
-}
-
-std::string rank_report_json(const RankReport& r) {
-  return nlohmann::json{{"rank", r.rank},
-                        {"pid", r.pid},
-                        {"host", r.host},
-                        {"device", r.device},
-                        {"limit_bytes", r.limit_bytes},
-                        {"in_use_bytes", r.in_use_bytes},
-                        {"peak_in_use_bytes", r.peak_in_use_bytes},
-                        {"reserved_bytes", r.reserved_bytes},
-                        {"peak_reserved_bytes", r.peak_reserved_bytes},
-                        {"leak", r.leak},
-                        {"leak_verdict", r.leak_verdict},
-                        {"leak_bytes_per_step", r.leak_bytes_per_step},
-                        {"replica_checks", r.replica_checks},
-                        {"step_seconds", r.step_seconds},
-                        {"all_reduce_seconds", r.all_reduce_seconds}}
-      .dump();
-}
-
-RankReport rank_report_of(const std::string& text) {
-  const nlohmann::json j = nlohmann::json::parse(text);
-  RankReport r;
-  r.rank = j.at("rank").get<int>();
-  r.pid = j.at("pid").get<long>();
-  r.host = j.at("host").get<std::string>();
-  r.device = j.at("device").get<std::string>();
-  r.limit_bytes = j.at("limit_bytes").get<std::uint64_t>();
-  r.in_use_bytes = j.at("in_use_bytes").get<std::uint64_t>();
-  r.peak_in_use_bytes = j.at("peak_in_use_bytes").get<std::uint64_t>();
-  r.reserved_bytes = j.at("reserved_bytes").get<std::uint64_t>();
-  r.peak_reserved_bytes = j.at("peak_reserved_bytes").get<std::uint64_t>();
-  r.leak = j.at("leak").get<bool>();
-  r.leak_verdict = j.at("leak_verdict").get<std::string>();
-  r.leak_bytes_per_step = j.at("leak_bytes_per_step").get<double>();
-  r.replica_checks = j.at("replica_checks").get<std::uint64_t>();
-  r.step_seconds = j.at("step_seconds").get<double>();
-  r.all_reduce_seconds = j.at("all_reduce_seconds").get<double>();
-  return r;
 }
 
 std::string host_name() {
@@ -261,11 +269,24 @@ StepResult forward_backward_all(const std::vector<std::unique_ptr<Replica>>& rep
   return total;
 }
 
-StepResult evaluate(Replica& replica, const TrainOptions& o, const ImageDataset& test) {
+// `model` is a Replica or a StagedReplica.
+template <class Model>
+StepResult evaluate(Model& model, const TrainOptions& o, const ImageDataset& test) {
   Pipeline pipeline(loader_options(o, test.size(), kTestBatch, false, 0), loader_stages(test, false));
   StepResult total;
-  while (auto batch = pipeline.next()) total += replica.evaluate(view_of(*batch, 0, batch->size()));
+  while (auto batch = pipeline.next()) total += model.evaluate(view_of(*batch, 0, batch->size()));
   return total;
+}
+
+std::string model_marker(const TrainOptions& o, int rank, int ranks, std::size_t rank_batch) {
+  std::string marker = fmt::format("model fashion_cnn batch {} input 28x28x1 optimizer adam devices {}", rank_batch,
+                                   o.devices);
+  if (ranks > 1) marker += fmt::format(" rank {} of {} global_batch {}", rank, ranks, o.batch_size);
+  if (o.model_parallel > 1) {
+    marker += fmt::format(" model_parallel {} micro_batches {}", o.model_parallel,
+                          o.micro_batches == 0 ? kDefaultMicroBatches : o.micro_batches);
+  }
+  return marker;
 }
 
 double mean(double sum, std::size_t count) { return count == 0 ? 0 : sum / static_cast<double>(count); }
@@ -309,7 +330,7 @@ TrainReport run_training(const TrainOptions& o) {
   const ImageDataset test_set = load_fashion_mnist(dir, Split::test);
 
   Runtime& runtime = Runtime::global();
-  runtime.replace_config(job_config(o, host_limit_of(runtime, o.device)));
+  runtime.replace_config(job_config(o, host_limit_of(runtime, o.device), o.distributed ? o.distributed->rank : 0));
 
   TrainReport report;
   const int rank = o.distributed ? o.distributed->rank : 0;
@@ -328,10 +349,7 @@ TrainReport run_training(const TrainOptions& o) {
   // A rank of a multi-process job trains on its share of each batch, and its recording is of that share.
   const std::size_t rank_batch = o.batch_size * static_cast<std::size_t>(rank + 1) / static_cast<std::size_t>(ranks) -
                                  o.batch_size * static_cast<std::size_t>(rank) / static_cast<std::size_t>(ranks);
-  recording->marker(fmt::format("model fashion_cnn batch {} input 28x28x1 optimizer adam devices {}{}", rank_batch,
-                                o.devices,
-                                ranks > 1 ? fmt::format(" rank {} of {} global_batch {}", rank, ranks, o.batch_size)
-                                          : ""));
+  recording->marker(model_marker(o, rank, ranks, rank_batch));
   for (Allocator* device : devices) device->record_to(recording);
   plimsoll::torch::install(*devices.front());
   // One compute thread per replica by default. libtorch's OpenMP threads spin while they wait, so on a small
@@ -363,18 +381,29 @@ TrainReport run_training(const TrainOptions& o) {
   // Declared outside the try: the recording is read back while the replicas still hold their weights, so the
   // trace ends with what a job holds between steps rather than with the teardown's frees.
   std::vector<std::unique_ptr<Replica>> replicas;
+  std::unique_ptr<StagedReplica> staged;  // --model-parallel: the one model, over all the devices
   std::unique_ptr<ProcessGroup> group;
   std::uint64_t step = 0;
   try {
     if (o.distributed) group = std::make_unique<ProcessGroup>(*o.distributed);
     std::vector<Replica*> replica_pointers;
-    for (Allocator* device : devices) {
-      replicas.push_back(std::make_unique<Replica>(*device, ReplicaOptions{.seed = o.seed,
-                                                                           .learning_rate = o.learning_rate}));
-      replicas.back()->keep_every_batch(o.leak_demo);
-      replica_pointers.push_back(replicas.back().get());
+    const ReplicaOptions model_options{.seed = o.seed, .learning_rate = o.learning_rate};
+    if (o.model_parallel > 1) {
+      staged = std::make_unique<StagedReplica>(devices, model_options,
+                                               o.micro_batches == 0 ? kDefaultMicroBatches : o.micro_batches,
+                                               static_cast<int>(std::max<std::size_t>(1, threads / devices.size())));
+      staged->keep_every_batch(o.leak_demo);
+      report.parameters = staged->parameters();
+      report.model_parallel = o.model_parallel;
+      report.micro_batches = staged->micro_batches();
+    } else {
+      for (Allocator* device : devices) {
+        replicas.push_back(std::make_unique<Replica>(*device, model_options));
+        replicas.back()->keep_every_batch(o.leak_demo);
+        replica_pointers.push_back(replicas.back().get());
+      }
+      report.parameters = replicas.front()->parameters();
     }
-    report.parameters = replicas.front()->parameters();
     if (o.progress) {
       const std::uint64_t per_epoch = (train_set.size() + o.batch_size - 1) / o.batch_size;
       fmt::print(stderr, "training a CNN ({} parameters) on Fashion-MNIST from {}: {} epochs of {} steps, {} samples "
@@ -382,7 +411,10 @@ TrainReport run_training(const TrainOptions& o) {
                  report.parameters, dir.string(), o.epochs,
                  o.limit_batches == 0 ? per_epoch : std::min(o.limit_batches, per_epoch), o.batch_size,
                  fmt::join(replica_devices(o), " + "), threads,
-                 ranks > 1 ? fmt::format(" in each of {} processes", ranks) : "");
+                 ranks > 1      ? fmt::format(" in each of {} processes", ranks)
+                 : staged       ? fmt::format(", the model split in {} stages pipelining {} micro-batches",
+                                              o.model_parallel, report.micro_batches)
+                                : "");
     }
 
     for (std::uint64_t epoch = 1; epoch <= o.epochs; ++epoch) {
@@ -401,7 +433,10 @@ TrainReport run_training(const TrainOptions& o) {
           ++step;
           kill_if_asked(rank, step);
           const double step_started = telemetry::steady_seconds();
-          if (group) {
+          if (staged) {
+            seen += staged->train_step(view_of(*batch, 0, batch->size()));  // its optimizer step included
+            batch->release();
+          } else if (group) {
             seen += replicas.front()->forward_backward(rank_share(*batch, rank, ranks));
             batch->release();
             const double reduce_started = telemetry::steady_seconds();
@@ -436,7 +471,9 @@ TrainReport run_training(const TrainOptions& o) {
       recording->marker(fmt::format("epoch {} evaluation", epoch));
       // The replicas hold the same weights and batch-norm statistics (same start, averaged every step), so one
       // copy's evaluation is the model's: replica 0's, on rank 0 alone in a multi-process job.
-      const StepResult tested = rank == 0 ? evaluate(*replicas.front(), o, test_set) : StepResult{};
+      const StepResult tested = staged      ? evaluate(*staged, o, test_set)
+                                : rank == 0 ? evaluate(*replicas.front(), o, test_set)
+                                            : StepResult{};
       summary.train_loss = mean(seen.loss_sum, seen.samples);
       summary.train_accuracy = share(seen.correct, seen.samples);
       summary.test_loss = mean(tested.loss_sum, tested.samples);
@@ -452,6 +489,7 @@ TrainReport run_training(const TrainOptions& o) {
       }
     }
     report.test_accuracy = report.epochs.back().test_accuracy;
+    if (staged) report.stage_busy_seconds = staged->stage_busy_seconds();
     device_reports();  // while the weights and optimizer state are live: what a job holds between steps
   } catch (const TrainingOutOfMemory& oom) {
     if (group) {
@@ -498,6 +536,7 @@ TrainReport run_training(const TrainOptions& o) {
     }
   }
   replicas.clear();
+  staged.reset();
   return report;
 }
 

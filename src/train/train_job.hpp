@@ -15,6 +15,7 @@
 #include "plimsoll/trace.hpp"
 #include "telemetry/leak_watch.hpp"
 #include "train/process_group.hpp"
+#include "train/rank_report.hpp"
 
 namespace plimsoll::train {
 
@@ -39,26 +40,16 @@ struct TrainOptions {
   /// replica on its share of every batch and the ranks average gradients and batch-norm statistics every step.
   std::optional<ProcessGroupOptions> distributed;
   bool verify_replicas = false;  // after every step, check that all ranks hold bitwise-equal weights
+  /// Model parallelism (`--model-parallel`): 2 splits the network into two stages on the logical devices
+  /// DEVICE/0 and DEVICE/1, pipelined over `micro_batches` micro-batches per step (0: kDefaultMicroBatches).
+  std::size_t model_parallel = 1;
+  std::size_t micro_batches = 0;
 };
 
-/// One rank's memory as rank 0 gathers it (every rank's device, peaks, and leak verdict).
-struct RankReport {
-  int rank = 0;
-  long pid = 0;
-  std::string host;
-  std::string device;
-  std::uint64_t limit_bytes = 0;
-  std::uint64_t in_use_bytes = 0;
-  std::uint64_t peak_in_use_bytes = 0;
-  std::uint64_t reserved_bytes = 0;
-  std::uint64_t peak_reserved_bytes = 0;
-  bool leak = false;
-  std::string leak_verdict;
-  double leak_bytes_per_step = 0;
-  std::uint64_t replica_checks = 0;  // steps whose replicas were checked equal (--verify-replicas)
-  double step_seconds = 0;           // in training steps (forward, backward, all-reduce, optimizer)
-  double all_reduce_seconds = 0;     // of which in the gradient all-reduce
-};
+/// Micro-batches per step of a model-parallel run: with 2 stages, the pipeline's fill and drain then idle each
+/// stage for 1 micro-batch in 5, and a micro-batch of the default batch (32 samples) still keeps libtorch's kernels
+/// busy.
+inline constexpr std::size_t kDefaultMicroBatches = 4;
 
 /// A device as it stood after the last step (the replicas' weights and optimizer state still live).
 struct DeviceReport {
@@ -97,6 +88,9 @@ struct TrainReport {
   std::uint64_t replica_checks = 0;     // --verify-replicas: steps checked
   double step_seconds = 0;              // in training steps, over the run
   double all_reduce_seconds = 0;        // of which in the gradient all-reduce (multi-process jobs)
+  std::size_t model_parallel = 1;       // stages (--model-parallel)
+  std::size_t micro_batches = 0;        // per step, when model_parallel > 1
+  std::vector<double> stage_busy_seconds;  // per stage: computing, over the run (model parallel only)
   std::uint64_t peak_in_use_bytes() const;    // summed over devices
   std::uint64_t peak_reserved_bytes() const;  // summed over devices
 };
