@@ -92,4 +92,9 @@ StepDetection detect_steps(const Trace& trace);
 /// way (parse_trace, a recording in memory) before find_leaks or replay when its steps matter.
 void fill_missing_steps(Trace& trace);
 
+/// Where a program would call plimsoll::step() during the trace, indexed by event (size events + 1): as the first
+/// step begins, then as each step ends and the next begins. `plimsoll replay` and `plimsoll plan` announce steps
+/// there, so step-aware placement (docs/engine.md) sees what it would see in the job.
+std::vector<bool> step_boundaries(const Trace& trace);
+
 }  // namespace plimsoll

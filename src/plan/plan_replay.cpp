@@ -16,6 +16,7 @@
 #include "plimsoll/oom.hpp"
 #include "plimsoll/runtime.hpp"
 #include "plimsoll/size.hpp"
+#include "plimsoll/trace.hpp"
 
 namespace plimsoll::plan {
 namespace {
@@ -32,6 +33,8 @@ class Target {
   virtual void free(std::uint32_t slot) = 0;
   virtual std::uint64_t in_use() const = 0;
   virtual std::uint64_t peak_reserved() const = 0;
+  /// Where the job would call plimsoll::step(); only plimsoll's engine plans by steps.
+  virtual void step() {}
 };
 
 class EngineTarget final : public Target {
@@ -66,6 +69,7 @@ class EngineTarget final : public Target {
   }
   std::uint64_t in_use() const override { return device_->usage().in_use_bytes; }
   std::uint64_t peak_reserved() const override { return device_->stats().peak_reserved_bytes; }
+  void step() override { device_->step(); }
 
  private:
   std::unique_ptr<Runtime> runtime_;
@@ -176,7 +180,9 @@ AllocatorPrediction replay_under(const Trace& step, PlanAllocator allocator,
   std::unique_ptr<Target> target = make_target(allocator, step, device_bytes);
   std::uint64_t peak_in_use = 0;
   std::size_t peak_event = 0;
+  const std::vector<bool> boundary = step_boundaries(step);
   for (std::size_t index = 0; index < step.events.size(); ++index) {
+    if (boundary[index]) target->step();
     const TraceEvent& event = step.events[index];
     if (event.kind == TraceEvent::Kind::allocate) {
       const std::string_view tag = event.tag < step.tags.size() ? std::string_view(step.tags[event.tag]) : "";

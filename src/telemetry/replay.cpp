@@ -96,11 +96,8 @@ ReplayResult replay(const Trace& trace, Allocator& allocator, const ReplayOption
   if (options.timeline != nullptr) options.timeline->begin(in_use, reserved, before.limit_bytes);
   const std::size_t progress_every = std::max<std::size_t>(1, options.progress_every);
   // Where the program would call plimsoll::step(): as step 1 begins, then as each step ends and the next begins.
-  std::vector<bool> boundary(trace.events.size() + 1, false);
-  if (options.mark_steps && !trace.steps.empty()) {
-    boundary[trace.steps.front().begin] = true;
-    for (std::size_t k = 0; k + 1 < trace.steps.size(); ++k) boundary[trace.steps[k].end] = true;
-  }
+  const std::vector<bool> boundary =
+      options.mark_steps ? step_boundaries(trace) : std::vector<bool>(trace.events.size() + 1, false);
 
   const auto started = std::chrono::steady_clock::now();
   for (std::size_t index = 0; index < trace.events.size(); ++index) {

@@ -365,4 +365,12 @@ void fill_missing_steps(Trace& trace) {
   trace.step_source = trace.steps.empty() ? StepSource::none : StepSource::detected;
 }
 
+std::vector<bool> step_boundaries(const Trace& trace) {
+  std::vector<bool> boundary(trace.events.size() + 1, false);
+  if (trace.steps.empty()) return boundary;
+  boundary[trace.steps.front().begin] = true;
+  for (std::size_t k = 0; k + 1 < trace.steps.size(); ++k) boundary[trace.steps[k].end] = true;
+  return boundary;
+}
+
 }  // namespace plimsoll
