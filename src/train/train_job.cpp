@@ -93,7 +93,7 @@ void validate(const TrainOptions& o) {
 namespace {
 
 // The environment's config (PLIMSOLL_* variables, PLIMSOLL_CONFIG), with the command line on top.
-Config job_config(const TrainOptions& o, std::uint64_t host_limit) {
+Config job_config(const TrainOptions& o) {
   Config config = apply_environment(Config{});
   Policy policy = config.policy_for(DeviceName::parse(o.device));
   if (o.growth) policy.growth = *o.growth;
@@ -104,18 +104,12 @@ Config job_config(const TrainOptions& o, std::uint64_t host_limit) {
   policy.validate();
   config.device_policies[o.device] = policy;
   if (o.devices > 1) {
-    // Each logical device gets the limit asked for, or an equal share of the host's.
-    const std::uint64_t each = o.memory_limit.value_or(host_limit / o.devices);
-    config.logical_devices[o.device] = std::vector<LogicalDeviceConfig>(o.devices, LogicalDeviceConfig{each});
+    // Each logical device gets the limit asked for, or an equal share of the host's (worked out by the runtime).
+    const LogicalDeviceConfig each =
+        o.memory_limit ? LogicalDeviceConfig::sized(*o.memory_limit) : LogicalDeviceConfig::equal();
+    config.logical_devices[o.device] = std::vector<LogicalDeviceConfig>(o.devices, each);
   }
   return config;
-}
-
-std::uint64_t host_limit_of(const Runtime& runtime, const std::string& device) {
-  for (const DeviceListing& listing : runtime.list_devices()) {
-    if (listing.name == device) return listing.limit_bytes;
-  }
-  return 0;
 }
 
 std::vector<std::string> replica_devices(const TrainOptions& o) {
@@ -309,7 +303,7 @@ TrainReport run_training(const TrainOptions& o) {
   const ImageDataset test_set = load_fashion_mnist(dir, Split::test);
 
   Runtime& runtime = Runtime::global();
-  runtime.replace_config(job_config(o, host_limit_of(runtime, o.device)));
+  runtime.replace_config(job_config(o));
 
   TrainReport report;
   const int rank = o.distributed ? o.distributed->rank : 0;
