@@ -1,4 +1,4 @@
-#include "telemetry/progress_bar.hpp"
+#include "telemetry/terminal/progress_bar.hpp"
 
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 
 #include <fmt/format.h>
 
-#include "telemetry/timeline_axis.hpp"
+#include "telemetry/render/timeline_axis.hpp"
 
 namespace plimsoll::telemetry {
 namespace {

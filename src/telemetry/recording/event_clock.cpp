@@ -1,4 +1,4 @@
-#include "telemetry/event_clock.hpp"
+#include "telemetry/recording/event_clock.hpp"
 
 #include <thread>
 

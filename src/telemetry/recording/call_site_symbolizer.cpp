@@ -1,4 +1,4 @@
-#include "telemetry/call_site_symbolizer.hpp"
+#include "telemetry/recording/call_site_symbolizer.hpp"
 
 #include <cxxabi.h>
 #include <dlfcn.h>

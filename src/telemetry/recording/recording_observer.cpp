@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "engine/allocation_observer.hpp"
-#include "telemetry/recorder.hpp"
+#include "telemetry/recording/recorder.hpp"
 
 namespace plimsoll {
 namespace {

@@ -13,9 +13,9 @@
 #include <fmt/format.h>
 
 #include "plimsoll/error.hpp"
-#include "telemetry/id_map.hpp"
-#include "telemetry/step_markers.hpp"
-#include "telemetry/trace_binary.hpp"
+#include "telemetry/traces/id_map.hpp"
+#include "telemetry/traces/step_markers.hpp"
+#include "telemetry/traces/trace_binary.hpp"
 
 namespace plimsoll::telemetry::binary {
 namespace {

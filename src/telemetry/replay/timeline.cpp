@@ -1,4 +1,4 @@
-#include "telemetry/timeline.hpp"
+#include "telemetry/replay/timeline.hpp"
 
 #include <algorithm>
 #include <iterator>
@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "plimsoll/size.hpp"
-#include "telemetry/replay.hpp"
+#include "telemetry/replay/replay.hpp"
 
 namespace plimsoll::telemetry {
 namespace {

@@ -1,4 +1,4 @@
-#include "telemetry/call_sites.hpp"
+#include "telemetry/recording/call_sites.hpp"
 
 #include <unwind.h>
 

@@ -1,4 +1,4 @@
-#include "telemetry/output_file.hpp"
+#include "telemetry/terminal/output_file.hpp"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "telemetry/timeline_svg.hpp"
+#include "telemetry/render/timeline_svg.hpp"
 
 #include <algorithm>
 #include <array>
@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 
 #include "plimsoll/size.hpp"
-#include "telemetry/timeline_axis.hpp"
+#include "telemetry/render/timeline_axis.hpp"
 
 namespace plimsoll::telemetry {
 namespace {

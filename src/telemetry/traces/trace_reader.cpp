@@ -20,8 +20,8 @@
 
 #include "plimsoll/error.hpp"
 #include "plimsoll/trace.hpp"
-#include "telemetry/id_map.hpp"
-#include "telemetry/step_markers.hpp"
+#include "telemetry/traces/id_map.hpp"
+#include "telemetry/traces/step_markers.hpp"
 
 namespace plimsoll {
 namespace {

@@ -8,8 +8,8 @@
 #include "plimsoll/estimate.hpp"
 
 #include "plimsoll/trace.hpp"
-#include "telemetry/leak_watch.hpp"
-#include "telemetry/replay.hpp"
+#include "telemetry/leaks/leak_watch.hpp"
+#include "telemetry/replay/replay.hpp"
 
 namespace plimsoll::telemetry {
 

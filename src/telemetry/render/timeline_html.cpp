@@ -1,4 +1,4 @@
-#include "telemetry/timeline_html.hpp"
+#include "telemetry/render/timeline_html.hpp"
 
 #include <cstddef>
 #include <string_view>
@@ -6,8 +6,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "telemetry/timeline_axis.hpp"
-#include "telemetry/timeline_svg.hpp"
+#include "telemetry/render/timeline_axis.hpp"
+#include "telemetry/render/timeline_svg.hpp"
 
 namespace plimsoll::telemetry {
 namespace {

@@ -1,4 +1,4 @@
-#include "telemetry/replay.hpp"
+#include "telemetry/replay/replay.hpp"
 
 #include <algorithm>
 #include <chrono>

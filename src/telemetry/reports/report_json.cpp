@@ -1,4 +1,4 @@
-#include "telemetry/report_json.hpp"
+#include "telemetry/reports/report_json.hpp"
 
 #include <cstddef>
 #include <optional>

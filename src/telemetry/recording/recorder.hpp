@@ -21,9 +21,9 @@
 
 #include "plimsoll/allocator.hpp"
 #include "plimsoll/recording.hpp"
-#include "telemetry/call_sites.hpp"
-#include "telemetry/event_clock.hpp"
-#include "telemetry/trace_binary.hpp"
+#include "telemetry/recording/call_sites.hpp"
+#include "telemetry/recording/event_clock.hpp"
+#include "telemetry/traces/trace_binary.hpp"
 #include "util/spin_lock.hpp"
 
 namespace plimsoll {

@@ -1,4 +1,4 @@
-#include "telemetry/chrome_trace.hpp"
+#include "telemetry/render/chrome_trace.hpp"
 
 #include <filesystem>
 

@@ -1,4 +1,4 @@
-#include "telemetry/leak_watch.hpp"
+#include "telemetry/leaks/leak_watch.hpp"
 
 #include <algorithm>
 #include <tuple>

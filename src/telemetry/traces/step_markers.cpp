@@ -1,4 +1,4 @@
-#include "telemetry/step_markers.hpp"
+#include "telemetry/traces/step_markers.hpp"
 
 #include <charconv>
 #include <system_error>

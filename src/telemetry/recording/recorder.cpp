@@ -1,5 +1,5 @@
 // plimsoll::Recording: the trace writer (layout in telemetry/trace_binary.hpp), and plimsoll::step().
-#include "telemetry/recorder.hpp"
+#include "telemetry/recording/recorder.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "plimsoll/site_source.hpp"
-#include "telemetry/call_site_symbolizer.hpp"
+#include "telemetry/recording/call_site_symbolizer.hpp"
 
 namespace plimsoll::telemetry {
 

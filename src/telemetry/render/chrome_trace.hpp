@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "telemetry/timeline.hpp"
+#include "telemetry/replay/timeline.hpp"
 
 namespace plimsoll::telemetry {
 

@@ -15,8 +15,8 @@
 
 #include "plimsoll/error.hpp"
 #include "plimsoll/trace.hpp"
-#include "telemetry/trace_binary.hpp"
-#include "telemetry/trace_readers.hpp"
+#include "telemetry/traces/trace_binary.hpp"
+#include "telemetry/traces/trace_readers.hpp"
 
 namespace plimsoll {
 namespace {

@@ -1,4 +1,4 @@
-#include "telemetry/timeline_axis.hpp"
+#include "telemetry/render/timeline_axis.hpp"
 
 #include <cmath>
 

@@ -29,8 +29,8 @@
 
 #include "plimsoll/error.hpp"
 #include "plimsoll/trace.hpp"
-#include "telemetry/id_map.hpp"
-#include "telemetry/trace_readers.hpp"
+#include "telemetry/traces/id_map.hpp"
+#include "telemetry/traces/trace_readers.hpp"
 
 namespace plimsoll::telemetry {
 namespace {

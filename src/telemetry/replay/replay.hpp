@@ -9,7 +9,7 @@
 
 #include "plimsoll/allocator.hpp"
 #include "plimsoll/trace.hpp"
-#include "telemetry/timeline.hpp"
+#include "telemetry/replay/timeline.hpp"
 
 namespace plimsoll::telemetry {
 
