@@ -39,6 +39,9 @@ function(plimsoll_use_layer target layer)
     message(FATAL_ERROR "${target}: ${layer} is not a layer declared in cmake/Layers.cmake")
   endif()
   target_include_directories(${target} PRIVATE ${root} ${PROJECT_SOURCE_DIR}/include)
+  # Debug info and __FILE__ name headers by their place in src/, not by the link they were reached through, so
+  # call sites (src/telemetry/recording/call_site_symbolizer.cpp) and debuggers see the real files.
+  target_compile_options(${target} PRIVATE -ffile-prefix-map=${root}=${PROJECT_SOURCE_DIR}/src)
 endfunction()
 
 # In a layer's folder: its sources (`SOURCES`, or every .cpp of the folder) as the object library plimsoll_<layer>,

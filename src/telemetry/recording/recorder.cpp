@@ -1,4 +1,4 @@
-// plimsoll::Recording: the trace writer (layout in telemetry/trace_binary.hpp), and plimsoll::step().
+// plimsoll::Recording: the trace writer (layout in telemetry/traces/trace_binary.hpp), and plimsoll::step().
 #include "telemetry/recording/recorder.hpp"
 
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-// Reads plimsoll's binary trace format (telemetry/trace_binary.hpp, docs/trace-format.md).
+// Reads plimsoll's binary trace format (telemetry/traces/trace_binary.hpp, docs/trace-format.md).
 //
 // Event records have one fixed size, so the loop copies 48 bytes per record and never parses text. Strings are
 // collected as they come and resolved once the whole file is read, because call-site strings follow the events
