@@ -26,7 +26,7 @@
 #include "plimsoll/stats.hpp"
 #include "plimsoll/trace.hpp"
 #include "process_memory.hpp"
-#include "telemetry/replay.hpp"
+#include "telemetry/replay/replay.hpp"
 
 namespace {
 

@@ -5,7 +5,7 @@
 #include <string_view>
 
 #include "plimsoll/error.hpp"
-#include "telemetry/trace_readers.hpp"
+#include "telemetry/traces/trace_readers.hpp"
 #include "trace_invariants.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

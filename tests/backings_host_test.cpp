@@ -239,11 +239,14 @@ TEST(HostBackingDeathTest, UnmapOfUnmappedMemoryAborts) {
   backing.unreserve(base, 8 * MiB);
 }
 
-TEST(HostBacking, UnreserveWithMappedGranulesReleasesTheirCommit) {
+// The rule for every backing (backings/backing.hpp): unmap first. The host backing used to unmap quietly.
+TEST(HostBackingDeathTest, UnreserveWithMappedGranulesAborts) {
   HostBacking backing(2 * MiB, GiB);
   const std::uintptr_t base = backing.reserve(8 * MiB);
   ASSERT_NE(base, 0U);
   ASSERT_TRUE(backing.map(base, 4 * MiB));
+  EXPECT_DEATH(backing.unreserve(base, 8 * MiB), "host backing misused.*4194304 bytes inside are still mapped");
+  backing.unmap(base, 4 * MiB);
   backing.unreserve(base, 8 * MiB);
   EXPECT_EQ(backing.host_pages().committed_bytes, 0U);
   EXPECT_FALSE(address_space_held(base));

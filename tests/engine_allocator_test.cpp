@@ -160,22 +160,30 @@ TEST(EngineAllocator, TrimGivesCachedMemoryBack) {
   EXPECT_GE(a->stats().unmaps, 1u);
 }
 
-TEST(EngineAllocator, PolicyChangesOnlyBeforeTheFirstAllocation) {
+TEST(EngineAllocator, LimitsChangeOnlyBeforeTheFirstAllocation) {
   auto a = make(1 * GiB);
   Policy p;
   p.growth = Growth::preallocate;
-  p.memory_limit = 256 * MiB;
-  a->set_policy(p);
+  a->set_limits({p, 256 * MiB});
   EXPECT_EQ(a->description().limit_bytes, 256 * MiB);
   EXPECT_EQ(a->stats().reserved_bytes, 256 * MiB);
   void* x = a->allocate(1);
   try {
-    a->set_policy(Policy{});
+    a->set_limits({Policy{}, 1 * GiB});
     FAIL();
   } catch (const InvalidState& e) {
     EXPECT_THAT(e.what(), HasSubstr("after its first allocation"));
   }
   a->deallocate(x);
+}
+
+TEST(EngineAllocator, TakesTheLimitAsGivenWithoutWorkingOutAFraction) {
+  auto a = make(1 * GiB);  // a 4 GiB simulated device
+  Policy p;
+  p.memory_fraction = 0.5;  // what the runtime worked the limit out from; the allocator does not redo it
+  a->set_limits({p, 128 * MiB});
+  EXPECT_EQ(a->description().limit_bytes, 128 * MiB);
+  EXPECT_EQ(a->try_allocate(256 * MiB), nullptr);
 }
 
 TEST(EngineAllocator, CreationLineSaysWhatWasCreated) {

@@ -16,7 +16,7 @@
 
 #include "plimsoll/error.hpp"
 #include "plimsoll/trace.hpp"
-#include "telemetry/trace_readers.hpp"
+#include "telemetry/traces/trace_readers.hpp"
 
 namespace plimsoll::telemetry {
 namespace {

@@ -15,6 +15,7 @@
 namespace plimsoll {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
@@ -122,6 +123,31 @@ TEST(ConfigJson, ADeviceWithOnlyASplitKeepsFollowingTheDefault) {
   const Config config = parse_config_json(R"({"devices": {"cpu": {"logical_devices": [1048576, "2MiB"]}}})");
   EXPECT_TRUE(config.device_policies.empty());
   EXPECT_EQ(limits_of(config.logical_devices.at("cpu")), (std::vector<std::uint64_t>{1 * kMiB, 2 * kMiB}));
+}
+
+TEST(ConfigJson, LogicalDevicesMayTakeEqualShares) {
+  const Config listed = parse_config_json(R"({"devices": {"cpu": {"logical_devices": ["equal", "2MiB"]}}})");
+  EXPECT_EQ(listed.logical_devices.at("cpu"),
+            (std::vector<LogicalDeviceConfig>{LogicalDeviceConfig::equal(), LogicalDeviceConfig::sized(2 * kMiB)}));
+  const Config counted = parse_config_json(R"({"devices": {"cuda:0": {"logical_devices": 3}}})");
+  EXPECT_EQ(counted.logical_devices.at("cuda:0"), std::vector<LogicalDeviceConfig>(3, LogicalDeviceConfig::equal()));
+}
+
+TEST(ConfigJson, RejectsACountOfLogicalDevicesThatIsNoCount) {
+  const auto message = [](const std::string& split) {
+    try {
+      parse_config_json(R"({"devices": {"cpu": {"logical_devices": )" + split + "}}}", "plimsoll.json");
+    } catch (const InvalidArgument& error) {
+      return std::string(error.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_THAT(message("0"), AllOf(HasSubstr("\"devices\".\"cpu\".\"logical_devices\""), HasSubstr("at least 1, got 0")));
+  EXPECT_THAT(message("-2"), HasSubstr("at least 1, got -2"));
+  EXPECT_THAT(message("100000"), HasSubstr("more than the 1024 allowed"));
+  EXPECT_THAT(message("2.5"), HasSubstr("or a count of equal shares such as 2, got 2.5"));
+  EXPECT_THAT(message(R"(["equals"])"),
+              AllOf(HasSubstr("invalid size \"equals\""), HasSubstr("or \"equal\" for an equal share")));
 }
 
 TEST(ConfigJson, DeviceKeysAreStoredInCanonicalForm) {

@@ -1,6 +1,7 @@
 // The budget rules: which limit a device gets from its policy and hardware, and which configs are refused.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -15,13 +16,16 @@ using plimsoll::DeviceKind;
 using plimsoll::InvalidArgument;
 using plimsoll::Policy;
 using plimsoll::runtime::Budget;
+using plimsoll::LogicalDeviceConfig;
 using plimsoll::runtime::compute_budget;
+using plimsoll::runtime::logical_limits;
 using plimsoll::runtime::PhysicalMemory;
 using testing::AllOf;
 using testing::HasSubstr;
 
 constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
 constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
+using Limits = std::vector<std::uint64_t>;
 
 PhysicalMemory gpu(std::uint64_t total, std::uint64_t free_bytes) {
   return {DeviceKind::cuda, total, free_bytes, total, 0};
@@ -136,10 +140,10 @@ TEST(RuntimeBudget, InvalidPolicyIsRefusedBeforeAnyArithmetic) {
 TEST(RuntimeBudget, LogicalSplitMustFitInTotalMinusReserve) {
   const PhysicalMemory sim{DeviceKind::sim, 8 * kGiB, 8 * kGiB, 8 * kGiB, 0};
   const Budget physical = compute_budget("sim:8GiB", sim, with_reserve(0));
-  EXPECT_NO_THROW(plimsoll::runtime::check_logical_split("sim:8GiB", sim, physical, {{3 * kGiB}, {3 * kGiB}}));
-  EXPECT_NO_THROW(plimsoll::runtime::check_logical_split("sim:8GiB", sim, physical, {{4 * kGiB}, {4 * kGiB}}));
+  EXPECT_EQ(logical_limits("sim:8GiB", sim, physical, {{3 * kGiB}, {3 * kGiB}}), (Limits{3 * kGiB, 3 * kGiB}));
+  EXPECT_NO_THROW(logical_limits("sim:8GiB", sim, physical, {{4 * kGiB}, {4 * kGiB}}));
   try {
-    plimsoll::runtime::check_logical_split("sim:8GiB", sim, physical, {{5 * kGiB}, {5 * kGiB}});
+    logical_limits("sim:8GiB", sim, physical, {{5 * kGiB}, {5 * kGiB}});
     FAIL() << "a 10 GiB split of an 8 GiB device was accepted";
   } catch (const InvalidArgument& error) {
     EXPECT_THAT(error.what(), AllOf(HasSubstr("10.00 GiB in total (5.00 GiB + 5.00 GiB)"),
@@ -151,8 +155,47 @@ TEST(RuntimeBudget, LogicalSplitMustFitInTotalMinusReserve) {
 TEST(RuntimeBudget, LogicalSplitRefusesEmptyListsAndZeroSizes) {
   const PhysicalMemory sim{DeviceKind::sim, 8 * kGiB, 8 * kGiB, 8 * kGiB, 0};
   const Budget physical = compute_budget("sim:8GiB", sim, with_reserve(0));
-  EXPECT_THROW(plimsoll::runtime::check_logical_split("sim:8GiB", sim, physical, {}), InvalidArgument);
-  EXPECT_THROW(plimsoll::runtime::check_logical_split("sim:8GiB", sim, physical, {{kGiB}, {0}}), InvalidArgument);
+  EXPECT_THROW(logical_limits("sim:8GiB", sim, physical, {}), InvalidArgument);
+  EXPECT_THROW(logical_limits("sim:8GiB", sim, physical, {{kGiB}, {0}}), InvalidArgument);
+}
+
+TEST(RuntimeBudget, EqualSharesDivideThePhysicalLimit) {
+  const PhysicalMemory sim{DeviceKind::sim, 8 * kGiB, 8 * kGiB, 8 * kGiB, 0};
+  const Budget physical = compute_budget("sim:8GiB", sim, with_reserve(0));
+  const auto equal = LogicalDeviceConfig::equal();
+  EXPECT_EQ(logical_limits("sim:8GiB", sim, physical, {equal, equal}), (Limits{4 * kGiB, 4 * kGiB}));
+  // A share is rounded down to whole MiB: 8 GiB / 3 is 2730.67 MiB.
+  EXPECT_EQ(logical_limits("sim:8GiB", sim, physical, {equal, equal, equal}), (Limits(3, 2730 * kMiB)));
+}
+
+TEST(RuntimeBudget, EqualSharesSplitWhatTheSizedSiblingsLeave) {
+  const PhysicalMemory sim{DeviceKind::sim, 8 * kGiB, 8 * kGiB, 8 * kGiB, 0};
+  const Budget physical = compute_budget("sim:8GiB", sim, with_reserve(0));
+  const auto equal = LogicalDeviceConfig::equal();
+  EXPECT_EQ(logical_limits("sim:8GiB", sim, physical, {equal, LogicalDeviceConfig::sized(2 * kGiB), equal}),
+            (Limits{3 * kGiB, 2 * kGiB, 3 * kGiB}));
+}
+
+TEST(RuntimeBudget, EqualSharesFollowThePhysicalPolicyNotTheCapacity) {
+  const PhysicalMemory sim{DeviceKind::sim, 8 * kGiB, 8 * kGiB, 8 * kGiB, 0};
+  Policy half = with_reserve(0);
+  half.memory_fraction = 0.5;
+  const Budget physical = compute_budget("sim:8GiB", sim, half);
+  const auto equal = LogicalDeviceConfig::equal();
+  EXPECT_EQ(logical_limits("sim:8GiB", sim, physical, {equal, equal}), (Limits{2 * kGiB, 2 * kGiB}));
+}
+
+TEST(RuntimeBudget, EqualSharesThatComeToNothingAreRefused) {
+  const PhysicalMemory sim{DeviceKind::sim, 8 * kGiB, 8 * kGiB, 8 * kGiB, 0};
+  const Budget physical = compute_budget("sim:8GiB", sim, with_reserve(0));
+  try {
+    logical_limits("sim:8GiB", sim, physical, {LogicalDeviceConfig::sized(8 * kGiB), LogicalDeviceConfig::equal()});
+    FAIL() << "an equal share of nothing was accepted";
+  } catch (const InvalidArgument& error) {
+    EXPECT_THAT(error.what(), AllOf(HasSubstr("1 equal-share logical devices of sim:8GiB get nothing"),
+                                    HasSubstr("leaves 0 B after the sized ones"),
+                                    HasSubstr("lower the sized logical devices")));
+  }
 }
 
 // TensorFlow's floors by compute capability, at least 5% of the total, at most a quarter of it.

@@ -343,6 +343,25 @@ TEST(RuntimeDevices, LogicalSplitLargerThanTheDeviceIsRefused) {
                     HasSubstr("lower their memory limits")));
 }
 
+TEST(RuntimeDevices, EqualShareLogicalDevicesSplitThePhysicalLimit) {
+  Config config = quiet_config();
+  config.device_policies["sim:8GiB"].reserve = 0;
+  config.device_policies["sim:8GiB"].memory_limit = 6 * kGiB;
+  config.logical_devices["sim:8GiB"] = {plimsoll::LogicalDeviceConfig::equal(),
+                                        plimsoll::LogicalDeviceConfig::sized(2 * kGiB),
+                                        plimsoll::LogicalDeviceConfig::equal()};
+  auto runtime = make_runtime(config, 0);
+  EXPECT_EQ(runtime->device("sim:8GiB/0").description().limit_bytes, 2 * kGiB);
+  EXPECT_EQ(runtime->device("sim:8GiB/1").description().limit_bytes, 2 * kGiB);
+  plimsoll::Allocator& last = runtime->device("sim:8GiB/2");
+  EXPECT_EQ(last.description().limit_bytes, 2 * kGiB);
+  EXPECT_THROW(last.allocate(3 * kGiB), OutOfMemory);
+  // The listing shows the shares the devices get, and the split's total on the physical row.
+  const std::vector<DeviceListing> rows = runtime->list_devices();
+  EXPECT_EQ(row_named(rows, "sim:8GiB/2").limit_bytes, 2 * kGiB);
+  EXPECT_EQ(row_named(rows, "sim:8GiB").limit_bytes, 6 * kGiB);
+}
+
 TEST(RuntimeDevices, SplitPhysicalDeviceMustBeAskedForByLogicalName) {
   auto runtime = make_runtime(split_sim_8gib(3 * kGiB, 3 * kGiB), 0);
   EXPECT_THAT(error_of<InvalidArgument>(*runtime, "sim:8GiB"),
@@ -387,6 +406,24 @@ TEST(RuntimeDevices, ConfigureBeforeTheFirstAllocationChangesTheLimit) {
   EXPECT_THROW(sim.allocate(2 * kGiB), OutOfMemory);
 }
 
+TEST(RuntimeDevices, ConfigureWorksTheFractionOutOnceWithTheRuntimesRules) {
+  auto runtime = make_runtime(quiet_config(), 0);
+  plimsoll::Allocator& sim = runtime->device("sim:4GiB");
+  Policy policy;
+  policy.memory_fraction = 0.25;
+  policy.reserve = 0;
+  runtime->configure("sim:4GiB", policy);
+  // The allocator shows the policy as asked for and the limit the runtime's budget rules gave it.
+  EXPECT_EQ(sim.description().limit_bytes, kGiB);
+  EXPECT_EQ(sim.description().policy.memory_fraction, 0.25);
+  EXPECT_FALSE(sim.description().policy.memory_limit.has_value());
+  // A limit the device cannot give is refused by the same rules as at creation, and nothing changes.
+  Policy too_much;
+  too_much.memory_limit = 5 * kGiB;
+  EXPECT_THROW(runtime->configure("sim:4GiB", too_much), InvalidArgument);
+  EXPECT_EQ(sim.description().limit_bytes, kGiB);
+}
+
 TEST(RuntimeDevices, PolicyChangeAfterTheFirstAllocationIsInvalidState) {
   auto runtime = make_runtime(quiet_config(), 0);
   plimsoll::Allocator& sim = runtime->device("sim:4GiB");
@@ -394,7 +431,7 @@ TEST(RuntimeDevices, PolicyChangeAfterTheFirstAllocationIsInvalidState) {
   Policy policy;
   policy.memory_limit = kGiB;
   EXPECT_THROW(runtime->configure("sim:4GiB", policy), InvalidState);
-  EXPECT_THROW(sim.set_policy(policy), InvalidState);
+  EXPECT_THROW(sim.set_limits({policy, kGiB}), InvalidState);
   // The refused change is not remembered either.
   EXPECT_NE(runtime->policy_for("sim:4GiB").memory_limit, kGiB);
 }

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "plimsoll/error.hpp"
-#include "telemetry/call_sites.hpp"
+#include "telemetry/recording/call_sites.hpp"
 
 using plimsoll::telemetry::CallSites;
 using plimsoll::telemetry::CallSiteSymbolizer;

@@ -13,7 +13,7 @@
 #include "plimsoll/recording.hpp"
 #include "plimsoll/site_source.hpp"
 #include "plimsoll/trace.hpp"
-#include "telemetry/call_sites.hpp"
+#include "telemetry/recording/call_sites.hpp"
 
 namespace {
 

@@ -9,7 +9,7 @@
 
 #include "plimsoll/error.hpp"
 #include "plimsoll/trace.hpp"
-#include "telemetry/leak_watch.hpp"
+#include "telemetry/leaks/leak_watch.hpp"
 
 namespace plimsoll::telemetry {
 namespace {

@@ -7,7 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "telemetry/progress_bar.hpp"
+#include "telemetry/terminal/progress_bar.hpp"
 
 namespace plimsoll::telemetry {
 namespace {

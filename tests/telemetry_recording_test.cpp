@@ -17,8 +17,8 @@
 #include "plimsoll/error.hpp"
 #include "plimsoll/recording.hpp"
 #include "plimsoll/trace.hpp"
-#include "telemetry/replay.hpp"
-#include "telemetry/trace_binary.hpp"
+#include "telemetry/replay/replay.hpp"
+#include "telemetry/traces/trace_binary.hpp"
 
 // Stand for user code that allocates: the call sites a recording with call sites must name. Outside namespace
 // plimsoll (whose frames are skipped as internal) and non-inline, so a Release build names them from the symbol

@@ -12,7 +12,7 @@
 #include "plimsoll/runtime.hpp"
 #include "policy_builder.hpp"
 #include "plimsoll/trace.hpp"
-#include "telemetry/replay.hpp"
+#include "telemetry/replay/replay.hpp"
 
 namespace plimsoll::telemetry {
 namespace {

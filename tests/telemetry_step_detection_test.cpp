@@ -15,7 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "plimsoll/trace.hpp"
-#include "telemetry/leak_watch.hpp"
+#include "telemetry/leaks/leak_watch.hpp"
 
 namespace plimsoll {
 namespace {

@@ -17,12 +17,12 @@
 #include "plimsoll/runtime.hpp"
 #include "policy_builder.hpp"
 #include "plimsoll/trace.hpp"
-#include "telemetry/chrome_trace.hpp"
-#include "telemetry/replay.hpp"
-#include "telemetry/timeline.hpp"
-#include "telemetry/timeline_axis.hpp"
-#include "telemetry/timeline_html.hpp"
-#include "telemetry/timeline_svg.hpp"
+#include "telemetry/render/chrome_trace.hpp"
+#include "telemetry/replay/replay.hpp"
+#include "telemetry/replay/timeline.hpp"
+#include "telemetry/render/timeline_axis.hpp"
+#include "telemetry/render/timeline_html.hpp"
+#include "telemetry/render/timeline_svg.hpp"
 
 namespace plimsoll::telemetry {
 namespace {

@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "telemetry/call_sites.hpp"
+#include "telemetry/recording/call_sites.hpp"
 
 using plimsoll::telemetry::CallSites;
 

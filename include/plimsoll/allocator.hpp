@@ -30,6 +30,14 @@ struct DeviceDescription {
   std::string summary() const;    // the "Created device ..." line
 };
 
+/// A device's limits as the runtime worked them out: the limit in bytes, and the policy it came from with its
+/// defaults filled in. The allocator applies the policy's growth, reserve and release threshold as they are and
+/// never derives a limit from its memory_limit or memory_fraction: limit_bytes is the limit.
+struct DeviceLimits {
+  Policy policy;
+  std::uint64_t limit_bytes = 0;
+};
+
 /// A small integer naming a tag ("weights", "activations"). Interned once, cheap to pass on every call.
 using Tag = std::uint16_t;
 inline constexpr Tag kUntagged = 0;
@@ -130,8 +138,9 @@ class Allocator {
   /// the lock, where stats() also searches the heap for its largest free block and scans host page tables.
   MemoryUsage usage() const;
   const DeviceDescription& description() const noexcept;
-  /// Replaces the policy. Throws InvalidState after the first allocation, as TensorFlow does.
-  void set_policy(const Policy& policy);
+  /// Replaces the device's limits with ones the runtime worked out (Runtime::configure; src/runtime/budget.hpp is
+  /// the one place a policy becomes a limit). Throws InvalidState after the first allocation, as TensorFlow does.
+  void set_limits(const DeviceLimits& limits);
   /// Per-thread caches for requests up to 64 KiB (docs/engine.md, "Threads"): each thread keeps up to
   /// `bytes_per_thread` bytes of blocks it freed (whichever thread allocated them) and allocates from them without
   /// the device lock. 0 turns them off and gives their blocks back. Cached blocks are free for the program (not in

@@ -34,9 +34,16 @@ struct Policy {
 /// The default reserve for a device kind, given its total bytes.
 std::uint64_t default_reserve(DeviceKind kind, std::uint64_t total_bytes);
 
-/// One logical device carved out of a physical one (TensorFlow's LogicalDeviceConfiguration).
+/// One logical device carved out of a physical one (TensorFlow's LogicalDeviceConfiguration): a fixed size, or an
+/// equal share of what the physical device's budget leaves after its fixed-size siblings (the runtime works the
+/// share out when the device is created; JSON: "equal", or a count such as `"logical_devices": 4`).
 struct LogicalDeviceConfig {
-  std::uint64_t memory_limit = 0;
+  std::uint64_t memory_limit = 0;  // bytes; ignored when equal_share
+  bool equal_share = false;
+
+  static LogicalDeviceConfig sized(std::uint64_t bytes) { return LogicalDeviceConfig{bytes, false}; }
+  static LogicalDeviceConfig equal() { return LogicalDeviceConfig{0, true}; }
+  friend bool operator==(const LogicalDeviceConfig&, const LogicalDeviceConfig&) = default;
 };
 
 /// Everything a process configures. Sources, later ones overriding earlier ones: code, a JSON file
@@ -56,7 +63,7 @@ struct Config {
 ///   {"policy": {"growth": "on_demand", "memory_limit": "8GiB", "memory_fraction": 0.5, "reserve": "512MiB",
 ///               "release_threshold": "1GiB"},
 ///    "devices": {"cuda:0": {"growth": "preallocate", "memory_fraction": 0.9,
-///                            "logical_devices": ["4GiB", "4GiB"]}},
+///                            "logical_devices": ["4GiB", "4GiB"]}},   (or ["4GiB", "equal"], or 2: equal shares)
 ///    "cpu_fallback": true, "visible_devices": "0,1", "log_device_creation": false}
 Config parse_config_json(std::string_view text, std::string_view origin = "config");
 Config load_config_file(const std::string& path);

@@ -51,7 +51,7 @@ class Recording {
   /// Events written so far (allocations, frees, maps, unmaps, OOMs, markers).
   std::uint64_t events() const;
 
-  struct Impl;  // the writer, src/telemetry/recorder.hpp
+  struct Impl;  // the writer, src/telemetry/recording/recorder.hpp
 
  private:
   explicit Recording(std::unique_ptr<Impl> impl);

@@ -50,7 +50,8 @@ class Runtime {
   const Config& config() const noexcept;
 
   /// Sets one device's policy ("cuda:0", "cpu/1"), for plimsoll_configure. A device not created yet gets it when
-  /// created; a created one gets it through Allocator::set_policy (InvalidState after its first allocation).
+  /// created; a created one gets the limits it comes to through
+  /// Allocator::set_limits (InvalidState after its first allocation).
   void configure(std::string_view device, const Policy& policy);
   /// The policy `device` gets from the config, before defaults are filled in (a copy, taken under the lock).
   Policy policy_for(std::string_view device) const;

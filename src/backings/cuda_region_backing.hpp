@@ -3,18 +3,15 @@
 // virtual memory management. reserve() allocates the whole range at once, so memory is taken up front and
 // map()/unmap() only keep the books: the preallocate policy is the only one that fits (an on_demand heap
 // reserves 4x its limit and would be refused). Nothing is given back before the heap goes.
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <map>
-#include <mutex>
 #include <string>
 
 #include "backings/backing.hpp"
 #include "backings/cuda_context.hpp"
 #include "backings/cuda_stream_events.hpp"
 #include "backings/granules.hpp"
-#include "backings/mapping_ledger.hpp"
 #include "devices/cuda_driver.hpp"
 
 namespace plimsoll::backings {
@@ -27,35 +24,29 @@ class CudaRegionBacking final : public Backing {
                     std::uint64_t granularity = kDefaultGranularity);
   /// Frees what the engine left reserved (a heap normally leaves nothing).
   ~CudaRegionBacking() override;
-  CudaRegionBacking(const CudaRegionBacking&) = delete;
-  CudaRegionBacking& operator=(const CudaRegionBacking&) = delete;
-
-  /// cuMemAlloc of the whole range, aligned to the granularity; 0 when the device cannot hold it.
-  std::uintptr_t reserve(std::uint64_t bytes) override;
-  /// cuMemFree after the device's streams finish. Aborts on a range that is not a reservation.
-  void unreserve(std::uintptr_t base, std::uint64_t bytes) noexcept override;
-  /// Always true inside a reservation (the memory is already there); misuse throws std::logic_error.
-  bool map(std::uintptr_t addr, std::uint64_t bytes) override;
-  /// Bookkeeping only: cudaMalloc'd memory cannot be given back in parts.
-  void unmap(std::uintptr_t addr, std::uint64_t bytes) noexcept override;
-
-  std::uint64_t granularity() const noexcept override { return granularity_; }
-  BackingMemory memory() const override;  // cuMemGetInfo
-  bool touchable() const noexcept override { return false; }
-  /// The device's events (nullptr when the driver lacks them): blocks freed on a stream wait for their own
-  /// events instead of the whole device.
-  StreamEvents* stream_events() noexcept override { return events_.get(); }
-  std::string describe() const override;
 
  private:
+  /// cuMemAlloc of the whole range, aligned to the granularity; 0 when the device cannot hold it.
+  std::uintptr_t do_reserve(std::uint64_t bytes) override;
+  /// cuMemFree after the device's streams finish.
+  void do_unreserve(std::uintptr_t base, std::uint64_t bytes) noexcept override;
+  /// Always true (the memory is already there): the books alone say which granules the heap uses.
+  bool do_map(std::uintptr_t, std::uint64_t) override { return true; }
+  /// Bookkeeping only: cudaMalloc'd memory cannot be given back in parts.
+  void do_unmap(std::uintptr_t, std::uint64_t) noexcept override {}
+  BackingMemory do_memory() const override;  // cuMemGetInfo
+  bool do_touchable() const noexcept override { return false; }
+  /// The device's events (nullptr when the driver lacks them): blocks freed on a stream wait for their own
+  /// events instead of the whole device.
+  StreamEvents* do_stream_events() noexcept override { return events_.get(); }
+  std::string do_describe() const override;
+
   const cuda_driver::Api& api_;
   const CudaPrimaryContext context_;
   const std::unique_ptr<CudaStreamEvents> events_;  // after context_, which it uses
-  const std::uint64_t granularity_;
-  mutable std::mutex mutex_;
-  MappingLedger ledger_;
   // Invariant: one entry per ledger reservation, keyed by its (aligned) base; the value is the pointer
-  // cuMemAlloc returned, which cuMemFree needs (below the base when the allocation had to be padded).
+  // cuMemAlloc returned, which cuMemFree needs (below the base when the allocation had to be padded). Guarded by
+  // the backing's lock (used in hooks and the destructor only).
   std::map<std::uintptr_t, cuda_driver::DevicePtr> allocations_;
 };
 

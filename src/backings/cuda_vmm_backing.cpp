@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <new>
-#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -46,55 +45,44 @@ std::uint64_t query_granularity(const cu::Api& api, const CudaPrimaryContext& co
   return granularity;
 }
 
-[[noreturn]] void throw_misuse(const std::string& problem) {
-  throw std::logic_error("plimsoll: CUDA backing misused (a bug in plimsoll's engine): " + problem);
-}
-
 }  // namespace
 
 CudaVmmBacking::CudaVmmBacking(const cu::Api& api, cu::Device device)
-    : api_(checked_api(api, device)),
-      context_(api_, device),
-      events_(api_.has_events() ? std::make_unique<CudaStreamEvents>(api_, context_) : nullptr),
-      copy_(api_.has_copies() ? std::make_unique<CudaDeviceCopy>(api_, context_) : nullptr),
-      prop_(cu::device_allocation_prop(device)),
-      granularity_(query_granularity(api_, context_, prop_)),
-      ledger_(granularity_) {}
+    : CudaVmmBacking(api, std::make_unique<CudaPrimaryContext>(checked_api(api, device), device),
+                     cu::device_allocation_prop(device)) {}
+
+CudaVmmBacking::CudaVmmBacking(const cu::Api& api, std::unique_ptr<CudaPrimaryContext> context,
+                               const cu::MemAllocationProp& prop)
+    : Backing("CUDA", query_granularity(api, *context, prop)),
+      api_(api),
+      context_(std::move(context)),
+      events_(api_.has_events() ? std::make_unique<CudaStreamEvents>(api_, *context_) : nullptr),
+      copy_(api_.has_copies() ? std::make_unique<CudaDeviceCopy>(api_, *context_) : nullptr),
+      prop_(prop) {}
 
 CudaVmmBacking::~CudaVmmBacking() {
-  const std::lock_guard lock(mutex_);
   std::vector<std::pair<std::uintptr_t, std::uint64_t>> reservations;
-  ledger_.for_each_reservation(
+  ledger().for_each_reservation(
       [&](std::uintptr_t base, std::uint64_t bytes) { reservations.emplace_back(base, bytes); });
   if (handles_.empty() && reservations.empty()) return;  // the usual case: the heap gave everything back
-  const CudaPrimaryContext::Scope scope(context_, "release its memory", std::nothrow);
+  const CudaPrimaryContext::Scope scope(*context_, "release its memory", std::nothrow);
   api_.ctx_synchronize();
   for (const auto& [addr, handle] : handles_) {
-    api_.mem_unmap(addr, granularity_);
+    api_.mem_unmap(addr, granularity());
     api_.mem_release(handle);
   }
   for (const auto& [base, bytes] : reservations) api_.mem_address_free(base, bytes);
 }
 
-std::uintptr_t CudaVmmBacking::reserve(std::uint64_t bytes) {
-  const std::lock_guard lock(mutex_);
-  if (auto problem = ledger_.reserve_problem(bytes); !problem.empty()) throw_misuse(problem);
-  const CudaPrimaryContext::Scope scope(context_, "reserve address space");
+std::uintptr_t CudaVmmBacking::do_reserve(std::uint64_t bytes) {
+  const CudaPrimaryContext::Scope scope(*context_, "reserve address space");
   cu::DevicePtr base = 0;
-  if (api_.mem_address_reserve(&base, bytes, granularity_, 0, 0) != cu::kSuccess || base == 0) return 0;
-  ledger_.record_reserve(base, bytes);
+  if (api_.mem_address_reserve(&base, bytes, granularity(), 0, 0) != cu::kSuccess || base == 0) return 0;
   return base;
 }
 
-void CudaVmmBacking::unreserve(std::uintptr_t base, std::uint64_t bytes) noexcept {
-  const std::lock_guard lock(mutex_);
-  if (auto problem = ledger_.unreserve_problem(base, bytes); !problem.empty())
-    abort_on_contract_violation("CUDA", problem);
-  if (const std::uint64_t still_mapped = ledger_.record_unreserve(base, bytes); still_mapped != 0)
-    abort_on_contract_violation(
-        "CUDA", fmt::format("unreserve of {:#x}: {} bytes inside are still mapped; unmap() them first", base,
-                            still_mapped));
-  const CudaPrimaryContext::Scope scope(context_, "free address space", std::nothrow);
+void CudaVmmBacking::do_unreserve(std::uintptr_t base, std::uint64_t bytes) noexcept {
+  const CudaPrimaryContext::Scope scope(*context_, "free address space", std::nothrow);
   if (const cu::Result result = api_.mem_address_free(base, bytes); result != cu::kSuccess)
     abort_on_driver_failure(
         fmt::format("cuMemAddressFree of {:#x} ({} bytes) failed: {}", base, bytes, api_.error_name(result)));
@@ -103,10 +91,10 @@ void CudaVmmBacking::unreserve(std::uintptr_t base, std::uint64_t bytes) noexcep
 cu::Result CudaVmmBacking::map_granule(std::uintptr_t addr, const char*& failed_call) {
   cu::MemHandle handle = 0;
   failed_call = "cuMemCreate";
-  cu::Result result = api_.mem_create(&handle, granularity_, &prop_, 0);
+  cu::Result result = api_.mem_create(&handle, granularity(), &prop_, 0);
   if (result != cu::kSuccess) return result;
   failed_call = "cuMemMap";
-  result = api_.mem_map(addr, granularity_, 0, handle, 0);
+  result = api_.mem_map(addr, granularity(), 0, handle, 0);
   if (result != cu::kSuccess) {
     api_.mem_release(handle);
     return result;
@@ -114,9 +102,9 @@ cu::Result CudaVmmBacking::map_granule(std::uintptr_t addr, const char*& failed_
   // A new mapping starts inaccessible to every device (cuda.h, cuMemUnmap); this device reads and writes it.
   const cu::MemAccessDesc access{.location = prop_.location, .flags = cu::kMemAccessProtReadWrite};
   failed_call = "cuMemSetAccess";
-  result = api_.mem_set_access(addr, granularity_, &access, 1);
+  result = api_.mem_set_access(addr, granularity(), &access, 1);
   if (result != cu::kSuccess) {
-    api_.mem_unmap(addr, granularity_);
+    api_.mem_unmap(addr, granularity());
     api_.mem_release(handle);
     return result;
   }
@@ -128,7 +116,7 @@ void CudaVmmBacking::unmap_granule(std::uintptr_t addr) noexcept {
   const auto found = handles_.find(addr);
   if (found == handles_.end())
     abort_on_contract_violation("CUDA", fmt::format("granule {:#x} has no allocation handle", addr));
-  cu::Result result = api_.mem_unmap(addr, granularity_);
+  cu::Result result = api_.mem_unmap(addr, granularity());
   // The memory goes back to the device once it is both unmapped and released; releasing first would work
   // too, but unmapping first keeps a failed unmap from leaving a mapping to a released handle.
   if (result == cu::kSuccess) result = api_.mem_release(found->second);
@@ -138,35 +126,30 @@ void CudaVmmBacking::unmap_granule(std::uintptr_t addr) noexcept {
   handles_.erase(found);
 }
 
-bool CudaVmmBacking::map(std::uintptr_t addr, std::uint64_t bytes) {
-  const std::lock_guard lock(mutex_);
-  if (auto problem = ledger_.map_problem(addr, bytes); !problem.empty()) throw_misuse(problem);
-  const CudaPrimaryContext::Scope scope(context_, "map memory");
-  for (std::uint64_t offset = 0; offset < bytes; offset += granularity_) {
+bool CudaVmmBacking::do_map(std::uintptr_t addr, std::uint64_t bytes) {
+  const CudaPrimaryContext::Scope scope(*context_, "map memory");
+  const std::uint64_t granule = granularity();
+  for (std::uint64_t offset = 0; offset < bytes; offset += granule) {
     const char* failed_call = "";
     const cu::Result result = map_granule(addr + offset, failed_call);
     if (result == cu::kSuccess) continue;
     // All or nothing: the heap records the whole range unmapped after a failure, so nothing may stay mapped.
     // No stream can be using granules mapped a moment ago, so no synchronization is needed first.
-    for (std::uint64_t done = 0; done < offset; done += granularity_) unmap_granule(addr + done);
+    for (std::uint64_t done = 0; done < offset; done += granule) unmap_granule(addr + done);
     if (result != cu::kErrorOutOfMemory) {
+      const std::lock_guard lock(error_mutex_);
       const bool first = last_driver_error_.empty();
-      last_driver_error_ = fmt::format("CUDA device {}: {} of a {} granule at {:#x} failed: {}", context_.device(),
-                                       failed_call, format_size(granularity_), addr + offset,
-                                       api_.error_name(result));
+      last_driver_error_ = fmt::format("CUDA device {}: {} of a {} granule at {:#x} failed: {}", context_->device(),
+                                       failed_call, format_size(granule), addr + offset, api_.error_name(result));
       if (first) std::fprintf(stderr, "plimsoll: %s (reported as out of memory)\n", last_driver_error_.c_str());
     }
     return false;
   }
-  ledger_.record_map(addr, bytes);
-  mapped_bytes_.fetch_add(bytes);
   return true;
 }
 
-void CudaVmmBacking::unmap(std::uintptr_t addr, std::uint64_t bytes) noexcept {
-  const std::lock_guard lock(mutex_);
-  if (auto problem = ledger_.unmap_problem(addr, bytes); !problem.empty()) abort_on_contract_violation("CUDA", problem);
-  const CudaPrimaryContext::Scope scope(context_, "unmap memory", std::nothrow);
+void CudaVmmBacking::do_unmap(std::uintptr_t addr, std::uint64_t bytes) noexcept {
+  const CudaPrimaryContext::Scope scope(*context_, "unmap memory", std::nothrow);
   // A kernel queued before a block was freed may still be reading it, and unmapping under a running kernel is a
   // fault on the GPU, not an error code. Blocks freed on a stream reach the heap's free space only once their
   // events completed (src/engine/stream_order.hpp), so the granules are idle; a block freed without its stream
@@ -176,20 +159,18 @@ void CudaVmmBacking::unmap(std::uintptr_t addr, std::uint64_t bytes) noexcept {
       abort_on_driver_failure(
           fmt::format("cuCtxSynchronize before unmapping {:#x} failed: {}", addr, api_.error_name(result)));
   }
-  for (std::uint64_t offset = 0; offset < bytes; offset += granularity_) unmap_granule(addr + offset);
-  ledger_.record_unmap(addr, bytes);
-  mapped_bytes_.fetch_sub(bytes);
+  for (std::uint64_t offset = 0; offset < bytes; offset += granularity()) unmap_granule(addr + offset);
 }
 
 std::string CudaVmmBacking::last_driver_error() const {
-  const std::lock_guard lock(mutex_);
+  const std::lock_guard lock(error_mutex_);
   return last_driver_error_;
 }
 
-BackingMemory CudaVmmBacking::memory() const { return context_.memory(); }
+BackingMemory CudaVmmBacking::do_memory() const { return context_->memory(); }
 
-std::string CudaVmmBacking::describe() const {
-  return fmt::format("CUDA device {} virtual memory (granularity {})", context_.device(), format_size(granularity_));
+std::string CudaVmmBacking::do_describe() const {
+  return fmt::format("CUDA device {} virtual memory (granularity {})", context_->device(), format_size(granularity()));
 }
 
 }  // namespace plimsoll::backings

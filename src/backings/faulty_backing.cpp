@@ -34,22 +34,22 @@ std::string nth_call(std::uint64_t call) { return call == 0 ? std::string("none"
 }  // namespace
 
 FaultyBacking::FaultyBacking(Backing& upstream, const FaultPlan& plan)
-    : upstream_(upstream), plan_(validated(plan)), random_(plan.seed) {}
+    : BackingAdaptor("faulty", upstream), plan_(validated(plan)), random_(plan.seed) {}
 
-std::uintptr_t FaultyBacking::reserve(std::uint64_t bytes) {
+std::uintptr_t FaultyBacking::do_reserve(std::uint64_t bytes) {
   if (should_fail(reserve_calls_, plan_.fail_reserve_call, plan_.reserve_failure_probability)) {
     injected_reserve_failures_.fetch_add(1);
     return 0;
   }
-  return upstream_.reserve(bytes);
+  return upstream().reserve(bytes);
 }
 
-bool FaultyBacking::map(std::uintptr_t addr, std::uint64_t bytes) {
+bool FaultyBacking::do_map(std::uintptr_t addr, std::uint64_t bytes) {
   if (should_fail(map_calls_, plan_.fail_map_call, plan_.map_failure_probability)) {
     injected_map_failures_.fetch_add(1);
     return false;
   }
-  return upstream_.map(addr, bytes);
+  return upstream().map(addr, bytes);
 }
 
 bool FaultyBacking::should_fail(std::atomic<std::uint64_t>& calls, std::uint64_t fail_call, double probability) {
@@ -60,10 +60,10 @@ bool FaultyBacking::should_fail(std::atomic<std::uint64_t>& calls, std::uint64_t
   return call == fail_call || random_failure;
 }
 
-std::string FaultyBacking::describe() const {
+std::string FaultyBacking::do_describe() const {
   return fmt::format("{} with injected faults (map p={}, reserve p={}, seed {}, failing map call {}, "
                      "failing reserve call {})",
-                     upstream_.describe(), plan_.map_failure_probability, plan_.reserve_failure_probability,
+                     upstream().describe(), plan_.map_failure_probability, plan_.reserve_failure_probability,
                      plan_.seed, nth_call(plan_.fail_map_call), nth_call(plan_.fail_reserve_call));
 }
 

@@ -8,7 +8,7 @@
 #include <random>
 #include <string>
 
-#include "backings/backing.hpp"
+#include "backings/backing_adaptor.hpp"
 
 namespace plimsoll::backings {
 
@@ -20,25 +20,10 @@ struct FaultPlan {
   std::uint64_t fail_reserve_call = 0;  // the Nth reserve() call (counting from 1) fails; 0: none
 };
 
-class FaultyBacking final : public Backing {
+class FaultyBacking final : public BackingAdaptor {
  public:
   /// `upstream` must outlive this. Throws InvalidArgument when a probability is outside [0, 1].
   FaultyBacking(Backing& upstream, const FaultPlan& plan);
-  FaultyBacking(const FaultyBacking&) = delete;
-  FaultyBacking& operator=(const FaultyBacking&) = delete;
-
-  /// An injected failure returns 0 without asking the upstream.
-  std::uintptr_t reserve(std::uint64_t bytes) override;
-  void unreserve(std::uintptr_t base, std::uint64_t bytes) noexcept override { upstream_.unreserve(base, bytes); }
-  /// An injected failure returns false without asking the upstream, so nothing is mapped.
-  bool map(std::uintptr_t addr, std::uint64_t bytes) override;
-  void unmap(std::uintptr_t addr, std::uint64_t bytes) noexcept override { upstream_.unmap(addr, bytes); }
-
-  std::uint64_t granularity() const noexcept override { return upstream_.granularity(); }
-  BackingMemory memory() const override { return upstream_.memory(); }
-  HostPages host_pages() const override { return upstream_.host_pages(); }
-  bool touchable() const noexcept override { return upstream_.touchable(); }
-  std::string describe() const override;
 
   std::uint64_t map_calls() const noexcept { return map_calls_.load(); }
   std::uint64_t reserve_calls() const noexcept { return reserve_calls_.load(); }
@@ -47,12 +32,17 @@ class FaultyBacking final : public Backing {
   std::uint64_t injected_failures() const noexcept { return injected_map_failures() + injected_reserve_failures(); }
 
  private:
+  /// An injected failure returns 0 without asking the upstream.
+  std::uintptr_t do_reserve(std::uint64_t bytes) override;
+  /// An injected failure returns false without asking the upstream, so nothing is mapped.
+  bool do_map(std::uintptr_t addr, std::uint64_t bytes) override;
+  std::string do_describe() const override;
+
   /// Counts the call and says whether to fail it.
   bool should_fail(std::atomic<std::uint64_t>& calls, std::uint64_t fail_call, double probability);
 
-  Backing& upstream_;
   const FaultPlan plan_;
-  std::mutex random_mutex_;  // the engine may drive one backing from several threads
+  std::mutex random_mutex_;  // taken inside the backing's lock; kept so the draws never depend on it
   std::mt19937_64 random_;
   std::atomic<std::uint64_t> map_calls_{0};
   std::atomic<std::uint64_t> reserve_calls_{0};

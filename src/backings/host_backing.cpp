@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <stdexcept>
 #include <vector>
 
 #include <fmt/format.h>
@@ -47,52 +46,36 @@ void release_pages(std::uintptr_t addr, std::uint64_t bytes) noexcept {
   ::mprotect(pointer(addr), bytes, PROT_NONE);
 }
 
-[[noreturn]] void throw_misuse(const std::string& problem) {
-  throw std::logic_error("plimsoll: host backing misused (a bug in plimsoll's engine): " + problem);
-}
-
 }  // namespace
 
 HostBacking::HostBacking(std::uint64_t granularity, std::optional<std::uint64_t> capacity_bytes)
-    : granularity_(validated_granularity(granularity)),
+    : Backing("host", validated_granularity(granularity)),
       capacity_(capacity_bytes ? *capacity_bytes : scan_host().limit_bytes()),
-      page_size_(system_page_size()),
-      ledger_(granularity_) {}
+      page_size_(system_page_size()) {}
 
 HostBacking::~HostBacking() {
-  ledger_.for_each_reservation([](std::uintptr_t base, std::uint64_t bytes) { ::munmap(pointer(base), bytes); });
+  ledger().for_each_reservation([](std::uintptr_t base, std::uint64_t bytes) { ::munmap(pointer(base), bytes); });
 }
 
-std::uintptr_t HostBacking::reserve(std::uint64_t bytes) {
-  if (auto problem = ledger_.reserve_problem(bytes); !problem.empty()) throw_misuse(problem);
-  if (bytes > std::numeric_limits<std::uint64_t>::max() - granularity_) return 0;
+std::uintptr_t HostBacking::do_reserve(std::uint64_t bytes) {
+  const std::uint64_t granule = granularity();
+  if (bytes > std::numeric_limits<std::uint64_t>::max() - granule) return 0;
   // mmap only promises page alignment: ask for enough to hold an aligned range, then cut off both ends.
-  const std::uint64_t padded = bytes + granularity_ - page_size_;
+  const std::uint64_t padded = bytes + granule - page_size_;
   void* raw = ::mmap(nullptr, padded, PROT_NONE, kAddressSpaceOnly, -1, 0);
   if (raw == MAP_FAILED) return 0;
   const auto raw_begin = reinterpret_cast<std::uintptr_t>(raw);
-  const std::uintptr_t base = util::align_up(raw_begin, granularity_);
+  const std::uintptr_t base = util::align_up(raw_begin, granule);
   const std::uintptr_t raw_end = raw_begin + padded;
   if (base > raw_begin) ::munmap(raw, base - raw_begin);
   if (raw_end > base + bytes) ::munmap(pointer(base + bytes), raw_end - (base + bytes));
-
-  const std::lock_guard lock(mutex_);
-  ledger_.record_reserve(base, bytes);
   return base;
 }
 
-void HostBacking::unreserve(std::uintptr_t base, std::uint64_t bytes) noexcept {
-  const std::lock_guard lock(mutex_);
-  if (auto problem = ledger_.unreserve_problem(base, bytes); !problem.empty())
-    abort_on_contract_violation("host", problem);
-  ::munmap(pointer(base), bytes);
-  committed_.fetch_sub(ledger_.record_unreserve(base, bytes));
-}
+void HostBacking::do_unreserve(std::uintptr_t base, std::uint64_t bytes) noexcept { ::munmap(pointer(base), bytes); }
 
-bool HostBacking::map(std::uintptr_t addr, std::uint64_t bytes) {
-  const std::lock_guard lock(mutex_);
-  if (auto problem = ledger_.map_problem(addr, bytes); !problem.empty()) throw_misuse(problem);
-  const std::uint64_t committed = committed_.load();
+bool HostBacking::do_map(std::uintptr_t addr, std::uint64_t bytes) {
+  const std::uint64_t committed = mapped_bytes();
   if (bytes > capacity_ || committed > capacity_ - bytes) return false;
   // Pages stay out of RAM until first touched; touching them here would defeat lazy commit.
   if (::mprotect(pointer(addr), bytes, PROT_READ | PROT_WRITE) != 0) {
@@ -100,28 +83,19 @@ bool HostBacking::map(std::uintptr_t addr, std::uint64_t bytes) {
     release_pages(addr, bytes);
     return false;
   }
-  ledger_.record_map(addr, bytes);
-  committed_.fetch_add(bytes);
   return true;
 }
 
-void HostBacking::unmap(std::uintptr_t addr, std::uint64_t bytes) noexcept {
-  const std::lock_guard lock(mutex_);
-  if (auto problem = ledger_.unmap_problem(addr, bytes); !problem.empty()) abort_on_contract_violation("host", problem);
-  release_pages(addr, bytes);
-  ledger_.record_unmap(addr, bytes);
-  committed_.fetch_sub(bytes);
-}
+void HostBacking::do_unmap(std::uintptr_t addr, std::uint64_t bytes) noexcept { release_pages(addr, bytes); }
 
-BackingMemory HostBacking::memory() const {
-  const std::uint64_t committed = committed_.load();
+BackingMemory HostBacking::do_memory() const {
+  const std::uint64_t committed = mapped_bytes();
   const std::uint64_t unused = capacity_ > committed ? capacity_ - committed : 0;
   return {.total_bytes = capacity_, .free_bytes = std::min(unused, scan_host().available_ram_bytes)};
 }
 
-HostPages HostBacking::host_pages() const {
-  const std::lock_guard lock(mutex_);
-  return {.committed_bytes = committed_.load(), .resident_bytes = resident_bytes_locked()};
+HostPages HostBacking::do_host_pages() const {
+  return {.committed_bytes = mapped_bytes(), .resident_bytes = resident_bytes_locked()};
 }
 
 std::uint64_t HostBacking::resident_bytes_locked() const {
@@ -129,7 +103,7 @@ std::uint64_t HostBacking::resident_bytes_locked() const {
   constexpr std::uint64_t kPagesPerCall = 64 * 1024;  // bounds the buffer whatever the heap's size
   std::vector<unsigned char> in_ram;
   std::uint64_t resident_pages = 0;
-  ledger_.for_each_mapped([&](std::uintptr_t begin, std::uintptr_t end) {
+  ledger().for_each_mapped([&](std::uintptr_t begin, std::uintptr_t end) {
     for (std::uintptr_t chunk = begin; chunk < end;) {
       const std::uint64_t pages = std::min((end - chunk) / page_size_, kPagesPerCall);
       in_ram.resize(pages);
@@ -142,8 +116,8 @@ std::uint64_t HostBacking::resident_bytes_locked() const {
   return resident_pages * page_size_;
 }
 
-std::string HostBacking::describe() const {
-  return fmt::format("host memory (capacity {}, granularity {})", format_size(capacity_), format_size(granularity_));
+std::string HostBacking::do_describe() const {
+  return fmt::format("host memory (capacity {}, granularity {})", format_size(capacity_), format_size(granularity()));
 }
 
 }  // namespace plimsoll::backings

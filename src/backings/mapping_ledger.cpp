@@ -105,6 +105,15 @@ std::uint64_t MappingLedger::erase_mapped(std::uintptr_t begin, std::uintptr_t e
   return erased;
 }
 
+std::uint64_t MappingLedger::mapped_bytes_in(std::uintptr_t begin, std::uintptr_t end) const {
+  std::uint64_t inside = 0;
+  auto range = mapped_.upper_bound(begin);
+  if (range != mapped_.begin() && std::prev(range)->second > begin) --range;
+  for (; range != mapped_.end() && range->first < end; ++range)
+    inside += std::min(range->second, end) - std::max(range->first, begin);
+  return inside;
+}
+
 bool MappingLedger::inside_one_reservation(std::uintptr_t addr, std::uint64_t bytes) const {
   auto after = reservations_.upper_bound(addr);
   if (after == reservations_.begin()) return false;

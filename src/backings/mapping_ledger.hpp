@@ -28,6 +28,8 @@ class MappingLedger {
   void record_unmap(std::uintptr_t addr, std::uint64_t bytes);
 
   std::uint64_t mapped_bytes() const noexcept { return mapped_bytes_; }
+  /// The bytes mapped inside [begin, end).
+  std::uint64_t mapped_bytes_in(std::uintptr_t begin, std::uintptr_t end) const;
 
   /// Calls `visit(begin, end)` for each maximal mapped range, in address order.
   template <class Visit>

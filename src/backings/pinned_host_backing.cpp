@@ -22,15 +22,14 @@ const cu::Api& checked_api(const cu::Api& api) {
 
 PinnedHostBacking::PinnedHostBacking(const cu::Api& api, cu::Device device, std::uint64_t capacity_bytes,
                                      std::uint64_t granularity)
-    : api_(checked_api(api)),
-      host_(granularity, capacity_bytes),
+    : OwningBackingAdaptor("pinned host", std::make_unique<HostBacking>(granularity, capacity_bytes)),
+      api_(checked_api(api)),
       context_(api_, device),
       events_(api_.has_events() ? std::make_unique<CudaStreamEvents>(api_, context_) : nullptr) {}
 
-bool PinnedHostBacking::map(std::uintptr_t addr, std::uint64_t bytes) {
-  if (!host_.map(addr, bytes)) return false;
-  const std::uint64_t granule = host_.granularity();
-  const std::lock_guard lock(mutex_);
+bool PinnedHostBacking::do_map(std::uintptr_t addr, std::uint64_t bytes) {
+  if (!upstream().map(addr, bytes)) return false;
+  const std::uint64_t granule = granularity();
   const CudaPrimaryContext::Scope scope(context_, "pin host memory", std::nothrow);
   for (std::uint64_t offset = 0; offset < bytes; offset += granule) {
     // One registration per granule: cuMemHostUnregister takes a registration whole, and the heap unmaps granules
@@ -40,7 +39,8 @@ bool PinnedHostBacking::map(std::uintptr_t addr, std::uint64_t bytes) {
     if (result == cu::kSuccess) continue;
     for (std::uint64_t done = 0; done < offset; done += granule)
       api_.mem_host_unregister(reinterpret_cast<void*>(addr + done));
-    host_.unmap(addr, bytes);
+    upstream().unmap(addr, bytes);
+    const std::lock_guard lock(error_mutex_);
     const bool first = last_driver_error_.empty();
     last_driver_error_ = fmt::format("cuMemHostRegister of a {} granule at {:#x} failed: {}", format_size(granule),
                                      addr + offset, api_.error_name(result));
@@ -50,12 +50,11 @@ bool PinnedHostBacking::map(std::uintptr_t addr, std::uint64_t bytes) {
   return true;
 }
 
-void PinnedHostBacking::unmap(std::uintptr_t addr, std::uint64_t bytes) noexcept {
+void PinnedHostBacking::do_unmap(std::uintptr_t addr, std::uint64_t bytes) noexcept {
   {
-    const std::lock_guard lock(mutex_);
     const CudaPrimaryContext::Scope scope(context_, "unpin host memory", std::nothrow);
     if (events_ == nullptr || events_->take_unordered_frees()) api_.ctx_synchronize();
-    const std::uint64_t granule = host_.granularity();
+    const std::uint64_t granule = granularity();
     for (std::uint64_t offset = 0; offset < bytes; offset += granule) {
       if (const cu::Result result = api_.mem_host_unregister(reinterpret_cast<void*>(addr + offset));
           result != cu::kSuccess)
@@ -63,15 +62,15 @@ void PinnedHostBacking::unmap(std::uintptr_t addr, std::uint64_t bytes) noexcept
                                             api_.error_name(result)));
     }
   }
-  host_.unmap(addr, bytes);
+  upstream().unmap(addr, bytes);
 }
 
-std::string PinnedHostBacking::describe() const {
-  return fmt::format("pinned host memory (cuMemHostRegister, granularity {})", format_size(host_.granularity()));
+std::string PinnedHostBacking::do_describe() const {
+  return fmt::format("pinned host memory (cuMemHostRegister, granularity {})", format_size(granularity()));
 }
 
 std::string PinnedHostBacking::last_driver_error() const {
-  const std::lock_guard lock(mutex_);
+  const std::lock_guard lock(error_mutex_);
   return last_driver_error_;
 }
 

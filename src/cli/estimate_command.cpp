@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
-#include "telemetry/report_json.hpp"
+#include "telemetry/reports/report_json.hpp"
 #include "cli/output.hpp"
 #include "plimsoll/estimate.hpp"
 #include "plimsoll/size.hpp"

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "plimsoll/trace.hpp"
-#include "telemetry/leak_watch.hpp"
+#include "telemetry/leaks/leak_watch.hpp"
 
 namespace plimsoll::cli {
 

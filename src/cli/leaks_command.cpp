@@ -15,8 +15,8 @@
 #include "cli/output.hpp"
 #include "plimsoll/size.hpp"
 #include "plimsoll/trace.hpp"
-#include "telemetry/leak_watch.hpp"
-#include "telemetry/report_json.hpp"
+#include "telemetry/leaks/leak_watch.hpp"
+#include "telemetry/reports/report_json.hpp"
 
 namespace {
 

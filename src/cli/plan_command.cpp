@@ -17,7 +17,7 @@
 #include "plimsoll/error.hpp"
 #include "plimsoll/plan.hpp"
 #include "plimsoll/trace.hpp"
-#include "telemetry/output_file.hpp"
+#include "telemetry/terminal/output_file.hpp"
 
 namespace {
 

@@ -25,14 +25,14 @@
 #include "plimsoll/runtime.hpp"
 #include "plimsoll/size.hpp"
 #include "plimsoll/trace.hpp"
-#include "telemetry/chrome_trace.hpp"
-#include "telemetry/output_file.hpp"
-#include "telemetry/progress_bar.hpp"
-#include "telemetry/replay.hpp"
-#include "telemetry/report_json.hpp"
-#include "telemetry/timeline.hpp"
-#include "telemetry/timeline_html.hpp"
-#include "telemetry/timeline_svg.hpp"
+#include "telemetry/render/chrome_trace.hpp"
+#include "telemetry/terminal/output_file.hpp"
+#include "telemetry/terminal/progress_bar.hpp"
+#include "telemetry/replay/replay.hpp"
+#include "telemetry/reports/report_json.hpp"
+#include "telemetry/replay/timeline.hpp"
+#include "telemetry/render/timeline_html.hpp"
+#include "telemetry/render/timeline_svg.hpp"
 
 namespace {
 

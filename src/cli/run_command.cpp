@@ -28,7 +28,7 @@
 #include "plimsoll/policy.hpp"
 #include "plimsoll/sharing.hpp"
 #include "plimsoll/size.hpp"
-#include "telemetry/output_file.hpp"
+#include "telemetry/terminal/output_file.hpp"
 
 namespace plimsoll::cli {
 

@@ -24,11 +24,11 @@
 #include "plimsoll/runtime.hpp"
 #include "plimsoll/size.hpp"
 #include "plimsoll/trace.hpp"
-#include "telemetry/leak_watch.hpp"
-#include "telemetry/output_file.hpp"
-#include "telemetry/replay.hpp"
-#include "telemetry/timeline.hpp"
-#include "telemetry/timeline_html.hpp"
+#include "telemetry/leaks/leak_watch.hpp"
+#include "telemetry/terminal/output_file.hpp"
+#include "telemetry/replay/replay.hpp"
+#include "telemetry/replay/timeline.hpp"
+#include "telemetry/render/timeline_html.hpp"
 
 namespace plimsoll::cli {
 namespace {

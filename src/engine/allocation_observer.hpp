@@ -1,6 +1,6 @@
 #pragma once
 // What an Allocator tells whoever watches it: each allocation, free, map, unmap and OOM, as it happens. The engine
-// knows only this interface; the trace recording (src/telemetry/recording_observer.cpp) implements it, so the
+// knows only this interface; the trace recording (src/telemetry/recording/recording_observer.cpp) implements it, so the
 // engine depends on no layer above it.
 //
 // Contract:

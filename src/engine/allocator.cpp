@@ -6,7 +6,6 @@
 #include <atomic>
 #include <chrono>
 #include <cinttypes>
-#include <cmath>
 #include <cstdio>
 #include <thread>
 #include <unordered_map>
@@ -662,23 +661,18 @@ Stats Allocator::stats() const {
 
 const DeviceDescription& Allocator::description() const noexcept { return impl_->description; }
 
-void Allocator::set_policy(const Policy& policy) {
-  policy.validate();
+void Allocator::set_limits(const DeviceLimits& limits) {
+  limits.policy.validate();
   util::SpinGuard guard(impl_->lock);
   DeviceDescription& d = impl_->description;
   if (impl_->heap->counters().allocations > 0)
     throw InvalidState("cannot change the policy of " + d.name +
                        " after its first allocation; set the policy before the device allocates");
   DeviceDescription changed = d;
-  changed.policy = policy;
-  if (!changed.policy.reserve) changed.policy.reserve = d.policy.reserve;
-  if (policy.memory_limit) {
-    changed.limit_bytes = *policy.memory_limit;
-  } else if (policy.memory_fraction) {
-    changed.limit_bytes = static_cast<std::uint64_t>(std::floor(*policy.memory_fraction * static_cast<double>(d.total_bytes)));
-  }
+  changed.policy = limits.policy;
+  changed.limit_bytes = limits.limit_bytes;
   if (impl_->front_heap_blocks != 0)
-    throw InvalidState("cannot change the policy of " + d.name + " while its per-thread caches hold memory; call "
+    throw InvalidState("cannot change the limits of " + d.name + " while its per-thread caches hold memory; call "
                        "trim() first");
   impl_->streams.reset();  // refers to the heap; nothing is parked before the first allocation
   impl_->plan.reset();     // refers to the heap too; made again at the next step boundary

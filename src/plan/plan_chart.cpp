@@ -10,8 +10,8 @@
 #include <fmt/ranges.h>
 
 #include "plimsoll/size.hpp"
-#include "telemetry/timeline_axis.hpp"
-#include "telemetry/timeline_svg.hpp"
+#include "telemetry/render/timeline_axis.hpp"
+#include "telemetry/render/timeline_svg.hpp"
 
 namespace plimsoll::plan {
 namespace {

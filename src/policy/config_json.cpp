@@ -182,13 +182,45 @@ bool read_policy_fields(const json& object, const Where& where, Policy& policy) 
   return any;
 }
 
+// More logical devices than this on one physical device is a typo, not a plan (and a count this size would
+// otherwise allocate a vector of it).
+constexpr std::uint64_t kMaxLogicalDevices = 1024;
+
 std::vector<LogicalDeviceConfig> read_logical_devices(const json& value, const Where& where) {
+  // A count: that many equal shares of the physical device's budget.
+  if (value.is_number_integer() || value.is_number_unsigned()) {
+    if (value.is_number_integer() && value.get<std::int64_t>() < 1) {
+      where.fail(fmt::format("a count of logical devices must be at least 1, got {}", describe(value)));
+    }
+    const auto count = value.get<std::uint64_t>();
+    if (count > kMaxLogicalDevices) {
+      where.fail(fmt::format("{} logical devices is more than the {} allowed; split the device into fewer", count,
+                             kMaxLogicalDevices));
+    }
+    return std::vector<LogicalDeviceConfig>(count, LogicalDeviceConfig::equal());
+  }
   if (!value.is_array() || value.empty()) {
-    where.fail(
-        fmt::format("must be a non-empty list of memory limits such as [\"4GiB\", \"4GiB\"], got {}", describe(value)));
+    where.fail(fmt::format(
+        "must be a non-empty list of memory limits such as [\"4GiB\", \"4GiB\"] (an entry may be \"equal\"), or a "
+        "count of equal shares such as 2, got {}",
+        describe(value)));
+  }
+  if (value.size() > kMaxLogicalDevices) {
+    where.fail(fmt::format("{} logical devices is more than the {} allowed; split the device into fewer",
+                           value.size(), kMaxLogicalDevices));
   }
   std::vector<LogicalDeviceConfig> split;
-  for (std::size_t i = 0; i < value.size(); ++i) split.push_back({read_positive_size(value[i], where[i])});
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    if (value[i].is_string() && value[i].get<std::string>() == "equal") {
+      split.push_back(LogicalDeviceConfig::equal());
+    } else {
+      try {
+        split.push_back(LogicalDeviceConfig::sized(read_positive_size(value[i], where[i])));
+      } catch (const InvalidArgument& error) {
+        throw InvalidArgument(fmt::format("{}; or \"equal\" for an equal share", error.what()));
+      }
+    }
+  }
   return split;
 }
 

@@ -87,34 +87,61 @@ Budget compute_budget(const std::string& device, const PhysicalMemory& memory, c
   return budget;
 }
 
-void check_logical_split(const std::string& device, const PhysicalMemory& memory, const Budget& physical,
-                         const std::vector<LogicalDeviceConfig>& split) {
+std::vector<std::uint64_t> logical_limits(const std::string& device, const PhysicalMemory& memory,
+                                          const Budget& physical, const std::vector<LogicalDeviceConfig>& split) {
   if (split.empty()) {
     throw InvalidArgument(fmt::format(
         "logical_devices for {} is an empty list; list at least one memory limit (e.g. [\"4GiB\", \"4GiB\"]) "
         "or remove the entry",
         device));
   }
-  std::uint64_t sum = 0;
+  std::uint64_t sized_sum = 0;
+  std::size_t equal_count = 0;
   std::string terms;
   for (std::size_t i = 0; i < split.size(); ++i) {
+    if (!terms.empty()) terms += " + ";
+    if (split[i].equal_share) {
+      ++equal_count;
+      terms += "equal";
+      continue;
+    }
     const std::uint64_t limit = split[i].memory_limit;
     if (limit == 0) {
       throw InvalidArgument(fmt::format(
-          "logical device {}/{} has a memory limit of 0 bytes; give every logical device a size, e.g. \"4GiB\"",
+          "logical device {}/{} has a memory limit of 0 bytes; give every logical device a size, e.g. \"4GiB\", "
+          "or \"equal\" for an equal share",
           device, i));
     }
-    sum = util::saturating_add(sum, limit);
-    if (!terms.empty()) terms += " + ";
+    sized_sum = util::saturating_add(sized_sum, limit);
     terms += format_size(limit);
   }
-  if (sum > physical.capacity_bytes) {
+  if (sized_sum > physical.capacity_bytes) {
     throw InvalidArgument(fmt::format(
         "the {} logical devices of {} ask for {} in total ({}), more than the device can give ({}); lower their "
         "memory limits so they sum to at most {}",
-        split.size(), device, format_size(sum), terms, what_the_device_can_give(physical, memory),
+        split.size(), device, format_size(sized_sum), terms, what_the_device_can_give(physical, memory),
         format_size(physical.capacity_bytes)));
   }
+
+  std::uint64_t share = 0;
+  if (equal_count > 0) {
+    // Equal shares divide the physical device's limit (its memory_limit, fraction or default), not its
+    // capacity: the physical policy still says how much of the device this process takes.
+    const std::uint64_t left = saturating_minus(physical.limit_bytes, sized_sum);
+    share = left / equal_count;
+    constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
+    if (share >= kMiB) share -= share % kMiB;
+    if (share == 0) {
+      throw InvalidArgument(fmt::format(
+          "the {} equal-share logical devices of {} get nothing: its limit {} leaves {} after the sized ones ({}); "
+          "raise the physical device's memory_limit, lower the sized logical devices, or use fewer devices",
+          equal_count, device, format_size(physical.limit_bytes), format_size(left), terms));
+    }
+  }
+  std::vector<std::uint64_t> limits;
+  limits.reserve(split.size());
+  for (const LogicalDeviceConfig& logical : split) limits.push_back(logical.equal_share ? share : logical.memory_limit);
+  return limits;
 }
 
 }  // namespace plimsoll::runtime

@@ -47,8 +47,12 @@ struct Budget {
 /// A limit above ceiling - reserve throws InvalidArgument naming both numbers and the fix.
 Budget compute_budget(const std::string& device, const PhysicalMemory& memory, const Policy& policy);
 
-/// Checks that logical devices fit in what the physical device can give; throws InvalidArgument otherwise.
-void check_logical_split(const std::string& device, const PhysicalMemory& memory, const Budget& physical,
-                         const std::vector<LogicalDeviceConfig>& split);
+/// Each logical device's limit in bytes, in the split's order: a sized one gets its size; the equal-share ones
+/// divide what the physical budget's limit leaves after the sized ones (rounded down to whole MiB when a share is
+/// at least one MiB, so that shares stay granule-friendly). Throws InvalidArgument, naming the numbers and the fix,
+/// for an empty split, a size of 0, sizes that add up to more than the device can give, or equal shares that come
+/// to nothing.
+std::vector<std::uint64_t> logical_limits(const std::string& device, const PhysicalMemory& memory,
+                                          const Budget& physical, const std::vector<LogicalDeviceConfig>& split);
 
 }  // namespace plimsoll::runtime

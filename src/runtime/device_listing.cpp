@@ -53,11 +53,14 @@ void add_device(std::vector<DeviceListing>& rows, const Config& config, const Ph
 
   // The physical row shows the split as a whole; the rows after it are the devices to ask for.
   try {
-    row.policy = compute_budget(physical.name.str(), physical.memory, config.policy_for(physical.name)).policy;
+    const Budget budget = compute_budget(physical.name.str(), physical.memory, config.policy_for(physical.name));
+    row.policy = budget.policy;
+    for (const std::uint64_t limit : logical_limits(physical.name.str(), physical.memory, budget, *split))
+      row.limit_bytes += limit;
   } catch (const Error&) {
     row.policy = config.policy_for(physical.name);  // the logical rows below say what is wrong
+    for (const LogicalDeviceConfig& logical : *split) row.limit_bytes += logical.memory_limit;
   }
-  for (const LogicalDeviceConfig& logical : *split) row.limit_bytes += logical.memory_limit;
   add_note(row, fmt::format("split into {} logical devices", split->size()));
   if (!unbuildable.empty()) add_note(row, unbuildable);
   rows.push_back(std::move(row));

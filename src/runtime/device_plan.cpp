@@ -89,17 +89,17 @@ DevicePlan plan_device(const Config& config, const PhysicalDevice& physical, con
   }
   // The physical device's policy sets the reserve, which the split as a whole must leave free.
   const Budget physical_budget = compute_budget(physical_name, physical.memory, config.policy_for(physical.name));
-  check_logical_split(physical_name, physical.memory, physical_budget, *split);
+  const std::vector<std::uint64_t> limits = logical_limits(physical_name, physical.memory, physical_budget, *split);
 
   // The split's size is the logical device's limit; a limit or fraction inherited from the default policy
   // (PLIMSOLL_MEMORY_LIMIT, say) is meant for whole devices and yields to it.
   Policy policy = config.policy_for(name);
-  policy.memory_limit = (*split)[index].memory_limit;
+  policy.memory_limit = limits[index];
   policy.memory_fraction.reset();
   policy.reserve = physical_budget.reserve_bytes;
   policy.validate();
   plan.description.policy = policy;
-  plan.description.limit_bytes = (*split)[index].memory_limit;
+  plan.description.limit_bytes = limits[index];
   plan.logical = true;
   return plan;
 }

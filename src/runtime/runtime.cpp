@@ -182,15 +182,12 @@ void Runtime::configure(std::string_view device, const Policy& policy) {
                                      key));
     }
     const DeviceDescription planned = runtime::plan_device(changed, *physical, name).description;
-    // Allocator::set_policy derives a limit only from memory_limit or memory_fraction (of the total); the runtime's
-    // rules (free - reserve, the host's cgroup ceiling) are handed over as the limit they come to.
-    Policy effective = planned.policy;
+    // The limit is worked out here, once (runtime/budget.hpp); the allocator takes it as it is.
+    DeviceLimits limits{planned.policy, planned.limit_bytes};
     if (const auto fixed = impl_->fixed_size_devices.find(key); fixed != impl_->fixed_size_devices.end()) {
-      effective = runtime::fit_fixed_size(key, effective, changed, fixed->second);
+      limits.policy = runtime::fit_fixed_size(key, limits.policy, changed, fixed->second);
     }
-    effective.memory_limit = planned.limit_bytes;
-    effective.memory_fraction.reset();
-    found->second->set_policy(effective);
+    found->second->set_limits(limits);
     impl_->config = std::move(changed);
     return;
   }

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "backings/backing_adaptor.hpp"
 #include "sharing/gpu_share.hpp"
 #include "sharing/settings.hpp"
 
@@ -20,15 +21,13 @@ thread_local bool t_trims_asked = false;       // this thread's last refusal ask
 thread_local std::uint64_t t_refused_bytes = 0;
 thread_local bool t_count_next_refusal = false;  // the retry after a wait: its refusal is the one counted
 
-class SharedGpuBacking final : public backings::Backing {
+class SharedGpuBacking final : public backings::OwningBackingAdaptor {
  public:
   SharedGpuBacking(GpuShare& share, std::unique_ptr<backings::Backing> upstream)
-      : share_(share), upstream_(std::move(upstream)) {}
+      : OwningBackingAdaptor("shared GPU", std::move(upstream)), share_(share) {}
 
-  std::uintptr_t reserve(std::uint64_t bytes) override { return upstream_->reserve(bytes); }
-  void unreserve(std::uintptr_t base, std::uint64_t bytes) noexcept override { upstream_->unreserve(base, bytes); }
-
-  bool map(std::uintptr_t addr, std::uint64_t bytes) override {
+ private:
+  bool do_map(std::uintptr_t addr, std::uint64_t bytes) override {
     auto& impl = share_.impl();
     // The ledger first: a refused charge is a refused map, and the heap then gives its cache back and retries.
     // Never waits here (the allocator's lock is held): a refusal that asked for trims is waited for in
@@ -40,19 +39,19 @@ class SharedGpuBacking final : public backings::Backing {
       t_refused_bytes = bytes;
       return false;
     }
-    if (upstream_->map(addr, bytes)) return true;
+    if (upstream().map(addr, bytes)) return true;
     impl.ledger.release(impl.slot, bytes);
     return false;
   }
-  void unmap(std::uintptr_t addr, std::uint64_t bytes) noexcept override {
-    upstream_->unmap(addr, bytes);
+  void do_unmap(std::uintptr_t addr, std::uint64_t bytes) noexcept override {
+    upstream().unmap(addr, bytes);
     share_.impl().ledger.release(share_.impl().slot, bytes);
   }
 
-  bool can_wait_for_memory() const noexcept override { return true; }
+  bool do_can_wait_for_memory() const noexcept override { return true; }
   // The borrowers asked trim at their next allocation or within their responder's period: wait until the room
   // is there or PLIMSOLL_SHARE_TRIM_WAIT_MS passed, polling the ledger every millisecond.
-  void wait_for_memory() noexcept override {
+  void do_wait_for_memory() noexcept override {
     t_count_next_refusal = true;
     if (!std::exchange(t_trims_asked, false)) return;
     auto& impl = share_.impl();
@@ -65,30 +64,21 @@ class SharedGpuBacking final : public backings::Backing {
     }
   }
 
-  std::uint64_t granularity() const noexcept override { return upstream_->granularity(); }
-  backings::BackingMemory memory() const override {
+  backings::BackingMemory do_memory() const override {
     // The device as this process may use it: its cap, and what it could still be charged.
-    backings::BackingMemory memory = upstream_->memory();
+    backings::BackingMemory memory = upstream().memory();
     auto& impl = share_.impl();
     const std::uint64_t room = impl.ledger.headroom(impl.slot);
     memory.total_bytes = std::min(memory.total_bytes, impl.cap);
     memory.free_bytes = std::min(memory.free_bytes, room);
     return memory;
   }
-  backings::HostPages host_pages() const override { return upstream_->host_pages(); }
-  bool touchable() const noexcept override { return upstream_->touchable(); }
-  // The upstream's events and copies: a CUDA device under a share keeps its stream-ordered reuse (and its
-  // unmaps wait for the streams), and can be paused keeping its contents.
-  backings::StreamEvents* stream_events() noexcept override { return upstream_->stream_events(); }
-  backings::DeviceCopy* device_copy() noexcept override { return upstream_->device_copy(); }
-  std::string describe() const override {
-    return fmt::format("{} (shared GPU: share {} bytes, cap {} bytes)", upstream_->describe(), share_.share_bytes(),
+  std::string do_describe() const override {
+    return fmt::format("{} (shared GPU: share {} bytes, cap {} bytes)", upstream().describe(), share_.share_bytes(),
                        share_.cap_bytes());
   }
 
- private:
   GpuShare& share_;
-  std::unique_ptr<backings::Backing> upstream_;
 };
 
 }  // namespace

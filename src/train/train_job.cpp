@@ -23,11 +23,11 @@
 #include "plimsoll/runtime.hpp"
 #include "plimsoll/size.hpp"
 #include "plimsoll/torch.hpp"
-#include "telemetry/output_file.hpp"
-#include "telemetry/progress_bar.hpp"
-#include "telemetry/replay.hpp"
-#include "telemetry/timeline.hpp"
-#include "telemetry/timeline_html.hpp"
+#include "telemetry/terminal/output_file.hpp"
+#include "telemetry/terminal/progress_bar.hpp"
+#include "telemetry/replay/replay.hpp"
+#include "telemetry/replay/timeline.hpp"
+#include "telemetry/render/timeline_html.hpp"
 #include "train/process_group.hpp"
 #include "train/rank_report.hpp"
 #include "train/replica.hpp"
@@ -138,7 +138,7 @@ namespace {
 std::size_t logical_device_count(const TrainOptions& o) { return std::max(o.devices, o.model_parallel); }
 
 // The environment's config (PLIMSOLL_* variables, PLIMSOLL_CONFIG), with the command line on top.
-Config job_config(const TrainOptions& o, std::uint64_t host_limit, int rank) {
+Config job_config(const TrainOptions& o, int rank) {
   Config config = apply_environment(Config{});
   // Rank 0 speaks for a multi-process job: the other ranks' "created device" lines would only repeat its own.
   if (rank != 0) config.log_device_creation = false;
@@ -151,18 +151,12 @@ Config job_config(const TrainOptions& o, std::uint64_t host_limit, int rank) {
   policy.validate();
   config.device_policies[o.device] = policy;
   if (const std::size_t count = logical_device_count(o); count > 1) {
-    // Each logical device gets the limit asked for, or an equal share of the host's.
-    const std::uint64_t each = o.memory_limit.value_or(host_limit / count);
-    config.logical_devices[o.device] = std::vector<LogicalDeviceConfig>(count, LogicalDeviceConfig{each});
+    // Each logical device gets the limit asked for, or an equal share of the host's (worked out by the runtime).
+    const LogicalDeviceConfig each =
+        o.memory_limit ? LogicalDeviceConfig::sized(*o.memory_limit) : LogicalDeviceConfig::equal();
+    config.logical_devices[o.device] = std::vector<LogicalDeviceConfig>(count, each);
   }
   return config;
-}
-
-std::uint64_t host_limit_of(const Runtime& runtime, const std::string& device) {
-  for (const DeviceListing& listing : runtime.list_devices()) {
-    if (listing.name == device) return listing.limit_bytes;
-  }
-  return 0;
 }
 
 std::vector<std::string> replica_devices(const TrainOptions& o) {
@@ -330,7 +324,7 @@ TrainReport run_training(const TrainOptions& o) {
   const ImageDataset test_set = load_fashion_mnist(dir, Split::test);
 
   Runtime& runtime = Runtime::global();
-  runtime.replace_config(job_config(o, host_limit_of(runtime, o.device), o.distributed ? o.distributed->rank : 0));
+  runtime.replace_config(job_config(o, o.distributed ? o.distributed->rank : 0));
 
   TrainReport report;
   const int rank = o.distributed ? o.distributed->rank : 0;

@@ -13,7 +13,7 @@
 #include "plimsoll/policy.hpp"
 #include "plimsoll/stats.hpp"
 #include "plimsoll/trace.hpp"
-#include "telemetry/leak_watch.hpp"
+#include "telemetry/leaks/leak_watch.hpp"
 #include "train/process_group.hpp"
 #include "train/rank_report.hpp"
 

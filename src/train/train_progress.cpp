@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "telemetry/progress_bar.hpp"
+#include "telemetry/terminal/progress_bar.hpp"
 
 namespace plimsoll::train {
 namespace {

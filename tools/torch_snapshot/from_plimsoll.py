@@ -35,7 +35,7 @@ from typing import NoReturn
 
 EXIT_BAD_INPUT = 2
 
-# --- the input format (docs/trace-format.md; C++: src/telemetry/trace_binary.hpp) ---
+# --- the input format (docs/trace-format.md; C++: src/telemetry/traces/trace_binary.hpp) ---
 
 MAGIC = b"PLIMSOLL"
 FORMAT_VERSION = 1

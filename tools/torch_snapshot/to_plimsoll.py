@@ -32,7 +32,7 @@ from typing import Any, BinaryIO, Iterator, NoReturn
 EXIT_BAD_INPUT = 2
 U64_LIMIT = 1 << 64
 
-# --- the output format (docs/trace-format.md; C++ transcription: src/telemetry/trace_binary.hpp) ---
+# --- the output format (docs/trace-format.md; C++ transcription: src/telemetry/traces/trace_binary.hpp) ---
 
 MAGIC = b"PLIMSOLL"
 FORMAT_VERSION = 1

@@ -19,9 +19,9 @@
 #include "plimsoll/runtime.hpp"
 #include "plimsoll/size.hpp"
 #include "plimsoll/trace.hpp"
-#include "telemetry/leak_watch.hpp"
-#include "telemetry/replay.hpp"
-#include "telemetry/report_json.hpp"
+#include "telemetry/leaks/leak_watch.hpp"
+#include "telemetry/replay/replay.hpp"
+#include "telemetry/reports/report_json.hpp"
 
 namespace py = pybind11;
 
