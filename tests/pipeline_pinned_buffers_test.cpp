@@ -59,34 +59,38 @@ TEST(PipelinePinnedBuffers, BatchesAreBuiltInPageLockedMemoryAndParkedUntilTheCo
   cu::Event copied = nullptr;
   ASSERT_EQ(api.event_create(&copied, cu::kEventDisableTiming), cu::kSuccess);
 
-  Pipeline pipeline(options_on(pinned.get()), {write_index()});
   std::uint64_t delivered = 0;
   bool parked_seen = false;
-  while (auto batch = pipeline.next()) {
-    const std::byte* data = batch->field(0).data();
-    EXPECT_TRUE(pinned->owns(data)) << "batch buffer outside the pinned device";
-    EXPECT_GE(driver.registered_bytes(), 4096u * 8) << "the buffer is page-locked";
-    EXPECT_EQ(static_cast<unsigned char>(data[0]), static_cast<unsigned char>(delivered * 8));
-    if (delivered == 0) {
-      copies.hold();
-      copies.launch();  // the host-to-device copy of this batch, still running
-      ASSERT_EQ(api.event_record(copied, copies.handle()), cu::kSuccess);
-      batch->release_when([&] { return api.event_query(copied) == cu::kSuccess; });
-      const PipelineMetrics metrics = pipeline.metrics();
-      EXPECT_EQ(metrics.parked, 1u);
-      parked_seen = true;
-    } else if (delivered == 1) {
-      EXPECT_EQ(pipeline.metrics().parked, 1u) << "reused while its copy was still reading it";
-      copies.release();
+  {
+    // The pipeline goes before the event its parked batch waits on: destroying it waits for every parked copy,
+    // and a destroyed event never reports the copy done.
+    Pipeline pipeline(options_on(pinned.get()), {write_index()});
+    while (auto batch = pipeline.next()) {
+      const std::byte* data = batch->field(0).data();
+      EXPECT_TRUE(pinned->owns(data)) << "batch buffer outside the pinned device";
+      EXPECT_GE(driver.registered_bytes(), 4096u * 8) << "the buffer is page-locked";
+      EXPECT_EQ(static_cast<unsigned char>(data[0]), static_cast<unsigned char>(delivered * 8));
+      if (delivered == 0) {
+        copies.hold();
+        copies.launch();  // the host-to-device copy of this batch, still running
+        ASSERT_EQ(api.event_record(copied, copies.handle()), cu::kSuccess);
+        batch->release_when([&] { return api.event_query(copied) == cu::kSuccess; });
+        const PipelineMetrics metrics = pipeline.metrics();
+        EXPECT_EQ(metrics.parked, 1u);
+        parked_seen = true;
+      } else if (delivered == 1) {
+        EXPECT_EQ(pipeline.metrics().parked, 1u) << "reused while its copy was still reading it";
+        copies.release();
+      }
+      ++delivered;
     }
-    ++delivered;
+    const Stats stats = pinned->stats();
+    EXPECT_LE(stats.live_allocations, 3u) << "at most max_batches buffers";
+    ASSERT_FALSE(stats.tags.empty());
+    EXPECT_EQ(stats.tags[0].tag, "pipeline batches");
   }
   EXPECT_TRUE(parked_seen);
   EXPECT_EQ(delivered, 8u);
-  const Stats stats = pinned->stats();
-  EXPECT_LE(stats.live_allocations, 3u) << "at most max_batches buffers";
-  ASSERT_FALSE(stats.tags.empty());
-  EXPECT_EQ(stats.tags[0].tag, "pipeline batches");
   api.event_destroy(copied);
   cu::Context popped = nullptr;
   api.ctx_pop_current(&popped);
