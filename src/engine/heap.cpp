@@ -330,10 +330,15 @@ bool Heap::ensure_mapped(const Placement& placement, std::uint64_t size) {
       ++last;
     }
   }
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> runs;  // growth only: off the hot path
+  return map_exactly(first, last);  // growth only: off the hot path
+}
+
+// Maps exactly the unmapped granules in [first, last), all or nothing (sets failure_ when the backing refuses).
+bool Heap::map_exactly(std::uint64_t first, std::uint64_t last) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> runs;
   granules_.for_each_run(first, last, false, [&](std::uint64_t f, std::uint64_t n) { runs.emplace_back(f, n); });
   for (std::size_t i = 0; i < runs.size(); ++i) {
-    if (!backing_.map(granules_.address_of(runs[i].first), runs[i].second * granule)) {
+    if (!backing_.map(granules_.address_of(runs[i].first), runs[i].second * granules_.granule())) {
       for (std::size_t j = 0; j < i; ++j) unmap_range(runs[j].first, runs[j].second);
       failure_ = HeapFailure::device;
       return false;

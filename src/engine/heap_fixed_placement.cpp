@@ -22,24 +22,6 @@ BlockIndex Heap::free_block_covering(std::uint64_t addr, std::uint64_t size, std
   return kNoBlock;
 }
 
-// Maps exactly the unmapped granules in [first, last), no growth ahead: a plan knows what it needs.
-bool Heap::map_exactly(std::uint64_t first, std::uint64_t last) {
-  const std::uint64_t granule = granules_.granule();
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> runs;
-  granules_.for_each_run(first, last, false, [&](std::uint64_t f, std::uint64_t n) { runs.emplace_back(f, n); });
-  for (std::size_t i = 0; i < runs.size(); ++i) {
-    if (!backing_.map(granules_.address_of(runs[i].first), runs[i].second * granule)) {
-      for (std::size_t j = 0; j < i; ++j) unmap_range(runs[j].first, runs[j].second);
-      failure_ = HeapFailure::device;
-      return false;
-    }
-    granules_.set(runs[i].first, runs[i].second, true);
-    ++counters_.maps;
-  }
-  counters_.peak_mapped = std::max(counters_.peak_mapped, granules_.mapped_bytes());
-  return true;
-}
-
 std::uint64_t Heap::allocate_at(std::uint64_t addr, std::uint64_t bytes, std::uint16_t tag, std::uint64_t hint) {
   failure_ = HeapFailure::none;
   if (paused_ != nullptr) [[unlikely]] {  // nothing may be mapped while paused (heap_pause.cpp)
