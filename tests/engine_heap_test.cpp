@@ -107,6 +107,22 @@ TEST(EngineHeap, OnDemandMapsLazilyAndNeverPassesTheLimit) {
   f.free(b);
 }
 
+// The backing may have less room than the heap's limit (a GPU share's cap, other processes): a refused map ahead
+// must not refuse a request that fits by itself.
+TEST(EngineHeap, ARefusedMapAheadFallsBackToWhatTheRequestNeeds) {
+  Fixture f(100 * MiB, false, /*capacity=*/60 * MiB, 2.0);
+  const std::uint64_t a = f.alloc(10 * MiB);
+  EXPECT_EQ(f.heap.mapped_bytes(), 20 * MiB);
+  const std::uint64_t b = f.alloc(40 * MiB);  // ahead would make 100 MiB, the device has 60
+  ASSERT_NE(b, 0u) << "50 MiB fit in the device's 60 MiB";
+  EXPECT_EQ(f.heap.mapped_bytes(), 50 * MiB);
+  EXPECT_EQ(f.alloc(20 * MiB), 0u) << "70 MiB do not";
+  EXPECT_EQ(f.heap.last_failure(), HeapFailure::device);
+  f.check.walk();
+  f.free(a);
+  f.free(b);
+}
+
 TEST(EngineHeap, GrowthMapsAheadGeometricallyButNeverPastTheLimit) {
   Fixture f(100 * MiB, false, 16 * GiB, 2.0);
   std::uint64_t a = f.alloc(10 * MiB);

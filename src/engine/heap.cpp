@@ -316,6 +316,7 @@ bool Heap::ensure_mapped(const Placement& placement, std::uint64_t size) {
     failure_ = HeapFailure::limit;
     return false;
   }
+  const std::uint64_t needed_end = last;
   if (options_.growth_factor > 1.0) {
     const double step = static_cast<double>(mapped + missing) * options_.growth_factor;
     // Near the limit, the next step would be cut short anyway: take the rest of the budget now, so that a job
@@ -330,7 +331,10 @@ bool Heap::ensure_mapped(const Placement& placement, std::uint64_t size) {
       ++last;
     }
   }
-  return map_exactly(first, last);  // growth only: off the hot path
+  // Growth only: off the hot path. A backing may refuse the extra while it has room for the request (a GPU share
+  // whose cap or the others' use leaves less than the limit): then only what the request needs.
+  if (map_exactly(first, last)) return true;
+  return last != needed_end && map_exactly(first, needed_end);
 }
 
 // Maps exactly the unmapped granules in [first, last), all or nothing (sets failure_ when the backing refuses).
