@@ -73,6 +73,11 @@ TEST(ConfigJson, SizesMayBeNumbersOrStrings) {
   EXPECT_EQ(config.default_policy.memory_limit, 1 * kGiB);
   EXPECT_EQ(config.default_policy.reserve, 0u);
   EXPECT_EQ(config.default_policy.release_threshold, 1'500'000'000u);
+  EXPECT_EQ(parse_config_json(R"({"policy": {"thread_cache": "1MiB"}, "devices": {"cpu/1": {"thread_cache": 0}}})")
+                .device_policies.at("cpu/1")
+                .thread_cache,
+            0u);
+  EXPECT_EQ(parse_config_json(R"({"policy": {"thread_cache": "1MiB"}})").default_policy.thread_cache, 1 * kMiB);
 }
 
 TEST(ConfigJson, WholeNumbersInExponentFormAreSizesToo) {
@@ -175,7 +180,7 @@ TEST(ConfigJson, RejectsUnknownKeysListingTheKnownOnes) {
   const std::string policy = rejection_of(R"({"policy": {"memroy_limit": "8GiB"}})");
   EXPECT_THAT(policy,
               HasSubstr(R"(config test.json: "policy": unknown key "memroy_limit" (did you mean "memory_limit"?))"));
-  EXPECT_THAT(policy, HasSubstr("growth, memory_limit, memory_fraction, reserve, release_threshold"));
+  EXPECT_THAT(policy, HasSubstr("growth, memory_limit, memory_fraction, reserve, release_threshold, thread_cache"));
   // logical_devices belongs to a device's entry, not to the default policy.
   EXPECT_THAT(rejection_of(R"({"policy": {"logical_devices": ["1GiB"]}})"),
               HasSubstr(R"(unknown key "logical_devices")"));

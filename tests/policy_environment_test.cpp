@@ -210,6 +210,9 @@ TEST_F(Environment, ReserveAndReleaseThreshold) {
   const Config result = apply(sample_base());
   EXPECT_EQ(result.default_policy.reserve, 0u);
   EXPECT_EQ(result.default_policy.release_threshold, 256 * kMiB);
+  EXPECT_FALSE(result.default_policy.thread_cache.has_value());
+  set("PLIMSOLL_THREAD_CACHE", "1MiB");
+  EXPECT_EQ(apply(sample_base()).default_policy.thread_cache, 1 * kMiB);
   EXPECT_EQ(result.default_policy.memory_fraction, 0.5);  // untouched
   set("PLIMSOLL_RESERVE", "-1");
   EXPECT_THAT(rejection(), StartsWith("environment variable PLIMSOLL_RESERVE=\"-1\": invalid size"));

@@ -2,6 +2,7 @@
 // independent model at quiescent points: every event is logged with a global sequence number (taken after an
 // allocation returned, before a free is called), the logs are merged in that order, and the model's live set is
 // compared with the heap (HeapChecker, tests/engine_heap_checker.hpp) and with the device's stats. Run under TSan.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -321,6 +322,64 @@ TEST(ThreadsFront, FreeingACachedBlockIsADoubleFree) {
   device.deallocate(q);
   device.set_thread_cache(0);
   EXPECT_EQ(device.snapshot().find("\"cached\""), std::string::npos) << "turning the caches off empties them";
+}
+
+// The policy's thread_cache (JSON config, PLIMSOLL_THREAD_CACHE, plimsoll.configure) turns the caches on when the
+// device is made, so a job reaches them without calling set_thread_cache.
+TEST(ThreadsFront, ThePolicyTurnsTheCachesOn) {
+  DeviceDescription with_cache = sim_device(64 * MiB);
+  with_cache.policy.thread_cache = 2 * MiB;
+  Allocator device(with_cache, std::make_unique<backings::SimBacking>(4ull << 30));
+  EXPECT_EQ(device.thread_cache(), 2 * MiB);
+  EXPECT_THAT(with_cache.summary(), ::testing::HasSubstr("thread cache 2.00 MiB"));
+  void* block = device.allocate(4096);
+  device.deallocate(block);  // into this thread's cache: still mapped, free for the program
+  EXPECT_EQ(device.stats().in_use_bytes, 0u);
+  EXPECT_GT(device.stats().reserved_bytes, 0u);
+  device.set_thread_cache(0);
+  EXPECT_EQ(device.thread_cache(), 0u);
+
+  Allocator without(sim_device(64 * MiB), std::make_unique<backings::SimBacking>(4ull << 30));
+  EXPECT_EQ(without.thread_cache(), 0u) << "off unless asked for";
+}
+
+// snapshot() while threads overflow their caches back into the heap (a cache's lock held, then the device's):
+// snapshot must not hold the device lock while it reads the caches, or both wait forever. And two threads turning
+// the caches on at once make one front.
+TEST(ThreadsFront, SnapshotsAndConcurrentSetupDoNotDeadlockOrReplaceTheFront) {
+  Allocator device(sim_device(256 * MiB), std::make_unique<backings::SimBacking>(4ull << 30));
+  {
+    std::barrier start(2);
+    std::vector<std::thread> setters;
+    for (int t = 0; t < 2; ++t) {
+      setters.emplace_back([&] {
+        start.arrive_and_wait();
+        device.set_thread_cache(64 * 1024);
+      });
+    }
+    for (std::thread& setter : setters) setter.join();
+  }
+  ASSERT_EQ(device.thread_cache(), 64u * 1024);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 2; ++t) {
+    workers.emplace_back([&, t] {
+      std::vector<void*> held;
+      for (int i = 0; !stop.load(std::memory_order_relaxed) || i < 2000; ++i) {
+        held.push_back(device.allocate(static_cast<std::size_t>(512 * (1 + (i + t) % 64))));
+        if (held.size() >= 48) {  // more than a 64 KiB cache holds: the overflow goes back to the heap
+          for (void* block : held) device.deallocate(block);
+          held.clear();
+        }
+      }
+      for (void* block : held) device.deallocate(block);
+    });
+  }
+  for (int i = 0; i < 200; ++i) EXPECT_FALSE(device.snapshot().empty());
+  stop = true;
+  for (std::thread& worker : workers) worker.join();
+  device.trim();
+  EXPECT_EQ(device.stats().in_use_bytes, 0u);
 }
 
 }  // namespace

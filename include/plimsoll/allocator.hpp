@@ -147,6 +147,9 @@ class Allocator {
   /// in_use_bytes) and stay mapped (in reserved_bytes); trim(), running out of memory and a thread's exit give them
   /// back. Off by default; throws InvalidState on a device that orders reuse by streams.
   void set_thread_cache(std::uint64_t bytes_per_thread);
+  /// The per-thread cache's bytes per thread; 0 while off. The policy's `thread_cache` sets it when the device is
+  /// made (and by set_limits), on devices that do not order reuse by streams.
+  std::uint64_t thread_cache() const;
 
   struct Impl;
 

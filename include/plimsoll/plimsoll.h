@@ -35,7 +35,8 @@ typedef struct plimsoll_stats {
 const char* plimsoll_last_error(void);
 
 /* Configuration, before the device's first allocation. Keys: "growth" ("preallocate"|"on_demand"),
- * "memory_limit" (size), "memory_fraction", "reserve" (size), "release_threshold" (size). */
+ * "memory_limit" (size), "memory_fraction", "reserve" (size), "release_threshold" (size), "thread_cache"
+ * (size per thread; host and simulated devices). */
 plimsoll_status plimsoll_configure(const char* device, const char* key, const char* value);
 /* Loads a JSON config file (see docs/configuration.md); replaces the process's configuration. */
 plimsoll_status plimsoll_load_config(const char* path);

@@ -25,6 +25,8 @@ struct Policy {
   std::optional<double> memory_fraction;         // share of the device's total memory, in (0, 1]
   std::optional<std::uint64_t> reserve;          // bytes never taken: CUDA context, cuBLAS/cuDNN workspaces
   std::optional<std::uint64_t> release_threshold;  // keep at most this many cached free bytes mapped
+  std::optional<std::uint64_t> thread_cache;  // per-thread cache bytes (Allocator::set_thread_cache); 0: off.
+                                              // Host and simulated devices; CUDA devices reuse by stream instead
 
   /// Throws InvalidArgument with the reason when the combination cannot be used.
   void validate() const;

@@ -26,6 +26,7 @@ std::string describe_policy(const plimsoll::Policy& policy) {
   if (policy.release_threshold) {
     text += fmt::format(", keep {} cached", plimsoll::format_size(*policy.release_threshold));
   }
+  if (policy.thread_cache) text += fmt::format(", thread cache {}", plimsoll::format_size(*policy.thread_cache));
   return text;
 }
 
@@ -39,7 +40,8 @@ nlohmann::ordered_json policy_json(const plimsoll::Policy& policy) {
           {"memory_limit_bytes", optional_json(policy.memory_limit)},
           {"memory_fraction", optional_json(policy.memory_fraction)},
           {"reserve_bytes", optional_json(policy.reserve)},
-          {"release_threshold_bytes", optional_json(policy.release_threshold)}};
+          {"release_threshold_bytes", optional_json(policy.release_threshold)},
+          {"thread_cache_bytes", optional_json(policy.thread_cache)}};
 }
 
 // Keys in the order written (ordered_json): each device's name comes first, as in the table.

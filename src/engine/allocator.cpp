@@ -87,6 +87,7 @@ struct Allocator::Impl : engine::FrontUpstream {
   // A first attempt whose failure is not reported: the backing may wait for memory (outside the lock) and the
   // allocation is tried once more, which reports (backings::Backing::wait_for_memory).
   bool quiet PLIMSOLL_GUARDED_BY(lock) = false;
+  bool pausing PLIMSOLL_GUARDED_BY(lock) = false;  // pause() between stopping the front and pausing the heap
   bool backing_can_wait = false;  // backing->can_wait_for_memory(), asked once at construction
   // Step-aware placement (src/engine/plan_follower.hpp): made at the first step boundary, unless turned off
   // (set_step_plan) or the device orders reuse by streams; null until then, and the hot paths test the pointer.
@@ -96,7 +97,7 @@ struct Allocator::Impl : engine::FrontUpstream {
   // The front serves allocations only while set_thread_cache wants it, no recording watches and the device runs:
   // a paused device's blocks are unmapped, so none may be handed out of a cache.
   void update_front_on() PLIMSOLL_REQUIRES(lock) {
-    front_on.store(front_wanted && observer == nullptr && !heap->paused(), std::memory_order_relaxed);
+    front_on.store(front_wanted && observer == nullptr && !pausing && !heap->paused(), std::memory_order_relaxed);
   }
 
   std::uint64_t take_block(std::uint64_t size) override PLIMSOLL_EXCLUDES(lock) {
@@ -374,6 +375,16 @@ struct Allocator::Impl : engine::FrontUpstream {
   }
 };
 
+namespace {
+
+// The policy's thread_cache, where it says something: a device that orders reuse by streams has its own reuse and
+// takes none (the key may come from a default policy that every device inherits).
+void apply_thread_cache_policy(Allocator& device, const Policy& policy) {
+  if (policy.thread_cache && !device.stream_ordered()) device.set_thread_cache(*policy.thread_cache);
+}
+
+}  // namespace
+
 Allocator::Allocator(DeviceDescription description, std::unique_ptr<backings::Backing> backing)
     : impl_(std::make_unique<Impl>()) {
   description.policy.validate();
@@ -383,6 +394,7 @@ Allocator::Allocator(DeviceDescription description, std::unique_ptr<backings::Ba
   if (backings::StreamEvents* events = impl_->backing->stream_events())
     impl_->streams = std::make_unique<engine::StreamOrder>(*impl_->heap, *events);
   impl_->backing_can_wait = impl_->backing->can_wait_for_memory();
+  apply_thread_cache_policy(*this, impl_->description.policy);
   engine::listen_for_steps(this);
 }
 
@@ -491,9 +503,11 @@ void Allocator::set_thread_cache(std::uint64_t bytes_per_thread) {
   if (impl_->streams != nullptr)
     throw InvalidState("per-thread caches are for host and simulated devices; " + impl_->description.name +
                        " orders reuse by streams, which its own per-stream reuse already serves");
-  engine::ThreadCaches* caches = impl_->front.load(std::memory_order_acquire);
+  engine::ThreadCaches* caches = nullptr;
   {
     util::SpinGuard guard(impl_->lock);
+    // Read under the lock: two threads turning the caches on at once must make one front, not replace it.
+    caches = impl_->front.load(std::memory_order_acquire);
     impl_->front_wanted = bytes_per_thread > 0;
     if (caches == nullptr && bytes_per_thread > 0) {
       impl_->front_owner = std::make_unique<engine::ThreadCaches>(*impl_, bytes_per_thread);
@@ -507,6 +521,12 @@ void Allocator::set_thread_cache(std::uint64_t bytes_per_thread) {
 }
 
 bool Allocator::stream_ordered() const noexcept { return impl_->streams != nullptr; }
+
+std::uint64_t Allocator::thread_cache() const {
+  engine::ThreadCaches* caches = impl_->front.load(std::memory_order_acquire);
+  util::SpinGuard guard(impl_->lock);
+  return impl_->front_wanted && caches != nullptr ? caches->bytes_per_thread() : 0;
+}
 
 void Allocator::reset_peaks() {
   util::SpinGuard guard(impl_->lock);
@@ -562,6 +582,9 @@ std::string Allocator::snapshot() const {
   json segments = json::array();
   json blocks = json::array();
   engine::ThreadCaches* caches = impl_->front.load(std::memory_order_acquire);
+  // Before the device lock: the front's locks come first (a thread holding its cache's lock may wait for the
+  // device lock to give blocks back), so totals() under the device lock could deadlock.
+  const std::uint64_t front_handed = impl_->front_totals().handed_bytes;
   util::SpinGuard guard(impl_->lock);
   const engine::Heap& heap = *impl_->heap;
   const engine::GranuleMap& granules = heap.granules();
@@ -598,7 +621,7 @@ std::string Allocator::snapshot() const {
                          {"policy", to_string(impl_->description.policy.growth)},
                          {"limit_bytes", impl_->description.limit_bytes},
                          {"in_use_bytes", counters.in_use - impl_->parked_bytes() - impl_->front_heap_bytes +
-                                              (caches != nullptr ? caches->totals().handed_bytes : 0)},
+                                              front_handed},
                          {"reserved_bytes", heap.mapped_bytes()},
                          {"granule_bytes", granule},
                          {"segments", std::move(segments)},
@@ -663,31 +686,34 @@ const DeviceDescription& Allocator::description() const noexcept { return impl_-
 
 void Allocator::set_limits(const DeviceLimits& limits) {
   limits.policy.validate();
-  util::SpinGuard guard(impl_->lock);
-  DeviceDescription& d = impl_->description;
-  if (impl_->heap->counters().allocations > 0)
-    throw InvalidState("cannot change the policy of " + d.name +
-                       " after its first allocation; set the policy before the device allocates");
-  DeviceDescription changed = d;
-  changed.policy = limits.policy;
-  changed.limit_bytes = limits.limit_bytes;
-  if (impl_->front_heap_blocks != 0)
-    throw InvalidState("cannot change the limits of " + d.name + " while its per-thread caches hold memory; call "
-                       "trim() first");
-  impl_->streams.reset();  // refers to the heap; nothing is parked before the first allocation
-  impl_->plan.reset();     // refers to the heap too; made again at the next step boundary
-  impl_->heap.reset();  // gives the old reservation back before taking the new one
-  try {
-    impl_->heap = std::make_unique<engine::Heap>(*impl_->backing, heap_options(changed));
-  } catch (...) {
-    impl_->heap = std::make_unique<engine::Heap>(*impl_->backing, heap_options(d));
+  {
+    util::SpinGuard guard(impl_->lock);
+    DeviceDescription& d = impl_->description;
+    if (impl_->heap->counters().allocations > 0)
+      throw InvalidState("cannot change the policy of " + d.name +
+                         " after its first allocation; set the policy before the device allocates");
+    DeviceDescription changed = d;
+    changed.policy = limits.policy;
+    changed.limit_bytes = limits.limit_bytes;
+    if (impl_->front_heap_blocks != 0)
+      throw InvalidState("cannot change the limits of " + d.name + " while its per-thread caches hold memory; call "
+                         "trim() first");
+    impl_->streams.reset();  // refers to the heap; nothing is parked before the first allocation
+    impl_->plan.reset();     // refers to the heap too; made again at the next step boundary
+    impl_->heap.reset();  // gives the old reservation back before taking the new one
+    try {
+      impl_->heap = std::make_unique<engine::Heap>(*impl_->backing, heap_options(changed));
+    } catch (...) {
+      impl_->heap = std::make_unique<engine::Heap>(*impl_->backing, heap_options(d));
+      if (backings::StreamEvents* events = impl_->backing->stream_events())
+        impl_->streams = std::make_unique<engine::StreamOrder>(*impl_->heap, *events);
+      throw;
+    }
     if (backings::StreamEvents* events = impl_->backing->stream_events())
       impl_->streams = std::make_unique<engine::StreamOrder>(*impl_->heap, *events);
-    throw;
+    d = std::move(changed);
   }
-  if (backings::StreamEvents* events = impl_->backing->stream_events())
-    impl_->streams = std::make_unique<engine::StreamOrder>(*impl_->heap, *events);
-  d = std::move(changed);
+  apply_thread_cache_policy(*this, limits.policy);
 }
 
 // Pause and resume: the heap does the work (engine/heap_pause.cpp); here the locks, the thread caches, the device's
@@ -699,11 +725,13 @@ std::uint64_t Allocator::pause(PauseOptions options) {
     // the device lock), so nothing can hand out a block while its memory is away.
     {
       util::SpinGuard guard(impl_->lock);
-      impl_->front_on.store(false, std::memory_order_relaxed);
+      impl_->pausing = true;  // set_thread_cache or record_to meanwhile must not turn the front back on
+      impl_->update_front_on();
     }
     caches->flush();
   }
   util::SpinGuard guard(impl_->lock);
+  impl_->pausing = false;  // the heap's paused state keeps the front off from here
   if (impl_->streams != nullptr) impl_->wait_for_parked();
   // Queued kernels may still use live blocks: unmapping them must wait for the whole device.
   backings::StreamEvents* events = impl_->backing->stream_events();
@@ -751,6 +779,7 @@ std::string DeviceDescription::summary() const {
   text += ", policy " + std::string(to_string(policy.growth));
   if (policy.reserve) text += ", reserve " + format_size(*policy.reserve);
   if (policy.release_threshold) text += ", release threshold " + format_size(*policy.release_threshold);
+  if (policy.thread_cache) text += ", thread cache " + format_size(*policy.thread_cache);
   return text + ")";
 }
 

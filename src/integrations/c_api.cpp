@@ -63,10 +63,12 @@ void apply_setting(Policy& policy, std::string_view key, std::string_view value)
     policy.reserve = parse_size(value);
   } else if (key == "release_threshold") {
     policy.release_threshold = parse_size(value);
+  } else if (key == "thread_cache") {
+    policy.thread_cache = parse_size(value);
   } else {
     throw InvalidArgument(fmt::format(
         "plimsoll_configure: unknown key \"{}\"; use one of: growth, memory_limit, memory_fraction, reserve, "
-        "release_threshold",
+        "release_threshold, thread_cache",
         key));
   }
 }
@@ -99,7 +101,8 @@ plimsoll_status plimsoll_configure(const char* device, const char* key, const ch
   return guarded([&] {
     const char* function = "plimsoll_configure";
     required(device, function, "device", "name a device, e.g. \"cuda:0\"");
-    required(key, function, "key", "use one of: growth, memory_limit, memory_fraction, reserve, release_threshold");
+    required(key, function, "key", "use one of: growth, memory_limit, memory_fraction, reserve, release_threshold, "
+             "thread_cache");
     required(value, function, "value", "give the setting's value, e.g. \"8GiB\"");
     plimsoll::Runtime& runtime = plimsoll::Runtime::global();
     plimsoll::Policy policy = runtime.policy_for(device);

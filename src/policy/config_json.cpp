@@ -25,10 +25,11 @@ using nlohmann::json;
 
 constexpr std::array<std::string_view, 5> kTopLevelKeys{"policy", "devices", "cpu_fallback", "visible_devices",
                                                         "log_device_creation"};
-constexpr std::array<std::string_view, 5> kPolicyKeys{"growth", "memory_limit", "memory_fraction", "reserve",
-                                                      "release_threshold"};
-constexpr std::array<std::string_view, 6> kDeviceKeys{"growth",  "memory_limit",      "memory_fraction",
-                                                      "reserve", "release_threshold", "logical_devices"};
+constexpr std::array<std::string_view, 6> kPolicyKeys{"growth",  "memory_limit",      "memory_fraction",
+                                                      "reserve", "release_threshold", "thread_cache"};
+constexpr std::array<std::string_view, 7> kDeviceKeys{"growth",       "memory_limit",     "memory_fraction",
+                                                      "reserve",      "release_threshold", "thread_cache",
+                                                      "logical_devices"};
 
 /// Where a value sits in the document, so every error points at the exact key: "devices"."cuda:0"."reserve".
 struct Where {
@@ -169,6 +170,8 @@ bool read_policy_fields(const json& object, const Where& where, Policy& policy) 
       policy.reserve = read_size(value, at);
     } else if (key == "release_threshold") {
       policy.release_threshold = read_size(value, at);
+    } else if (key == "thread_cache") {
+      policy.thread_cache = read_size(value, at);
     } else {
       continue;
     }

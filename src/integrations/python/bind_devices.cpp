@@ -76,7 +76,8 @@ std::optional<std::uint64_t> size_of(const py::object& value) {
 }
 
 void configure(const std::string& device, const py::object& memory_limit, const py::object& memory_fraction,
-               const py::object& growth, const py::object& reserve, const py::object& release_threshold) {
+               const py::object& growth, const py::object& reserve, const py::object& release_threshold,
+               const py::object& thread_cache) {
   Policy policy = Runtime::global().policy_for(device);
   if (const auto limit = size_of(memory_limit)) {
     policy.memory_limit = limit;
@@ -89,6 +90,7 @@ void configure(const std::string& device, const py::object& memory_limit, const 
   if (!growth.is_none()) policy.growth = parse_growth(growth.cast<std::string>());
   if (const auto bytes = size_of(reserve)) policy.reserve = bytes;
   if (const auto bytes = size_of(release_threshold)) policy.release_threshold = bytes;
+  if (const auto bytes = size_of(thread_cache)) policy.thread_cache = bytes;
   policy.validate();
   Runtime::global().configure(device, policy);
 }
@@ -118,7 +120,7 @@ void bind_devices(py::module_& m) {
         py::arg("device"), "Whether the device is paused.");
   m.def("configure", &configure, py::arg("device"), py::kw_only(), py::arg("memory_limit") = py::none(),
         py::arg("memory_fraction") = py::none(), py::arg("growth") = py::none(), py::arg("reserve") = py::none(),
-        py::arg("release_threshold") = py::none(),
+        py::arg("release_threshold") = py::none(), py::arg("thread_cache") = py::none(),
         "Changes the policy of a device before its first allocation (sizes as bytes or text such as \"4GiB\").");
   m.def("parse_size", [](const std::string& text) { return parse_size(text); }, py::arg("text"));
   m.def("format_size", [](std::uint64_t bytes) { return format_size(bytes); }, py::arg("bytes"));
