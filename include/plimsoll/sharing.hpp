@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "plimsoll/error.hpp"
+
 namespace plimsoll {
 
 class Allocator;
@@ -113,13 +115,27 @@ class TrimResponder {
 struct ControlOutcome {
   std::string gpu_uuid;
   bool done = false;       // the process carried it out
+  bool answered = true;    // false: it left before answering, or did not answer in time (the request was withdrawn)
   std::string message;     // what it did ("paused: 1.50 GiB given back"), or why not
 };
 
-/// Asks the governed process `pid` to pause (or resume) its devices on every GPU whose ledger holds it, and waits up
-/// to `timeout` for each acknowledgement. Throws InvalidArgument when no ledger in `ledger_dir` holds `pid` (not
-/// governed, or not running), when the process is governed at the driver (an interposed framework's memory is
-/// not plimsoll's to unmap), and Error when it does not answer in time.
+/// Thrown when some GPU's request got no answer in time: what every GPU answered so far; the unanswered requests
+/// were withdrawn, so no late pause happens unseen.
+class ControlTimeout : public Error {
+ public:
+  ControlTimeout(const std::string& what, std::vector<ControlOutcome> outcomes)
+      : Error(what), outcomes_(std::move(outcomes)) {}
+  const std::vector<ControlOutcome>& outcomes() const noexcept { return outcomes_; }
+
+ private:
+  std::vector<ControlOutcome> outcomes_;
+};
+
+/// Asks the governed process `pid` (a pid of this pid namespace) to pause (or resume) its devices on every GPU whose
+/// ledger holds it, and waits up to `timeout` for each acknowledgement. Every target is checked before any request
+/// is posted. Throws InvalidArgument when no ledger in `ledger_dir` holds `pid` (not governed, not running, or only
+/// in another pid namespace), when the process is governed at the driver (an interposed framework's memory is not
+/// plimsoll's to unmap), and ControlTimeout when it does not answer in time.
 std::vector<ControlOutcome> request_pause(int pid, bool keep_contents, std::chrono::milliseconds timeout,
                                           const std::string& ledger_dir = ledger_directory());
 std::vector<ControlOutcome> request_resume(int pid, std::chrono::milliseconds timeout,

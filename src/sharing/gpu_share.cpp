@@ -2,6 +2,8 @@
 // shares, and answers their requests by trimming.
 #include "sharing/gpu_share.hpp"
 
+#include <exception>
+
 #include <fmt/format.h>
 
 #include "plimsoll/error.hpp"
@@ -62,7 +64,14 @@ std::string carry_out(sharing::ControlKind kind, const ShareHooks& hooks, sharin
 }  // namespace
 
 void GpuShare::honour_requests(const ShareHooks& hooks) {
-  if (hooks.trim) honour_trim_request(hooks.trim);
+  // Three independent duties: one that throws must not starve the others (a failing trim would otherwise leave
+  // every pause request unanswered and the in-use bytes stale for good). The first error is passed on at the end.
+  std::exception_ptr first_error;
+  try {
+    if (hooks.trim) honour_trim_request(hooks.trim);
+  } catch (...) {
+    first_error = std::current_exception();
+  }
   sharing::LedgerEntry& entry = impl_->ledger.file().layout().entries[impl_->slot];
   if (const auto pending = sharing::pending_control(entry)) {
     try {
@@ -70,9 +79,17 @@ void GpuShare::honour_requests(const ShareHooks& hooks) {
       sharing::answer_control(entry, pending->sequence, sharing::ControlStatus::done, done);
     } catch (const std::exception& error) {
       sharing::answer_control(entry, pending->sequence, sharing::ControlStatus::failed, error.what());
+    } catch (...) {
+      sharing::answer_control(entry, pending->sequence, sharing::ControlStatus::failed,
+                              "the pause or resume hook threw something that is not a std::exception");
     }
   }
-  if (hooks.in_use) impl_->ledger.set_in_use(impl_->slot, hooks.in_use());
+  try {
+    if (hooks.in_use) impl_->ledger.set_in_use(impl_->slot, hooks.in_use());
+  } catch (...) {
+    if (!first_error) first_error = std::current_exception();
+  }
+  if (first_error) std::rethrow_exception(first_error);
 }
 
 std::uint64_t GpuShare::share_bytes() const noexcept { return impl_->share; }
