@@ -312,6 +312,25 @@ TEST(SharedPause, ATrimHookThatThrowsDoesNotStopPauseRequestsOrInUse) {
   gpu->deallocate(block);
 }
 
+TEST(SharedPause, TheLedgerFollowsAPauseOrResumeTheProcessMadeItself) {
+  const TempDirectory dir;
+  GpuShare share(kUuid, 100 * MiB, parse_share_spec("cuda:0=50MiB:100MiB"), dir.path());
+  auto gpu = shared_sim_allocator(share, 100 * MiB);
+  const ShareHooks hooks = allocator_hooks(*gpu);
+  const LedgerEntry& entry = share.impl().ledger.file().layout().entries[share.impl().slot];
+  void* block = gpu->allocate(8 * MiB);
+  gpu->pause();  // by the process itself, not through the ledger
+  share.honour_requests(hooks);  // one responder period
+  EXPECT_NE(entry.flags.load() & kEntryPaused, 0u) << "`plimsoll top` shows it paused";
+  EXPECT_EQ(entry.paused_bytes.load(), gpu->paused_bytes());
+  EXPECT_GE(entry.paused_bytes.load(), 8 * MiB);
+  gpu->resume();
+  share.honour_requests(hooks);
+  EXPECT_EQ(entry.flags.load() & kEntryPaused, 0u);
+  EXPECT_EQ(entry.paused_bytes.load(), 0u);
+  gpu->deallocate(block);
+}
+
 TEST(SharedPause, AResponderWithoutPauseHooksAnswersWhyAndInUseIsKeptCurrent) {
   const TempDirectory dir;
   GpuShare share(kUuid, 100 * MiB, parse_share_spec("cuda:0=50MiB:100MiB"), dir.path());

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -89,8 +90,11 @@ struct ShareHooks {
   std::function<std::uint64_t()> in_use;       // live bytes, written to the ledger every period for `plimsoll top`
   std::function<std::uint64_t(bool keep_contents)> pause;  // for `plimsoll pause PID` (Allocator::pause); throws
   std::function<void()> resume;                // for `plimsoll resume PID` (Allocator::resume); throws
+  // While paused, the bytes resume would map back; nullopt when not paused. Read every period, so the ledger's
+  // paused flag stays true when the process pauses or resumes itself (not through `plimsoll pause`).
+  std::function<std::optional<std::uint64_t>()> paused;
 };
-/// All four for one Allocator (which must outlive the responder using them).
+/// All five for one Allocator (which must outlive the responder using them).
 ShareHooks allocator_hooks(Allocator& allocator);
 
 /// A thread that answers the ledger within `period`: trims when another process asks for memory back, carries out

@@ -61,6 +61,20 @@ std::string carry_out(sharing::ControlKind kind, const ShareHooks& hooks, sharin
   return fmt::format("paused: {} given back{}", format_size(bytes), keep ? ", contents kept in host memory" : "");
 }
 
+// The process may pause or resume itself (Allocator::pause, not through the ledger): the entry follows it. Only a
+// flag that disagrees is rewritten, so the bytes a ledger pause reported stay as reported.
+void refresh_paused(sharing::LedgerEntry& entry, std::optional<std::uint64_t> paused_bytes) {
+  constexpr auto relaxed = std::memory_order_relaxed;
+  const bool flagged = (entry.flags.load(relaxed) & sharing::kEntryPaused) != 0;
+  if (paused_bytes && !flagged) {
+    entry.paused_bytes.store(*paused_bytes, relaxed);
+    entry.flags.fetch_or(sharing::kEntryPaused, relaxed);
+  } else if (!paused_bytes && flagged) {
+    entry.flags.fetch_and(~sharing::kEntryPaused, relaxed);
+    entry.paused_bytes.store(0, relaxed);
+  }
+}
+
 }  // namespace
 
 void GpuShare::honour_requests(const ShareHooks& hooks) {
@@ -86,6 +100,11 @@ void GpuShare::honour_requests(const ShareHooks& hooks) {
   }
   try {
     if (hooks.in_use) impl_->ledger.set_in_use(impl_->slot, hooks.in_use());
+  } catch (...) {
+    if (!first_error) first_error = std::current_exception();
+  }
+  try {
+    if (hooks.paused) refresh_paused(entry, hooks.paused());
   } catch (...) {
     if (!first_error) first_error = std::current_exception();
   }
