@@ -89,6 +89,14 @@ TEST(CliPause, RefusesProcessesItCannotPauseWithTheReason) {
       plimsoll_command({"resume", std::to_string(silent.pid()), "--timeout", "0.05", "--ledger-dir", dir.path()});
   EXPECT_EQ(no_answer.status, 2);
   EXPECT_THAT(no_answer.err, HasSubstr("did not answer the resume request within 50 ms"));
+  EXPECT_THAT(no_answer.out, HasSubstr("no answer: no answer in time; the request was withdrawn"));
+  const ProgramRun no_answer_json = plimsoll_command(
+      {"pause", std::to_string(silent.pid()), "--timeout", "0.05", "--json", "--ledger-dir", dir.path()});
+  EXPECT_EQ(no_answer_json.status, 2);
+  const nlohmann::json timed_out = nlohmann::json::parse(no_answer_json.out);  // the answers so far, on stdout
+  EXPECT_EQ(timed_out["done"], false);
+  EXPECT_EQ(timed_out["gpus"][0]["uuid"], kUuid);
+  EXPECT_EQ(timed_out["gpus"][0]["answered"], false);
   const ProgramRun bad_pid = plimsoll_command({"pause", "0", "--ledger-dir", dir.path()});
   EXPECT_NE(bad_pid.status, 0);
   EXPECT_THAT(bad_pid.err, HasSubstr("not a process id"));

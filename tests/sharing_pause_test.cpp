@@ -17,10 +17,12 @@
 #include "plimsoll/allocator.hpp"
 #include "plimsoll/error.hpp"
 #include "plimsoll/sharing.hpp"
+#include "sharing/control_requests.hpp"
 #include "sharing/entry_liveness.hpp"
 #include "sharing/gpu_share.hpp"
 #include "sharing/ledger.hpp"
 #include "sharing/ledger_snapshot.hpp"
+#include "sharing/process_identity.hpp"
 #include "sharing/shared_gpu_backing.hpp"
 #include "sharing_support.hpp"
 
@@ -32,6 +34,7 @@ using plimsoll::testing::LiveProcess;
 using plimsoll::testing::TempDirectory;
 constexpr std::uint64_t MiB = std::uint64_t{1} << 20;
 constexpr const char* kUuid = "GPU-00000000-0000-0000-0000-00000000pa05";
+constexpr const char* kOtherUuid = "GPU-00000000-0000-0000-0000-00000000pa06";
 constexpr auto kAnswerTimeout = std::chrono::seconds(20);  // a bound for a stuck test, never reached when it works
 
 std::unique_ptr<Allocator> shared_sim_allocator(GpuShare& share, std::uint64_t bytes) {
@@ -190,6 +193,142 @@ TEST(SharedPause, RequestsToProcessesThatCannotAnswerAreRefusedWithTheReason) {
                      .interposed = false, .command = "silent"});
   const std::string timeout = error_of([&] { request_pause(silent.pid(), false, std::chrono::milliseconds(30), dir.path()); });
   EXPECT_THAT(timeout, HasSubstr("did not answer the pause request within 30 ms"));
+}
+
+TEST(SharedPause, OnlyEntriesOfThisPidNamespaceAreTargeted) {
+  const TempDirectory dir;
+  GpuShare share(kUuid, 100 * MiB, parse_share_spec("cuda:0=50MiB:100MiB"), dir.path());
+  auto gpu = shared_sim_allocator(share, 100 * MiB);
+  const TrimResponder responder(share, allocator_hooks(*gpu), std::chrono::milliseconds(5));
+  // Another GPU's ledger holds a process of a container whose pid happens to equal ours.
+  Ledger other_gpu(LedgerFile::open_or_create(dir.path(), kOtherUuid, 100 * MiB));
+  const int slot = other_gpu.join(Member{.who = this_process(), .share = 10 * MiB, .cap = 10 * MiB, .can_trim = true,
+                                         .interposed = false, .command = "container"});
+  LedgerEntry& foreign = other_gpu.file().layout().entries[slot];
+  foreign.pid_namespace.store(this_pid_namespace() + 1);
+
+  const auto paused = request_pause(::getpid(), false, kAnswerTimeout, dir.path());
+  ASSERT_EQ(paused.size(), 1u) << "the container's pid names another process";
+  EXPECT_EQ(paused[0].gpu_uuid, kUuid);
+  EXPECT_TRUE(paused[0].done) << paused[0].message;
+  EXPECT_EQ(foreign.control_request.load(), 0u) << "nothing was posted to the container's process";
+  EXPECT_TRUE(request_resume(::getpid(), kAnswerTimeout, dir.path())[0].done);
+
+  LiveProcess elsewhere;  // only an entry of another namespace has this pid
+  const int its_slot = other_gpu.join(Member{.who = elsewhere.identity(), .share = 10 * MiB, .cap = 10 * MiB,
+                                             .can_trim = true, .interposed = false, .command = "container"});
+  other_gpu.file().layout().entries[its_slot].pid_namespace.store(this_pid_namespace() + 1);
+  EXPECT_THAT(error_of([&] { request_pause(elsewhere.pid(), false, kAnswerTimeout, dir.path()); }),
+              HasSubstr("is in another pid namespace; run plimsoll pause inside that container"));
+  EXPECT_EQ(other_gpu.file().layout().entries[its_slot].control_request.load(), 0u);
+}
+
+TEST(SharedPause, EveryTargetIsCheckedBeforeAnyRequestIsPosted) {
+  const TempDirectory dir;
+  Ledger engine_gpu(LedgerFile::open_or_create(dir.path(), kUuid, 100 * MiB));  // read first (name order)
+  Ledger driver_gpu(LedgerFile::open_or_create(dir.path(), kOtherUuid, 100 * MiB));
+  LiveProcess job;
+  const int slot = engine_gpu.join(Member{.who = job.identity(), .share = 10 * MiB, .cap = 10 * MiB, .can_trim = true,
+                                          .interposed = false, .command = "job"});
+  driver_gpu.join(Member{.who = job.identity(), .share = 10 * MiB, .cap = 10 * MiB, .can_trim = false,
+                         .interposed = true, .command = "job"});
+  EXPECT_THAT(error_of([&] { request_pause(job.pid(), false, kAnswerTimeout, dir.path()); }),
+              HasSubstr("governed at the CUDA driver"));
+  EXPECT_EQ(engine_gpu.file().layout().entries[slot].control_request.load(), 0u)
+      << "refused, so no GPU may be asked to pause";
+}
+
+TEST(SharedPause, ATimeoutReportsTheAnswersAndWithdrawsTheRequest) {
+  const TempDirectory dir;
+  Ledger ledger(LedgerFile::open_or_create(dir.path(), kUuid, 100 * MiB));
+  LiveProcess silent;
+  const int slot = ledger.join(Member{.who = silent.identity(), .share = 10 * MiB, .cap = 10 * MiB, .can_trim = true,
+                                      .interposed = false, .command = "silent"});
+  try {
+    request_pause(silent.pid(), false, std::chrono::milliseconds(30), dir.path());
+    ADD_FAILURE() << "no answer came, so the request must time out";
+  } catch (const ControlTimeout& timeout) {
+    ASSERT_EQ(timeout.outcomes().size(), 1u);
+    EXPECT_EQ(timeout.outcomes()[0].gpu_uuid, kUuid);
+    EXPECT_FALSE(timeout.outcomes()[0].answered);
+    EXPECT_THAT(timeout.outcomes()[0].message, HasSubstr("withdrawn"));
+  }
+  EXPECT_FALSE(pending_control(ledger.file().layout().entries[slot]))
+      << "a process answering late finds nothing to carry out";
+}
+
+TEST(SharedPause, AProcessLeavingBeforeItAnswersIsNotAnsweredNotRefused) {
+  const TempDirectory dir;
+  Ledger ledger(LedgerFile::open_or_create(dir.path(), kUuid, 100 * MiB));
+  LiveProcess leaving;
+  const int slot = ledger.join(Member{.who = leaving.identity(), .share = 10 * MiB, .cap = 10 * MiB,
+                                      .can_trim = true, .interposed = false, .command = "leaving"});
+  std::thread leaves([&] {
+    const LedgerEntry& entry = ledger.file().layout().entries[slot];
+    while (entry.control_request.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ledger.leave(slot);
+  });
+  const auto outcomes = request_pause(leaving.pid(), false, kAnswerTimeout, dir.path());
+  leaves.join();
+  ASSERT_EQ(outcomes.size(), 1u);
+  EXPECT_FALSE(outcomes[0].done);
+  EXPECT_FALSE(outcomes[0].answered);
+  EXPECT_THAT(outcomes[0].message, HasSubstr("before answering"));
+}
+
+TEST(SharedPause, AWithdrawnRequestIsNotPendingAndAnAnsweredOneCannotBeWithdrawn) {
+  const TempDirectory dir;
+  Ledger ledger(LedgerFile::open_or_create(dir.path(), kUuid, 100 * MiB));
+  LiveProcess job;
+  LedgerEntry& entry = ledger.file().layout().entries[ledger.join(Member{
+      .who = job.identity(), .share = MiB, .cap = MiB, .can_trim = true, .interposed = false, .command = "job"})];
+  const std::uint64_t first = post_control(entry, ControlKind::pause);
+  EXPECT_FALSE(withdraw_control(entry, first, ControlKind::resume)) << "not the request posted";
+  EXPECT_TRUE(withdraw_control(entry, first, ControlKind::pause));
+  EXPECT_FALSE(pending_control(entry));
+  const std::uint64_t second = post_control(entry, ControlKind::pause);
+  answer_control(entry, second, ControlStatus::done, "paused");
+  EXPECT_FALSE(withdraw_control(entry, second, ControlKind::pause));
+  EXPECT_GT(post_control(entry, ControlKind::resume), second) << "sequences go on past the last answer";
+}
+
+TEST(SharedPause, ATrimHookThatThrowsDoesNotStopPauseRequestsOrInUse) {
+  const TempDirectory dir;
+  GpuShare share(kUuid, 100 * MiB, parse_share_spec("cuda:0=50MiB:100MiB"), dir.path());
+  auto gpu = shared_sim_allocator(share, 100 * MiB);
+  ShareHooks hooks = allocator_hooks(*gpu);
+  hooks.trim = [] { throw std::runtime_error("trim failed (test)"); };
+  LedgerEntry& entry = share.impl().ledger.file().layout().entries[share.impl().slot];
+  entry.trim_wanted.store(10 * MiB);  // another process asked for memory back
+  void* block = gpu->allocate(5 * MiB);
+  const std::uint64_t sequence = post_control(entry, ControlKind::pause);
+  EXPECT_THROW(share.honour_requests(hooks), std::runtime_error) << "the trim's error is still reported";
+  const auto answer = answer_to(entry, sequence);
+  ASSERT_TRUE(answer) << "the pause was answered despite the failing trim";
+  EXPECT_EQ(answer->status, ControlStatus::done) << answer->message;
+  EXPECT_TRUE(gpu->paused());
+  EXPECT_EQ(entry.in_use.load(), gpu->usage().in_use_bytes);
+  gpu->resume();
+  gpu->deallocate(block);
+}
+
+TEST(SharedPause, TheLedgerFollowsAPauseOrResumeTheProcessMadeItself) {
+  const TempDirectory dir;
+  GpuShare share(kUuid, 100 * MiB, parse_share_spec("cuda:0=50MiB:100MiB"), dir.path());
+  auto gpu = shared_sim_allocator(share, 100 * MiB);
+  const ShareHooks hooks = allocator_hooks(*gpu);
+  const LedgerEntry& entry = share.impl().ledger.file().layout().entries[share.impl().slot];
+  void* block = gpu->allocate(8 * MiB);
+  gpu->pause();  // by the process itself, not through the ledger
+  share.honour_requests(hooks);  // one responder period
+  EXPECT_NE(entry.flags.load() & kEntryPaused, 0u) << "`plimsoll top` shows it paused";
+  EXPECT_EQ(entry.paused_bytes.load(), gpu->paused_bytes());
+  EXPECT_GE(entry.paused_bytes.load(), 8 * MiB);
+  gpu->resume();
+  share.honour_requests(hooks);
+  EXPECT_EQ(entry.flags.load() & kEntryPaused, 0u);
+  EXPECT_EQ(entry.paused_bytes.load(), 0u);
+  gpu->deallocate(block);
 }
 
 TEST(SharedPause, AResponderWithoutPauseHooksAnswersWhyAndInUseIsKeptCurrent) {

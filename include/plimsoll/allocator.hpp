@@ -130,6 +130,8 @@ class Allocator {
   /// paused, nothing lost, and resume() may be called again (Error when copying the contents back failed: the same).
   void resume();
   bool paused() const;
+  /// What resume() maps back (0 when not paused).
+  std::uint64_t paused_bytes() const;
 
   /// Peak in-use and reserved bytes (and each tag's peak) start again from the current values.
   void reset_peaks();

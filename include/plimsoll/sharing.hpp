@@ -6,10 +6,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "plimsoll/error.hpp"
 
 namespace plimsoll {
 
@@ -87,8 +90,11 @@ struct ShareHooks {
   std::function<std::uint64_t()> in_use;       // live bytes, written to the ledger every period for `plimsoll top`
   std::function<std::uint64_t(bool keep_contents)> pause;  // for `plimsoll pause PID` (Allocator::pause); throws
   std::function<void()> resume;                // for `plimsoll resume PID` (Allocator::resume); throws
+  // While paused, the bytes resume would map back; nullopt when not paused. Read every period, so the ledger's
+  // paused flag stays true when the process pauses or resumes itself (not through `plimsoll pause`).
+  std::function<std::optional<std::uint64_t>()> paused;
 };
-/// All four for one Allocator (which must outlive the responder using them).
+/// All five for one Allocator (which must outlive the responder using them).
 ShareHooks allocator_hooks(Allocator& allocator);
 
 /// A thread that answers the ledger within `period`: trims when another process asks for memory back, carries out
@@ -113,13 +119,27 @@ class TrimResponder {
 struct ControlOutcome {
   std::string gpu_uuid;
   bool done = false;       // the process carried it out
+  bool answered = true;    // false: it left before answering, or did not answer in time (the request was withdrawn)
   std::string message;     // what it did ("paused: 1.50 GiB given back"), or why not
 };
 
-/// Asks the governed process `pid` to pause (or resume) its devices on every GPU whose ledger holds it, and waits up
-/// to `timeout` for each acknowledgement. Throws InvalidArgument when no ledger in `ledger_dir` holds `pid` (not
-/// governed, or not running), when the process is governed at the driver (an interposed framework's memory is
-/// not plimsoll's to unmap), and Error when it does not answer in time.
+/// Thrown when some GPU's request got no answer in time: what every GPU answered so far; the unanswered requests
+/// were withdrawn, so no late pause happens unseen.
+class ControlTimeout : public Error {
+ public:
+  ControlTimeout(const std::string& what, std::vector<ControlOutcome> outcomes)
+      : Error(what), outcomes_(std::move(outcomes)) {}
+  const std::vector<ControlOutcome>& outcomes() const noexcept { return outcomes_; }
+
+ private:
+  std::vector<ControlOutcome> outcomes_;
+};
+
+/// Asks the governed process `pid` (a pid of this pid namespace) to pause (or resume) its devices on every GPU whose
+/// ledger holds it, and waits up to `timeout` for each acknowledgement. Every target is checked before any request
+/// is posted. Throws InvalidArgument when no ledger in `ledger_dir` holds `pid` (not governed, not running, or only
+/// in another pid namespace), when the process is governed at the driver (an interposed framework's memory is not
+/// plimsoll's to unmap), and ControlTimeout when it does not answer in time.
 std::vector<ControlOutcome> request_pause(int pid, bool keep_contents, std::chrono::milliseconds timeout,
                                           const std::string& ledger_dir = ledger_directory());
 std::vector<ControlOutcome> request_resume(int pid, std::chrono::milliseconds timeout,

@@ -40,7 +40,8 @@ long long plimsoll_torch_cuda_pause(int device, int keep_contents);
 /* Maps the memory back at the same addresses (and the contents). 0, or -1 (not paused; the memory is not available
  * again: the device stays paused, call again later), the reason as for pause. */
 int plimsoll_torch_cuda_resume(int device);
-/* 1 while paused, 0 when not, -1 when the device was never used. */
+/* 1 while paused, 0 when not, -1 when the device was never used (or, with a reason in
+ * plimsoll_torch_cuda_last_error(), when the query itself failed). */
 int plimsoll_torch_cuda_is_paused(int device);
 /* This thread's last pause/resume failure ("" if none). */
 const char* plimsoll_torch_cuda_last_error(void);

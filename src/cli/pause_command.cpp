@@ -2,6 +2,7 @@
 // back (docs/sharing.md, "Pause and resume"). A request through the job's ledger entries, answered by the job.
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -21,17 +22,35 @@ struct ControlOptions {
   std::string ledger_dir;
 };
 
-void report(const char* action, int pid, const std::vector<plimsoll::ControlOutcome>& outcomes, bool json) {
-  bool all_done = true;
+// Prints each GPU's answer; the exit status: 0 all done, 1 some refused, 2 some not answered (the process left, or
+// the time ran out).
+int report(const char* action, int pid, const std::vector<plimsoll::ControlOutcome>& outcomes, bool json) {
+  bool all_done = true, all_answered = true;
   nlohmann::json gpus = nlohmann::json::array();
   for (const plimsoll::ControlOutcome& outcome : outcomes) {
     all_done = all_done && outcome.done;
-    gpus.push_back({{"uuid", outcome.gpu_uuid}, {"done", outcome.done}, {"message", outcome.message}});
-    if (!json) fmt::print("{} {}: {}\n", outcome.gpu_uuid, outcome.done ? "done" : "refused", outcome.message);
+    all_answered = all_answered && outcome.answered;
+    const char* state = outcome.done ? "done" : outcome.answered ? "refused" : "no answer";
+    gpus.push_back({{"uuid", outcome.gpu_uuid}, {"done", outcome.done}, {"answered", outcome.answered},
+                    {"message", outcome.message}});
+    if (!json) fmt::print("{} {}: {}\n", outcome.gpu_uuid, state, outcome.message);
   }
   if (json) fmt::print("{}\n", nlohmann::json{{"pid", pid}, {"action", action}, {"done", all_done}, {"gpus", gpus}}.dump(2));
   std::fflush(stdout);
-  if (!all_done) throw CLI::RuntimeError(1);  // the process's reason is printed above
+  return !all_answered ? 2 : !all_done ? 1 : 0;
+}
+
+// Runs the request and reports it; a timeout reports what was answered, then its reason (exit status 2).
+void control(const char* action, int pid, bool json,
+             const std::function<std::vector<plimsoll::ControlOutcome>()>& send) {
+  int status = 0;
+  try {
+    status = report(action, pid, send(), json);
+  } catch (const plimsoll::ControlTimeout& timeout) {
+    report(action, pid, timeout.outcomes(), json);
+    throw;
+  }
+  if (status != 0) throw CLI::RuntimeError(status);  // each GPU's reason is printed above
 }
 
 CLI::App* add_control(CLI::App& app, const char* name, const char* description,
@@ -64,16 +83,17 @@ void add_pause_commands(CLI::App& app) {
   pause->add_flag("--keep-contents", pause_options->keep_contents,
                   "copy the job's live GPU memory to host memory first, and back on resume");
   pause->callback([pause_options] {
-    const auto outcomes = plimsoll::request_pause(pause_options->pid, pause_options->keep_contents,
-                                                  timeout_of(*pause_options), dir_of(*pause_options));
-    report("pause", pause_options->pid, outcomes, pause_options->json);
+    control("pause", pause_options->pid, pause_options->json, [&] {
+      return plimsoll::request_pause(pause_options->pid, pause_options->keep_contents, timeout_of(*pause_options),
+                                     dir_of(*pause_options));
+    });
   });
   auto resume_options = std::make_shared<ControlOptions>();
   CLI::App* resume = add_control(app, "resume", "map a paused job's GPU memory back at the same addresses",
                                  resume_options);
   resume->callback([resume_options] {
-    const auto outcomes =
-        plimsoll::request_resume(resume_options->pid, timeout_of(*resume_options), dir_of(*resume_options));
-    report("resume", resume_options->pid, outcomes, resume_options->json);
+    control("resume", resume_options->pid, resume_options->json, [&] {
+      return plimsoll::request_resume(resume_options->pid, timeout_of(*resume_options), dir_of(*resume_options));
+    });
   });
 }

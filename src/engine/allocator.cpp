@@ -773,6 +773,11 @@ bool Allocator::paused() const {
   return impl_->heap->paused();
 }
 
+std::uint64_t Allocator::paused_bytes() const {
+  util::SpinGuard guard(impl_->lock);
+  return impl_->heap->paused_bytes();
+}
+
 std::string DeviceDescription::summary() const {
   std::string text = "plimsoll: created device " + name + " with " + format_size(limit_bytes) + " limit (" + hardware;
   if (total_bytes) text += ", " + format_size(total_bytes) + " total";

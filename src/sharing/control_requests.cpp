@@ -22,6 +22,13 @@ std::uint64_t post_control(LedgerEntry& entry, ControlKind kind) noexcept {
   }
 }
 
+bool withdraw_control(LedgerEntry& entry, std::uint64_t sequence, ControlKind kind) noexcept {
+  if (sequence_of(entry.control_answer.load(std::memory_order_acquire)) >= sequence) return false;
+  std::uint64_t posted = word_of(sequence, static_cast<std::uint8_t>(kind));
+  // Back to "nothing asked" (0): the next post still numbers past the last answer.
+  return entry.control_request.compare_exchange_strong(posted, 0, std::memory_order_acq_rel);
+}
+
 std::optional<PendingControl> pending_control(const LedgerEntry& entry) noexcept {
   const std::uint64_t request = entry.control_request.load(std::memory_order_acquire);
   if (request == 0) return std::nullopt;

@@ -14,6 +14,10 @@ namespace plimsoll::sharing {
 /// Posts `kind` to the entry (replacing a request not answered yet); returns its sequence.
 std::uint64_t post_control(LedgerEntry& entry, ControlKind kind) noexcept;
 
+/// Takes back request `sequence` of `kind` if it is still the entry's request and not answered: true when it was
+/// withdrawn (a process reading it afterwards finds nothing pending).
+bool withdraw_control(LedgerEntry& entry, std::uint64_t sequence, ControlKind kind) noexcept;
+
 struct PendingControl {
   ControlKind kind = ControlKind::none;
   std::uint64_t sequence = 0;

@@ -2,6 +2,8 @@
 // shares, and answers their requests by trimming.
 #include "sharing/gpu_share.hpp"
 
+#include <exception>
+
 #include <fmt/format.h>
 
 #include "plimsoll/error.hpp"
@@ -59,10 +61,31 @@ std::string carry_out(sharing::ControlKind kind, const ShareHooks& hooks, sharin
   return fmt::format("paused: {} given back{}", format_size(bytes), keep ? ", contents kept in host memory" : "");
 }
 
+// The process may pause or resume itself (Allocator::pause, not through the ledger): the entry follows it. Only a
+// flag that disagrees is rewritten, so the bytes a ledger pause reported stay as reported.
+void refresh_paused(sharing::LedgerEntry& entry, std::optional<std::uint64_t> paused_bytes) {
+  constexpr auto relaxed = std::memory_order_relaxed;
+  const bool flagged = (entry.flags.load(relaxed) & sharing::kEntryPaused) != 0;
+  if (paused_bytes && !flagged) {
+    entry.paused_bytes.store(*paused_bytes, relaxed);
+    entry.flags.fetch_or(sharing::kEntryPaused, relaxed);
+  } else if (!paused_bytes && flagged) {
+    entry.flags.fetch_and(~sharing::kEntryPaused, relaxed);
+    entry.paused_bytes.store(0, relaxed);
+  }
+}
+
 }  // namespace
 
 void GpuShare::honour_requests(const ShareHooks& hooks) {
-  if (hooks.trim) honour_trim_request(hooks.trim);
+  // Three independent duties: one that throws must not starve the others (a failing trim would otherwise leave
+  // every pause request unanswered and the in-use bytes stale for good). The first error is passed on at the end.
+  std::exception_ptr first_error;
+  try {
+    if (hooks.trim) honour_trim_request(hooks.trim);
+  } catch (...) {
+    first_error = std::current_exception();
+  }
   sharing::LedgerEntry& entry = impl_->ledger.file().layout().entries[impl_->slot];
   if (const auto pending = sharing::pending_control(entry)) {
     try {
@@ -70,9 +93,22 @@ void GpuShare::honour_requests(const ShareHooks& hooks) {
       sharing::answer_control(entry, pending->sequence, sharing::ControlStatus::done, done);
     } catch (const std::exception& error) {
       sharing::answer_control(entry, pending->sequence, sharing::ControlStatus::failed, error.what());
+    } catch (...) {
+      sharing::answer_control(entry, pending->sequence, sharing::ControlStatus::failed,
+                              "the pause or resume hook threw something that is not a std::exception");
     }
   }
-  if (hooks.in_use) impl_->ledger.set_in_use(impl_->slot, hooks.in_use());
+  try {
+    if (hooks.in_use) impl_->ledger.set_in_use(impl_->slot, hooks.in_use());
+  } catch (...) {
+    if (!first_error) first_error = std::current_exception();
+  }
+  try {
+    if (hooks.paused) refresh_paused(entry, hooks.paused());
+  } catch (...) {
+    if (!first_error) first_error = std::current_exception();
+  }
+  if (first_error) std::rethrow_exception(first_error);
 }
 
 std::uint64_t GpuShare::share_bytes() const noexcept { return impl_->share; }

@@ -164,6 +164,19 @@ LedgerFile LedgerFile::open_or_create(std::string_view dir, std::string_view gpu
   throw Error(fmt::format("the GPU ledger {} disappeared while it was being created; start the job again", path));
 }
 
+LedgerFile LedgerFile::open_existing(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) throw Error(fmt::format("cannot open the GPU ledger {} for writing ({})", path, std::strerror(errno)));
+  LedgerFileLayout* layout = nullptr;
+  try {
+    layout = map_checked(fd, path, {}, true);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  return LedgerFile(path, layout, true, fd);
+}
+
 LedgerFile LedgerFile::open_read_only(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw Error(fmt::format("cannot read the GPU ledger {} ({})", path, std::strerror(errno)));

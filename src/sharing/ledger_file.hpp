@@ -23,6 +23,9 @@ class LedgerFile {
   /// Opens the GPU's ledger for writing, creating it (limit = `device_bytes`) when absent. Throws plimsoll::Error
   /// naming the file, the problem and the fix when it is corrupt, of another version, or cannot be written.
   static LedgerFile open_or_create(std::string_view dir, std::string_view gpu_uuid, std::uint64_t device_bytes);
+  /// Opens an existing ledger for writing, never creating it (a removed file stays removed). Throws plimsoll::Error
+  /// as above, or when it is gone.
+  static LedgerFile open_existing(const std::string& path);
   /// Maps an existing ledger read-only (for `plimsoll top`). Throws plimsoll::Error as above.
   static LedgerFile open_read_only(const std::string& path);
 

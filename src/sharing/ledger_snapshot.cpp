@@ -37,6 +37,8 @@ std::vector<ProcessRow> copy_rows(const LedgerFileLayout& layout, std::vector<st
     row.slot = static_cast<int>(&e - layout.entries);
     row.paused = (flags & kEntryPaused) != 0;
     row.paused_bytes = e.paused_bytes.load(relaxed);
+    row.pid_namespace = e.pid_namespace.load(relaxed);
+    row.start_time = e.start_time.load(relaxed);
     char name[kCommandChars + 1] = {};
     for (std::size_t word = 0; word < kCommandChars / 8; ++word) {
       const std::uint64_t bits = e.command[word].load(relaxed);

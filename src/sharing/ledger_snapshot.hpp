@@ -22,6 +22,8 @@ struct ProcessRow {
   int slot = 0;               // its entry in the file
   bool paused = false;        // `plimsoll pause`d
   std::uint64_t paused_bytes = 0;
+  std::uint64_t pid_namespace = 0;  // its pid means something only in this namespace (0: unknown)
+  std::uint64_t start_time = 0;     // with the pid, tells a reused slot's newcomer apart
   std::uint64_t borrowed() const { return charged > share ? charged - share : 0; }
 };
 

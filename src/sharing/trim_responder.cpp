@@ -34,7 +34,7 @@ TrimResponder::TrimResponder(GpuShare& share, ShareHooks hooks, std::chrono::mil
 }
 
 TrimResponder::TrimResponder(GpuShare& share, std::function<void()> trim, std::chrono::milliseconds period)
-    : TrimResponder(share, ShareHooks{.trim = std::move(trim), .in_use = {}, .pause = {}, .resume = {}}, period) {}
+    : TrimResponder(share, ShareHooks{.trim = std::move(trim), .in_use = {}, .pause = {}, .resume = {}, .paused = {}}, period) {}
 
 TrimResponder::~TrimResponder() {
   {
@@ -51,6 +51,10 @@ ShareHooks allocator_hooks(Allocator& allocator) {
       .in_use = [&allocator] { return allocator.usage().in_use_bytes; },
       .pause = [&allocator](bool keep_contents) { return allocator.pause(PauseOptions{.keep_contents = keep_contents}); },
       .resume = [&allocator] { allocator.resume(); },
+      .paused = [&allocator]() -> std::optional<std::uint64_t> {
+        if (!allocator.paused()) return std::nullopt;
+        return allocator.paused_bytes();
+      },
   };
 }
 

@@ -202,6 +202,26 @@ void say(const std::string& why) {
   t_last_error = why;
   std::fprintf(stderr, "plimsoll: %s\n", why.c_str());
 }
+
+// An unexpected failure (bad_alloc building a message, a lock failure): the reason the header promises, kept
+// without allocating where possible, since allocation may be what failed.
+void say_unexpected(const char* action, int device) noexcept {
+  try {
+    throw;
+  } catch (const std::exception& error) {
+    try {
+      say(std::string("cannot ") + action + " cuda:" + std::to_string(device) + ": " + error.what());
+      return;
+    } catch (...) {
+    }
+  } catch (...) {
+  }
+  try {
+    t_last_error = "unexpected failure (out of host memory?)";
+  } catch (...) {
+  }
+  std::fprintf(stderr, "plimsoll: cannot %s cuda:%d: unexpected failure\n", action, device);
+}
 }  // namespace
 
 extern "C" PLIMSOLL_TORCH_CUDA_EXPORT long long plimsoll_torch_cuda_pause(int device, int keep_contents) {
@@ -216,6 +236,7 @@ extern "C" PLIMSOLL_TORCH_CUDA_EXPORT long long plimsoll_torch_cuda_pause(int de
     if (given_back < 0) say(why);
     return given_back;
   } catch (...) {
+    say_unexpected("pause", device);
     return -1;
   }
 }
@@ -232,6 +253,7 @@ extern "C" PLIMSOLL_TORCH_CUDA_EXPORT int plimsoll_torch_cuda_resume(int device)
     say(why);
     return -1;
   } catch (...) {
+    say_unexpected("resume", device);
     return -1;
   }
 }
@@ -241,6 +263,7 @@ extern "C" PLIMSOLL_TORCH_CUDA_EXPORT int plimsoll_torch_cuda_is_paused(int devi
     DeviceState* state = plimsoll::torch_cuda::existing_device(device);
     return state == nullptr ? -1 : state->allocator->paused() ? 1 : 0;
   } catch (...) {
+    say_unexpected("query", device);
     return -1;
   }
 }
