@@ -331,6 +331,16 @@ TEST(SharedPause, TheLedgerFollowsAPauseOrResumeTheProcessMadeItself) {
   gpu->deallocate(block);
 }
 
+TEST(SharedPause, PostingOpensOnlyALedgerThatExists) {
+  const TempDirectory dir;
+  const std::string path = ledger_path(dir.path(), kUuid);
+  EXPECT_THROW(LedgerFile::open_existing(path), Error);
+  EXPECT_NE(::access(path.c_str(), F_OK), 0) << "a removed ledger is not made again by a pause command";
+  { const LedgerFile made = LedgerFile::open_or_create(dir.path(), kUuid, 100 * MiB); }
+  const LedgerFile opened = LedgerFile::open_existing(path);
+  EXPECT_TRUE(opened.writable());
+}
+
 TEST(SharedPause, AResponderWithoutPauseHooksAnswersWhyAndInUseIsKeptCurrent) {
   const TempDirectory dir;
   GpuShare share(kUuid, 100 * MiB, parse_share_spec("cuda:0=50MiB:100MiB"), dir.path());

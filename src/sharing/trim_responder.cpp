@@ -27,6 +27,8 @@ TrimResponder::TrimResponder(GpuShare& share, ShareHooks hooks, std::chrono::mil
         share.honour_requests(hooks);
       } catch (const std::exception& error) {  // a trim that threw: the thread goes on answering
         std::fprintf(stderr, "plimsoll: answering the GPU ledger failed: %s\n", error.what());
+      } catch (...) {  // a hook that threw something else: still no reason to stop answering
+        std::fprintf(stderr, "plimsoll: answering the GPU ledger failed (a hook threw a non-standard exception)\n");
       }
       lock.lock();
     }
