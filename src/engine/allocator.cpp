@@ -264,13 +264,15 @@ struct Allocator::Impl : engine::FrontUpstream {
       }
       if (addr != 0) return addr;
       {
+        // What the program holds through the front, for the report: read before the device lock.
+        const engine::FrontTotals held = last && numbers != nullptr ? front_totals() : engine::FrontTotals{};
         util::SpinGuard guard(lock);
         if (heap->paused()) {
           if (numbers != nullptr) throw_paused(bytes);
           return 0;
         }
         if (last) {
-          if (numbers != nullptr) *numbers = oom_numbers(bytes, tag);
+          if (numbers != nullptr) *numbers = oom_numbers(bytes, tag, held);
           return 0;
         }
       }
@@ -321,7 +323,8 @@ struct Allocator::Impl : engine::FrontUpstream {
   }
 
   // Gathered under the lock, at the moment of failure.
-  OomDetails oom_numbers(std::size_t bytes, Tag tag) const PLIMSOLL_REQUIRES(lock) {
+  // `held`: what the program holds through the front (its blocks count in the heap's in_use, as front blocks).
+  OomDetails oom_numbers(std::size_t bytes, Tag tag, const engine::FrontTotals& held) const PLIMSOLL_REQUIRES(lock) {
     OomDetails d;
     d.requested_bytes = bytes;
     d.rounded_bytes = engine::Heap::round(bytes);
@@ -329,7 +332,7 @@ struct Allocator::Impl : engine::FrontUpstream {
     d.policy = std::string(to_string(description.policy.growth));
     d.tag = tag == kUntagged ? "untagged" : std::string(tag_name(tag));
     d.limit_bytes = description.limit_bytes;
-    d.in_use_bytes = heap->counters().in_use - parked_bytes();
+    d.in_use_bytes = heap->counters().in_use - parked_bytes() - front_heap_bytes + held.handed_bytes;
     d.reserved_bytes = heap->mapped_bytes();
     d.largest_free_block = heap->largest_free_mapped();
     d.free_in_reserved_bytes = d.reserved_bytes - d.in_use_bytes;
@@ -338,7 +341,7 @@ struct Allocator::Impl : engine::FrontUpstream {
     d.device_total_bytes = memory.total_bytes;
     d.granule_bytes = backing->granularity();
     d.device_refused = heap->last_failure() == engine::HeapFailure::device;
-    d.top_tags = tag_stats();
+    d.top_tags = tag_stats(held.tags);
     if (d.top_tags.size() > 5) d.top_tags.resize(5);
     return d;
   }
@@ -475,7 +478,7 @@ void Allocator::deallocate(void* ptr) {
   if (caches != nullptr && caches->deallocate(addr, impl_->front_on.load(std::memory_order_relaxed))) return;
   util::SpinGuard guard(impl_->lock);
   if (impl_->streams != nullptr) [[unlikely]] impl_->before_unordered_free(addr);
-  if (caches != nullptr) impl_->refuse_front_block(addr);
+  if (impl_->front_heap_blocks != 0) impl_->refuse_front_block(addr);  // only while a front block exists
   const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
   engine::Heap::Freed freed;
   if (!impl_->heap->deallocate(addr, freed)) impl_->throw_bad_free(addr);
@@ -785,6 +788,8 @@ std::string DeviceDescription::summary() const {
   if (policy.reserve) text += ", reserve " + format_size(*policy.reserve);
   if (policy.release_threshold) text += ", release threshold " + format_size(*policy.release_threshold);
   if (policy.thread_cache) text += ", thread cache " + format_size(*policy.thread_cache);
+  // Which barrier lets other threads empty the caches: membarrier, or a full fence per operation without it.
+  if (policy.thread_cache.value_or(0) > 0) text += std::string(" (") + engine::ThreadCaches::barrier_kind() + ")";
   return text + ")";
 }
 
