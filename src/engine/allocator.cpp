@@ -125,14 +125,20 @@ struct Allocator::Impl : engine::FrontUpstream {
     if (observer != nullptr) record_mapping_change(mapped_before);
   }
 
+  // A block from this thread's cache when the front is on and serves the size; 0 otherwise.
+  std::uint64_t allocate_from_front(std::size_t bytes, Tag tag) PLIMSOLL_EXCLUDES(lock) {
+    engine::ThreadCaches* caches = front.load(std::memory_order_acquire);
+    if (caches == nullptr || bytes > engine::ThreadCaches::kMaxSize || !front_on.load(std::memory_order_relaxed))
+      return 0;
+    return caches->allocate(bytes, tag);
+  }
+
   // Host and simulated devices: the front first (small requests, when on), then the heap under the lock; at
   // the limit, every thread's cache goes back to the heap before the allocation fails.
   // `report_failure` false: a first attempt that may be retried (see quiet).
   std::uint64_t allocate_host(std::size_t bytes, Tag tag, bool report_failure) PLIMSOLL_EXCLUDES(lock) {
+    if (std::uint64_t addr = allocate_from_front(bytes, tag)) return addr;
     engine::ThreadCaches* caches = front.load(std::memory_order_acquire);
-    if (caches != nullptr && bytes <= engine::ThreadCaches::kMaxSize && front_on.load(std::memory_order_relaxed)) {
-      if (std::uint64_t addr = caches->allocate(bytes, tag)) return addr;
-    }
     {
       util::SpinGuard guard(lock);
       if (std::uint64_t addr = allocate(bytes, tag, report_failure && caches == nullptr)) return addr;
@@ -422,6 +428,8 @@ void* Allocator::try_allocate(std::size_t bytes, Tag tag) noexcept {
 
 void* Allocator::allocate(std::size_t bytes, Tag tag) {
   if (impl_->streams != nullptr) [[unlikely]] return allocate_with_streams(bytes, nullptr, tag);
+  // A cache hit first, before an OOM report's strings are made ready (a few nanoseconds of a 15 ns budget).
+  if (std::uint64_t addr = impl_->allocate_from_front(bytes, tag)) return reinterpret_cast<void*>(addr);
   OomDetails numbers;
   if (std::uint64_t addr = impl_->allocate_or_wait(bytes, tag, nullptr, &numbers)) return reinterpret_cast<void*>(addr);
   throw OutOfMemory(explain_oom(std::move(numbers)));

@@ -322,6 +322,10 @@ const char* ThreadCaches::barrier_kind() { return util::AsymmetricFence::kind();
 
 ThreadCache& ThreadCaches::mine() {
   if (t_last_id == id_) [[likely]] return *t_last;
+  return join();
+}
+
+ThreadCache& ThreadCaches::join() {
   for (const ThreadSlots::Slot& slot : t_slots.slots) {
     if (slot.front_id == id_) {
       t_last_id = id_;
@@ -373,6 +377,28 @@ std::size_t ThreadCaches::steal_all(ThreadCache& cache) {
   return all.size();
 }
 
+std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes, std::uint16_t tag) {
+  std::array<std::uint64_t, kBatch> batch;
+  std::size_t count = 0;
+  {
+    util::SpinGuard depot_guard(depot_->lock);
+    std::vector<std::uint64_t>& bin = depot_->bins[class_of(size)];
+    count = std::min(kBatch, bin.size());
+    std::copy(bin.end() - static_cast<std::ptrdiff_t>(count), bin.end(), batch.begin());
+    bin.resize(bin.size() - count);
+    depot_->bytes -= count * size;
+    depot_->blocks -= count;
+  }
+  cache.refill(size, batch.data(), count);
+  std::uint64_t addr = cache.pop(size);
+  if (addr == 0) addr = upstream_.take_block(size);
+  if (addr != 0 && !handed_.set(addr, HandedTable::word(bytes, tag))) {
+    upstream_.give_back({addr});  // no room for the table's leaf: the device's own path serves this one
+    addr = 0;
+  }
+  return addr;
+}
+
 std::uint64_t ThreadCaches::allocate(std::uint64_t bytes, std::uint16_t tag) {
   if (t_exiting) [[unlikely]] return 0;
   const std::uint64_t size = rounded(bytes);
@@ -380,30 +406,32 @@ std::uint64_t ThreadCaches::allocate(std::uint64_t bytes, std::uint16_t tag) {
   const ThreadCache::Operation operation(cache, asymmetric_);
   std::uint64_t addr = cache.pop(size);
   if (addr == 0) [[unlikely]] {
-    std::array<std::uint64_t, kBatch> batch;
-    std::size_t count = 0;
-    {
-      util::SpinGuard depot_guard(depot_->lock);
-      std::vector<std::uint64_t>& bin = depot_->bins[class_of(size)];
-      count = std::min(kBatch, bin.size());
-      std::copy(bin.end() - static_cast<std::ptrdiff_t>(count), bin.end(), batch.begin());
-      bin.resize(bin.size() - count);
-      depot_->bytes -= count * size;
-      depot_->blocks -= count;
-    }
-    cache.refill(size, batch.data(), count);
-    addr = cache.pop(size);
-    if (addr == 0) addr = upstream_.take_block(size);
-    if (addr != 0 && !handed_.set(addr, HandedTable::word(bytes, tag))) {
-      upstream_.give_back({addr});  // no room for the table's leaf: the device's own path serves this one
-      addr = 0;
-    }
+    addr = allocate_slow(cache, size, bytes, tag);
     if (addr == 0) return 0;
   } else {
     handed_.set(addr, HandedTable::word(bytes, tag));  // a cached block was handed out before: its leaf exists
   }
   cache.count_allocation(size, bytes, tag);
   return addr;
+}
+
+// Full. A bin at its depth: its older half goes to the depot. The cache at its bytes: the older half of every bin
+// goes, so sizes the job no longer asks for do not hold the cache forever. A depot past its bytes goes back to the
+// heap whole: what nobody took back since it last emptied is not wanted.
+bool ThreadCaches::keep_in_full_cache(ThreadCache& cache, std::uint64_t addr, std::uint64_t size) {
+  std::vector<std::uint64_t> to_heap;
+  {
+    util::SpinGuard depot_guard(depot_->lock);
+    const std::size_t cls = class_of(size);
+    if (cache.held(cls) >= kDepth) {
+      depot_->accept(cache, cls, kBatch);
+    } else {
+      for (std::size_t c = 0; c < kClasses; ++c) depot_->accept(cache, c, (cache.held(c) + 1) / 2);
+    }
+    if (depot_->bytes > kDepotPerThread * bytes_per_thread()) to_heap = depot_->take_all();
+  }
+  if (!to_heap.empty()) upstream_.give_back(to_heap);
+  return cache.push(addr, size, bytes_per_thread());
 }
 
 bool ThreadCaches::deallocate(std::uint64_t addr, bool keep) {
@@ -420,24 +448,7 @@ bool ThreadCaches::deallocate(std::uint64_t addr, bool keep) {
   const ThreadCache::Operation operation(cache, asymmetric_);
   cache.count_free(size, HandedTable::requested(word), HandedTable::tag(word));
   if (keep && cache.push(addr, size, bytes_per_thread())) [[likely]] return true;
-  if (keep) {
-    // Full. A bin at its depth: its older half goes to the depot. The cache at its bytes: the older half of every
-    // bin goes, so sizes the job no longer asks for do not hold the cache forever. A depot past its bytes goes
-    // back to the heap whole: what nobody took back since it last emptied is not wanted.
-    std::vector<std::uint64_t> to_heap;
-    {
-      util::SpinGuard depot_guard(depot_->lock);
-      const std::size_t cls = class_of(size);
-      if (cache.held(cls) >= kDepth) {
-        depot_->accept(cache, cls, kBatch);
-      } else {
-        for (std::size_t c = 0; c < kClasses; ++c) depot_->accept(cache, c, (cache.held(c) + 1) / 2);
-      }
-      if (depot_->bytes > kDepotPerThread * bytes_per_thread()) to_heap = depot_->take_all();
-    }
-    if (!to_heap.empty()) upstream_.give_back(to_heap);
-    if (cache.push(addr, size, bytes_per_thread())) return true;
-  }
+  if (keep && keep_in_full_cache(cache, addr, size)) return true;
   upstream_.give_back({addr});
   return true;
 }

@@ -101,6 +101,11 @@ class ThreadCaches {
   struct Depot;
   struct Counts;
   ThreadCache& mine();
+  ThreadCache& join();  // this thread's first operation on this front
+  /// The slow side of allocate: a batch from the depot, else a block from the heap; with its word set.
+  std::uint64_t allocate_slow(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes, std::uint16_t tag);
+  /// The slow side of deallocate: a full cache sheds blocks to the depot (and the depot to the heap).
+  bool keep_in_full_cache(ThreadCache& cache, std::uint64_t addr, std::uint64_t size);
   void forget(ThreadCache* cache);
   std::size_t steal_all(ThreadCache& cache);
   void count_free_elsewhere(std::uint64_t word);
