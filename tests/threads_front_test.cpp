@@ -147,10 +147,15 @@ struct Model {
 class HeapUpstream : public engine::FrontUpstream {
  public:
   explicit HeapUpstream(engine::Heap& heap) : heap_(heap) {}
-  std::uint64_t take_block(std::uint64_t size) override {
+  std::size_t take_blocks(std::uint64_t size, std::size_t count, std::uint64_t* out) override {
     util::SpinGuard guard(lock_);
     ++takes_;
-    return heap_.allocate(size, engine::kFrontTag);
+    std::size_t taken = 0;
+    for (; taken < count; ++taken) {
+      out[taken] = heap_.allocate(size, engine::kFrontTag);
+      if (out[taken] == 0) break;
+    }
+    return taken;
   }
   void give_back(const std::vector<std::uint64_t>& addrs) override {
     util::SpinGuard guard(lock_);
@@ -445,19 +450,19 @@ TEST(ThreadsFront, FlushesBesideWorkingOwnersNeitherDuplicateNorLoseABlock) {
   EXPECT_EQ(front.totals().allocations, front.totals().frees);
 }
 
-// An upstream that holds one owner inside its operation (take_block runs inside it) until a flush has started, and
+// An upstream that holds one owner inside its operation (take_blocks runs inside it) until a flush has started, and
 // notes any block given back while the owner is still inside: a flush must wait for the owner to leave.
 class GatedUpstream : public engine::FrontUpstream {
  public:
   explicit GatedUpstream(engine::Heap& heap) : inner_(heap) {}
-  std::uint64_t take_block(std::uint64_t size) override {
+  std::size_t take_blocks(std::uint64_t size, std::size_t count, std::uint64_t* out) override {
     if (hold_next.exchange(false)) {
       inside = true;
       while (!flush_started.load()) std::this_thread::yield();
       for (int i = 0; i < 2000; ++i) std::this_thread::yield();  // room for a flush that does not wait to run
       inside = false;
     }
-    return inner_.take_block(size);
+    return inner_.take_blocks(size, count, out);
   }
   void give_back(const std::vector<std::uint64_t>& addrs) override {
     if (inside.load()) ++given_back_while_inside;
@@ -482,7 +487,7 @@ TEST(ThreadsFront, AFlushWaitsForTheOwnerToLeaveItsOperation) {
     for (int i = 0; i < 4; ++i) blocks.push_back(front.allocate(1024, 1));
     for (std::uint64_t addr : blocks) ASSERT_TRUE(front.deallocate(addr));  // four blocks cached in its bins
     upstream.hold_next = true;
-    held = front.allocate(2048, 1);  // an empty bin: take_block, inside the operation
+    held = front.allocate(2048, 1);  // an empty bin: take_blocks, inside the operation
     owner_done = true;
     while (owner_done.load()) std::this_thread::yield();  // alive until the flush is checked: its cache stays
   });

@@ -100,16 +100,20 @@ struct Allocator::Impl : engine::FrontUpstream {
     front_on.store(front_wanted && observer == nullptr && !pausing && !heap->paused(), std::memory_order_relaxed);
   }
 
-  std::uint64_t take_block(std::uint64_t size) override PLIMSOLL_EXCLUDES(lock) {
+  std::size_t take_blocks(std::uint64_t size, std::size_t count, std::uint64_t* out) override PLIMSOLL_EXCLUDES(lock) {
     util::SpinGuard guard(lock);
     const std::uint64_t mapped_before = heap->mapped_bytes();
-    const std::uint64_t addr = heap->allocate(size, engine::kFrontTag);
+    std::size_t taken = 0;
+    for (; taken < count; ++taken) {
+      const std::uint64_t addr = heap->allocate(size, engine::kFrontTag);
+      if (addr == 0) break;
+      out[taken] = addr;
+    }
     if (observer != nullptr) record_mapping_change(mapped_before);
-    if (addr == 0) return 0;
-    front_heap_bytes += size;
-    ++front_heap_blocks;
-    ++front_heap_allocations;
-    return addr;
+    front_heap_bytes += taken * size;
+    front_heap_blocks += taken;
+    front_heap_allocations += taken;
+    return taken;
   }
 
   void give_back(const std::vector<std::uint64_t>& addrs) override PLIMSOLL_EXCLUDES(lock) {

@@ -389,12 +389,17 @@ std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size
     depot_->bytes -= count * size;
     depot_->blocks -= count;
   }
+  if (count == 0) {
+    // From the heap: blocks under 2 KiB in a run filling 2 KiB (adjacent in a fresh small page), so the words of
+    // one cache line of the handed-out table, and the blocks' own lines, mostly belong to one thread.
+    count = upstream_.take_blocks(size, std::min<std::uint64_t>(kBatch, (2048 + size - 1) / size), batch.data());
+    std::reverse(batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(count));  // handed out in address order
+  }
   cache.refill(size, batch.data(), count);
-  std::uint64_t addr = cache.pop(size);
-  if (addr == 0) addr = upstream_.take_block(size);
+  const std::uint64_t addr = cache.pop(size);
   if (addr != 0 && !handed_.set(addr, HandedTable::word(bytes, tag))) {
     upstream_.give_back({addr});  // no room for the table's leaf: the device's own path serves this one
-    addr = 0;
+    return 0;
   }
   return addr;
 }

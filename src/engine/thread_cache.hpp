@@ -45,8 +45,9 @@ inline constexpr std::uint16_t kFrontTag = 0xFFFF;
 class FrontUpstream {
  public:
   virtual ~FrontUpstream() = default;
-  /// A live heap block of exactly `size` bytes (tag kFrontTag), or 0 when the heap cannot place it.
-  virtual std::uint64_t take_block(std::uint64_t size) = 0;
+  /// Up to `count` live heap blocks of exactly `size` bytes (tag kFrontTag) into `out`, in one trip; how many were
+  /// placed (0 when the heap cannot place one).
+  virtual std::size_t take_blocks(std::uint64_t size, std::size_t count, std::uint64_t* out) = 0;
   /// Frees front blocks in the heap.
   virtual void give_back(const std::vector<std::uint64_t>& addrs) = 0;
 };
