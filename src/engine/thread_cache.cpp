@@ -12,6 +12,9 @@ namespace plimsoll::engine {
 namespace {
 
 constexpr std::size_t kClasses = ThreadCaches::kMaxSize / ThreadCaches::kQuantum;
+static_assert(ThreadCaches::kQuantum == std::uint64_t{1} << HandedTable::kQuantumShift,
+              "the handed-out table keeps one word per quantum: a block's start");
+static_assert(ThreadCaches::kMaxSize < (std::uint64_t{1} << 32), "a table word keeps requested bytes in 32 bits");
 
 constexpr std::size_t kDepth = 64;  // blocks of one size a cache keeps: a step's worth of one tensor shape
 constexpr std::size_t kBatch = kDepth / 2;  // blocks moved between a cache and the depot at once
