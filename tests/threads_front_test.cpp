@@ -20,6 +20,7 @@
 #include "engine_heap_checker.hpp"
 #include "plimsoll/allocator.hpp"
 #include "plimsoll/error.hpp"
+#include "plimsoll/oom.hpp"
 #include "util/spin_lock.hpp"
 
 namespace plimsoll {
@@ -146,10 +147,15 @@ struct Model {
 class HeapUpstream : public engine::FrontUpstream {
  public:
   explicit HeapUpstream(engine::Heap& heap) : heap_(heap) {}
-  std::uint64_t take_block(std::uint64_t size) override {
+  std::size_t take_blocks(std::uint64_t size, std::size_t count, std::uint64_t* out) override {
     util::SpinGuard guard(lock_);
     ++takes_;
-    return heap_.allocate(size, engine::kFrontTag);
+    std::size_t taken = 0;
+    for (; taken < count; ++taken) {
+      out[taken] = heap_.allocate(size, engine::kFrontTag);
+      if (out[taken] == 0) break;
+    }
+    return taken;
   }
   void give_back(const std::vector<std::uint64_t>& addrs) override {
     util::SpinGuard guard(lock_);
@@ -380,6 +386,229 @@ TEST(ThreadsFront, SnapshotsAndConcurrentSetupDoNotDeadlockOrReplaceTheFront) {
   for (std::thread& worker : workers) worker.join();
   device.trim();
   EXPECT_EQ(device.stats().in_use_bytes, 0u);
+}
+
+// The fast path takes no lock: a thread emptying another's cache (flush: trim, out of memory, pause) stops the owner
+// through the asymmetric barrier. A flusher running all the time beside four working threads must never take a
+// block an owner is handing out (the model sees two live blocks overlap) nor lose one (the heap keeps blocks
+// nobody holds, or the front's books disagree).
+TEST(ThreadsFront, FlushesBesideWorkingOwnersNeitherDuplicateNorLoseABlock) {
+  backings::SimBacking backing(4ull << 30);
+  engine::Heap heap(backing, engine::HeapOptions{.limit = 1ull << 30});
+  HeapUpstream upstream(heap);
+  engine::ThreadCaches front(upstream, 1 * MiB);
+  auto allocate = [&](std::uint64_t bytes, Tag tag) -> std::uint64_t {
+    if (bytes <= engine::ThreadCaches::kMaxSize) return front.allocate(bytes, tag);
+    util::SpinGuard guard(upstream.lock());
+    return heap.allocate(bytes, tag);
+  };
+  auto free_block = [&](std::uint64_t addr) {
+    if (front.deallocate(addr)) return;
+    util::SpinGuard guard(upstream.lock());
+    engine::Heap::Freed freed;
+    ASSERT_TRUE(heap.deallocate(addr, freed));
+  };
+  Model model;
+  std::vector<Event> events;
+  std::size_t flushed = 0, flushes = 0;
+  for (std::uint64_t round = 0; round < 4; ++round) {
+    std::atomic<bool> stop{false};
+    std::thread flusher([&] {
+      while (!stop.load()) {
+        flushed += front.flush();
+        ++flushes;
+        std::this_thread::yield();
+      }
+    });
+    run_round(4, 6000, 200 + round, allocate, free_block, events);
+    stop = true;
+    flusher.join();
+    ASSERT_NO_FATAL_FAILURE(model.apply(events));
+    const engine::FrontTotals totals = front.totals();
+    std::uint64_t front_bytes = 0, front_live = 0;
+    for (const auto& [addr, live] : model.live) {
+      ASSERT_TRUE(heap.find_live(addr));
+      if (live.size <= engine::ThreadCaches::kMaxSize) {
+        front_bytes += live.size;
+        ++front_live;
+      }
+    }
+    EXPECT_EQ(totals.handed_bytes, front_bytes);
+    EXPECT_EQ(totals.handed_live, front_live);
+    EXPECT_EQ(heap.counters().in_use, model.in_use + totals.cached_bytes) << "a block was lost or given twice";
+    EXPECT_EQ(heap.live_allocations(), model.live.size() + totals.cached_blocks);
+  }
+  EXPECT_GT(flushes, 0u);
+  front.flush();
+  testing::HeapChecker checker(heap);
+  for (const auto& [addr, live] : model.live) checker.allocated(addr, live.requested == 0 ? 1 : live.requested);
+  ASSERT_NO_FATAL_FAILURE(checker.walk());
+  for (const auto& [addr, live] : model.live) free_block(addr);
+  front.flush();
+  EXPECT_EQ(heap.live_allocations(), 0u);
+  EXPECT_EQ(heap.counters().in_use, 0u);
+  EXPECT_EQ(front.totals().allocations, front.totals().frees);
+}
+
+// An upstream that holds one owner inside its operation (take_blocks runs inside it) until a flush has started, and
+// notes any block given back while the owner is still inside: a flush must wait for the owner to leave.
+class GatedUpstream : public engine::FrontUpstream {
+ public:
+  explicit GatedUpstream(engine::Heap& heap) : inner_(heap) {}
+  std::size_t take_blocks(std::uint64_t size, std::size_t count, std::uint64_t* out) override {
+    if (hold_next.exchange(false)) {
+      inside = true;
+      while (!flush_started.load()) std::this_thread::yield();
+      for (int i = 0; i < 2000; ++i) std::this_thread::yield();  // room for a flush that does not wait to run
+      inside = false;
+    }
+    return inner_.take_blocks(size, count, out);
+  }
+  void give_back(const std::vector<std::uint64_t>& addrs) override {
+    if (inside.load()) ++given_back_while_inside;
+    inner_.give_back(addrs);
+  }
+  std::atomic<bool> hold_next{false}, inside{false}, flush_started{false};
+  std::atomic<int> given_back_while_inside{0};
+
+ private:
+  HeapUpstream inner_;
+};
+
+TEST(ThreadsFront, AFlushWaitsForTheOwnerToLeaveItsOperation) {
+  backings::SimBacking backing(4ull << 30);
+  engine::Heap heap(backing, engine::HeapOptions{.limit = 1ull << 30});
+  GatedUpstream upstream(heap);
+  engine::ThreadCaches front(upstream, 1 * MiB);
+  std::atomic<bool> owner_done{false};
+  std::uint64_t held = 0;
+  std::thread owner([&] {
+    std::vector<std::uint64_t> blocks;
+    for (int i = 0; i < 4; ++i) blocks.push_back(front.allocate(1024, 1));
+    for (std::uint64_t addr : blocks) ASSERT_TRUE(front.deallocate(addr));  // four blocks cached in its bins
+    upstream.hold_next = true;
+    held = front.allocate(2048, 1);  // an empty bin: take_blocks, inside the operation
+    owner_done = true;
+    while (owner_done.load()) std::this_thread::yield();  // alive until the flush is checked: its cache stays
+  });
+  while (!upstream.inside.load()) std::this_thread::yield();
+  std::size_t flushed = 0;
+  std::thread flusher([&] {
+    upstream.flush_started = true;
+    flushed = front.flush();
+  });
+  flusher.join();
+  while (!owner_done.load()) std::this_thread::yield();
+  EXPECT_EQ(upstream.given_back_while_inside.load(), 0) << "a flush emptied a cache while its owner was using it";
+  EXPECT_EQ(flushed, 4u);
+  EXPECT_NE(held, 0u);
+  EXPECT_EQ(front.totals().cached_blocks, 0u);
+  EXPECT_EQ(front.totals().handed_live, 1u);
+  owner_done = false;
+  owner.join();
+  ASSERT_TRUE(front.deallocate(held));
+  front.flush();
+  EXPECT_EQ(heap.live_allocations(), 0u);
+}
+
+// The same through a device, where trim, turning the caches off and on, and stats() run beside the owners.
+TEST(ThreadsFront, TrimAndToggleBesideWorkingOwnersKeepStatsExact) {
+  Allocator device(sim_device(512 * MiB), std::make_unique<backings::SimBacking>(4ull << 30));
+  device.set_thread_cache(2 * MiB);
+  auto allocate = [&](std::uint64_t bytes, Tag tag) {
+    return reinterpret_cast<std::uint64_t>(device.try_allocate(bytes, tag));
+  };
+  auto free_block = [&](std::uint64_t addr) { device.deallocate(reinterpret_cast<void*>(addr)); };
+  Model model;
+  std::vector<Event> events;
+  for (std::uint64_t round = 0; round < 4; ++round) {
+    std::atomic<bool> stop{false};
+    std::thread meddler([&] {
+      for (int i = 0; !stop.load(); ++i) {
+        if (i % 3 == 0) device.trim();
+        if (i % 3 == 1) device.set_thread_cache(i % 2 ? 0 : 2 * MiB);
+        if (i % 3 == 2) {
+          EXPECT_LE(device.stats().reserved_bytes, 512 * MiB);
+        }
+        std::this_thread::yield();
+      }
+    });
+    run_round(4, 4000, 300 + round, allocate, free_block, events);
+    stop = true;
+    meddler.join();
+    ASSERT_NO_FATAL_FAILURE(model.apply(events));
+    const Stats s = device.stats();
+    EXPECT_EQ(s.in_use_bytes, model.in_use);
+    EXPECT_EQ(s.requested_bytes, model.requested);
+    EXPECT_EQ(s.live_allocations, model.live.size());
+    EXPECT_EQ(s.allocations, model.allocations);
+    EXPECT_EQ(s.frees, model.frees);
+    device.set_thread_cache(2 * MiB);
+  }
+  for (const auto& [addr, live] : model.live) free_block(addr);
+  device.trim();
+  EXPECT_EQ(device.stats().in_use_bytes, 0u);
+  EXPECT_EQ(device.stats().reserved_bytes, 0u) << "trim left blocks in a cache";
+}
+
+// The OOM report's top tags count what the caches handed out, as its in_use_bytes does, and both agree with stats().
+TEST(ThreadsFront, OutOfMemoryReportCountsBlocksTheCachesHandedOut) {
+  Allocator device(sim_device(64 * MiB), std::make_unique<backings::SimBacking>(4ull << 30));
+  device.set_thread_cache(MiB);
+  const Tag activations = intern_tag("front-activations");
+  std::vector<void*> held;
+  for (int i = 0; i < 512; ++i) held.push_back(device.allocate(64 * 1024, activations));  // 32 MiB, all small
+  ASSERT_GT(device.stats().in_use_bytes, 0u);
+  try {
+    (void)device.allocate(48 * MiB);
+    FAIL() << "48 MiB beside 32 MiB held fits no 64 MiB limit";
+  } catch (const OutOfMemory& oom) {
+    const OomDetails& d = oom.details();
+    EXPECT_EQ(d.in_use_bytes, 32 * MiB);
+    EXPECT_EQ(d.in_use_bytes, device.stats().in_use_bytes);
+    ASSERT_FALSE(d.top_tags.empty()) << "the blocks the caches handed out are left out of the top tags";
+    EXPECT_EQ(d.top_tags.front().tag, "front-activations");
+    EXPECT_EQ(d.top_tags.front().in_use_bytes, 32 * MiB);
+    EXPECT_EQ(d.top_tags.front().allocations, 512u);
+  }
+  for (void* p : held) device.deallocate(p);
+}
+
+// After the caches are turned off and every front block has gone back, frees go straight to the heap (no front
+// lookup under the device lock); a double free is still caught, before and after.
+TEST(ThreadsFront, FreesAfterTheCachesAreOffStillCatchDoubleFrees) {
+  Allocator device(sim_device(64 * MiB), std::make_unique<backings::SimBacking>(4ull << 30));
+  device.set_thread_cache(MiB);
+  void* small = device.allocate(512);
+  void* cached = device.allocate(1024);
+  device.deallocate(cached);
+  device.set_thread_cache(0);  // `small` is still handed out: it goes back through the front's books
+  EXPECT_THROW(device.deallocate(cached), InvalidFree) << "a block the caches gave back is free";
+  device.deallocate(small);
+  EXPECT_THROW(device.deallocate(small), InvalidFree);
+  void* heap_block = device.allocate(512);  // the front is off: a heap block
+  device.deallocate(heap_block);
+  EXPECT_THROW(device.deallocate(heap_block), InvalidFree);
+  const Stats s = device.stats();
+  EXPECT_EQ(s.in_use_bytes, 0u);
+  EXPECT_EQ(s.allocations, s.frees);
+}
+
+// The device's summary says which barrier the caches run with; under ThreadSanitizer (which does not model
+// membarrier) it is the full fence, so TSan checks everything else.
+TEST(ThreadsFront, TheSummaryNamesTheBarrier) {
+  DeviceDescription with_cache = sim_device(64 * MiB);
+  with_cache.policy.thread_cache = MiB;
+  const std::string kind = engine::ThreadCaches::barrier_kind();
+  EXPECT_TRUE(kind == "membarrier" || kind == "seq_cst fence") << kind;
+  EXPECT_THAT(with_cache.summary(), ::testing::HasSubstr("thread cache 1.00 MiB (" + kind + ")"));
+#if defined(__SANITIZE_THREAD__)
+  EXPECT_EQ(kind, "seq_cst fence");
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+  EXPECT_EQ(kind, "seq_cst fence");
+#endif
+#endif
 }
 
 }  // namespace

@@ -1,13 +1,20 @@
 #include "engine/thread_cache.hpp"
 
+#include <algorithm>
 #include <bit>
+#include <thread>
 #include <utility>
+
+#include "util/asymmetric_fence.hpp"
 
 namespace plimsoll::engine {
 
 namespace {
 
 constexpr std::size_t kClasses = ThreadCaches::kMaxSize / ThreadCaches::kQuantum;
+static_assert(ThreadCaches::kQuantum == std::uint64_t{1} << HandedTable::kQuantumShift,
+              "the handed-out table keeps one word per quantum: a block's start");
+static_assert(ThreadCaches::kMaxSize < (std::uint64_t{1} << 32), "a table word keeps requested bytes in 32 bits");
 
 constexpr std::size_t kDepth = 64;  // blocks of one size a cache keeps: a step's worth of one tensor shape
 constexpr std::size_t kBatch = kDepth / 2;  // blocks moved between a cache and the depot at once
@@ -20,148 +27,193 @@ std::size_t class_of(std::uint64_t size) { return static_cast<std::size_t>(size 
 
 std::atomic<std::uint64_t> next_front_id{1};
 
-// Handed-out blocks by address: open addressing, linear probing, backward-shift deletion (as AddressMap).
-class HandedMap {
+// A counter only one thread writes at a time, read by others (totals()): a relaxed load and store, no locked
+// instruction. Modular: a cache may count the free of another cache's allocation.
+void bump(std::atomic<std::uint64_t>& counter, std::uint64_t delta) {
+  counter.store(counter.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
+}
+std::uint64_t read(const std::atomic<std::uint64_t>& counter) { return counter.load(std::memory_order_relaxed); }
+
+// Per-tag handed-out bytes and blocks of one cache, in chunks of 256 tags made when a tag is first counted (owner
+// only; published with release so totals() reads a whole chunk).
+class TagCounts {
  public:
-  struct Entry {
-    std::uint64_t addr = 0, requested = 0;
-    std::uint32_t size = 0;
-    std::uint16_t tag = 0;
-  };
-
-  HandedMap() : slots_(kInitialSlots) {}
-
-  const Entry* find(std::uint64_t addr) const {
-    for (std::size_t i = home(addr);; i = (i + 1) & mask()) {
-      if (slots_[i].addr == addr) return &slots_[i];
-      if (slots_[i].addr == 0) return nullptr;
-    }
+  TagCounts() = default;
+  TagCounts(const TagCounts&) = delete;
+  TagCounts& operator=(const TagCounts&) = delete;
+  ~TagCounts() {
+    for (std::atomic<Chunk*>& chunk : chunks_) delete chunk.load(std::memory_order_relaxed);
   }
-  void insert(const Entry& entry) {
-    if ((count_ + 1) * 2 > slots_.size()) grow();
-    place(entry);
-    ++count_;
-  }
-  bool erase(std::uint64_t addr, Entry& erased) {
-    std::size_t i = home(addr);
-    while (slots_[i].addr != addr) {
-      if (slots_[i].addr == 0) return false;
-      i = (i + 1) & mask();
+  void add(std::uint16_t tag, std::uint64_t bytes, std::uint64_t live) {
+    Chunk* chunk = chunks_[tag >> 8].load(std::memory_order_relaxed);
+    if (chunk == nullptr) [[unlikely]] {
+      chunk = new Chunk{};
+      chunks_[tag >> 8].store(chunk, std::memory_order_release);
     }
-    erased = slots_[i];
-    for (std::size_t j = (i + 1) & mask(); slots_[j].addr != 0; j = (j + 1) & mask()) {
-      const std::size_t want = home(slots_[j].addr);
-      if ((i <= j) ? (want <= i || want > j) : (want <= i && want > j)) {
-        slots_[i] = slots_[j];
-        i = j;
+    bump((*chunk)[tag & 0xFF].bytes, bytes);
+    bump((*chunk)[tag & 0xFF].live, live);
+  }
+  void sum_into(std::vector<FrontTagCount>& out) const {
+    for (std::size_t c = 0; c < chunks_.size(); ++c) {
+      const Chunk* chunk = chunks_[c].load(std::memory_order_acquire);
+      if (chunk == nullptr) continue;
+      for (std::size_t t = 0; t < chunk->size(); ++t) {
+        const std::uint64_t bytes = read((*chunk)[t].bytes), live = read((*chunk)[t].live);
+        if (bytes == 0 && live == 0) continue;
+        const std::size_t tag = c * 256 + t;
+        if (tag >= out.size()) out.resize(tag + 1);
+        out[tag].bytes += bytes;
+        out[tag].live += live;
       }
     }
-    slots_[i] = Entry{};
-    --count_;
-    return true;
   }
 
  private:
-  static constexpr std::size_t kInitialSlots = 16;
-  std::size_t mask() const { return slots_.size() - 1; }
-  std::size_t home(std::uint64_t addr) const {
-    // The shard took the hash's top bits; the next ones spread the addresses inside the shard.
-    const std::uint64_t h = (addr >> 8) * 0x9E3779B97F4A7C15ull;
-    return static_cast<std::size_t>((h << std::countr_zero(ThreadCaches::kShards)) >>
-                                    (64 - std::countr_zero(slots_.size())));
-  }
-  void place(const Entry& entry) {
-    std::size_t i = home(entry.addr);
-    while (slots_[i].addr != 0) i = (i + 1) & mask();
-    slots_[i] = entry;
-  }
-  void grow() {
-    std::vector<Entry> old(slots_.size() * 2);
-    old.swap(slots_);
-    for (const Entry& entry : old)
-      if (entry.addr != 0) place(entry);
-  }
-
-  std::vector<Entry> slots_;
-  std::size_t count_ = 0;
+  struct Count {
+    std::atomic<std::uint64_t> bytes{0}, live{0};
+  };
+  using Chunk = std::array<Count, 256>;
+  std::array<std::atomic<Chunk*>, 256> chunks_{};
 };
 
 }  // namespace
 
-struct alignas(64) ThreadCaches::Shard {
-  mutable util::SpinLock lock;
-  HandedMap handed PLIMSOLL_GUARDED_BY(lock);
-  std::uint64_t bytes PLIMSOLL_GUARDED_BY(lock) = 0;
-  std::uint64_t requested PLIMSOLL_GUARDED_BY(lock) = 0;
-  std::uint64_t live PLIMSOLL_GUARDED_BY(lock) = 0;
-  std::uint64_t allocations PLIMSOLL_GUARDED_BY(lock) = 0;
-  std::uint64_t frees PLIMSOLL_GUARDED_BY(lock) = 0;
-  std::vector<FrontTagCount> tags PLIMSOLL_GUARDED_BY(lock);
+// What exited threads' caches counted, kept so totals() stays exact after they are gone.
+struct ThreadCaches::Counts {
+  std::uint64_t handed_bytes = 0, handed_requested = 0, allocations = 0, frees = 0;
+  std::vector<FrontTagCount> tags;
 
-  FrontTagCount& tag(std::uint16_t t) PLIMSOLL_REQUIRES(lock) {
-    if (t >= tags.size()) tags.resize(static_cast<std::size_t>(t) + 1);
-    return tags[t];
+  void count_tag(std::uint16_t tag, std::uint64_t bytes, std::uint64_t live) {
+    if (tag >= tags.size()) tags.resize(static_cast<std::size_t>(tag) + 1);
+    tags[tag].bytes += bytes;
+    tags[tag].live += live;
   }
 };
 
+// One thread's cache. Its bins and counters are written by its owner inside an operation (begin/end), or by a
+// thread emptying it, which holds `lock` and has waited for the owner to leave its operation (steal_all).
 class ThreadCache {
  public:
   explicit ThreadCache(ThreadCaches* owner) : owner_(owner) {}
 
+  // Taken by threads emptying the cache, by the owner when it finds `steal` raised, and around its exit.
   util::SpinLock lock;
+
+  /// The owner enters an operation. Hot side of the barrier: a plain store, a compiler fence (or a full one where
+  /// membarrier is missing), then the flag. While another thread empties the cache, the owner waits on its lock.
+  void begin(bool asymmetric) {
+    for (;;) {
+      in_op_.store(true, std::memory_order_relaxed);
+      util::AsymmetricFence::light(asymmetric);
+      if (!steal_.load(std::memory_order_acquire)) [[likely]] return;
+      in_op_.store(false, std::memory_order_release);
+      util::SpinGuard wait(lock);  // the thief holds it until the cache is empty and the flag down
+    }
+  }
+  void end() { in_op_.store(false, std::memory_order_release); }
+
+  /// begin() to end() over a scope, so an exception (a vector's bad_alloc) cannot leave a thief waiting.
+  class Operation {
+   public:
+    Operation(ThreadCache& cache, bool asymmetric) : cache_(cache) { cache_.begin(asymmetric); }
+    ~Operation() { cache_.end(); }
+    Operation(const Operation&) = delete;
+    Operation& operator=(const Operation&) = delete;
+
+   private:
+    ThreadCache& cache_;
+  };
+
+  /// Cold side: with `lock` held, stops the owner at its next operation and waits for the current one to end.
+  void stop_owner(bool asymmetric) PLIMSOLL_REQUIRES(lock) {
+    steal_.store(true, std::memory_order_relaxed);
+    util::AsymmetricFence::heavy(asymmetric);
+    for (unsigned spins = 0; in_op_.load(std::memory_order_acquire); ++spins) {
+      if (spins > 64) std::this_thread::yield();
+    }
+  }
+  void release_owner() PLIMSOLL_REQUIRES(lock) { steal_.store(false, std::memory_order_release); }
 
   ThreadCaches* owner() const PLIMSOLL_REQUIRES(lock) { return owner_; }
   void disown() PLIMSOLL_REQUIRES(lock) { owner_ = nullptr; }
 
-  std::uint64_t pop(std::uint64_t size) PLIMSOLL_REQUIRES(lock) {
+  std::uint64_t pop(std::uint64_t size) {
     std::vector<std::uint64_t>& bin = bins_[class_of(size)];
     if (bin.empty()) return 0;
     const std::uint64_t addr = bin.back();
     bin.pop_back();
-    bytes_ -= size;
-    --blocks_;
+    bump(cached_bytes_, 0 - size);
+    bump(cached_blocks_, 0 - std::uint64_t{1});
     return addr;
   }
-  bool push(std::uint64_t addr, std::uint64_t size, std::uint64_t cap) PLIMSOLL_REQUIRES(lock) {
+  bool push(std::uint64_t addr, std::uint64_t size, std::uint64_t cap) {
     std::vector<std::uint64_t>& bin = bins_[class_of(size)];
-    if (bytes_ + size > cap || bin.size() >= kDepth) return false;
+    if (read(cached_bytes_) + size > cap || bin.size() >= kDepth) return false;
     if (bin.capacity() == 0) bin.reserve(kDepth);  // once per size: no allocation on later pushes
     bin.push_back(addr);
-    bytes_ += size;
-    ++blocks_;
+    bump(cached_bytes_, size);
+    bump(cached_blocks_, 1);
     return true;
   }
   /// Moves up to `count` blocks of `size` out of the cache (the oldest: the bin's bottom) into `out`.
-  void take(std::uint64_t size, std::size_t count, std::vector<std::uint64_t>& out) PLIMSOLL_REQUIRES(lock) {
+  void take(std::uint64_t size, std::size_t count, std::vector<std::uint64_t>& out) {
     std::vector<std::uint64_t>& bin = bins_[class_of(size)];
     count = std::min(count, bin.size());
     out.insert(out.end(), bin.begin(), bin.begin() + static_cast<std::ptrdiff_t>(count));
     bin.erase(bin.begin(), bin.begin() + static_cast<std::ptrdiff_t>(count));
-    bytes_ -= count * size;
-    blocks_ -= count;
+    bump(cached_bytes_, 0 - count * size);
+    bump(cached_blocks_, 0 - std::uint64_t{count});
   }
   /// Adds blocks of `size` the depot handed over (at most kBatch, into an empty bin).
-  void refill(std::uint64_t size, const std::uint64_t* addrs, std::size_t count) PLIMSOLL_REQUIRES(lock) {
+  void refill(std::uint64_t size, const std::uint64_t* addrs, std::size_t count) {
     std::vector<std::uint64_t>& bin = bins_[class_of(size)];
     if (bin.capacity() == 0) bin.reserve(kDepth);
     bin.insert(bin.end(), addrs, addrs + count);
-    bytes_ += count * size;
-    blocks_ += count;
+    bump(cached_bytes_, count * size);
+    bump(cached_blocks_, count);
   }
-  std::vector<std::uint64_t> take_all() PLIMSOLL_REQUIRES(lock) {
+  std::vector<std::uint64_t> take_all() {
     std::vector<std::uint64_t> all;
-    all.reserve(blocks_);
+    all.reserve(read(cached_blocks_));
     for (std::vector<std::uint64_t>& bin : bins_) {
       all.insert(all.end(), bin.begin(), bin.end());
       bin.clear();
     }
-    bytes_ = 0;
-    blocks_ = 0;
+    cached_bytes_.store(0, std::memory_order_relaxed);
+    cached_blocks_.store(0, std::memory_order_relaxed);
     return all;
   }
-  std::uint64_t bytes() const PLIMSOLL_REQUIRES(lock) { return bytes_; }
-  std::size_t held(std::size_t cls) const PLIMSOLL_REQUIRES(lock) { return bins_[cls].size(); }
-  std::uint64_t blocks() const PLIMSOLL_REQUIRES(lock) { return blocks_; }
+  std::size_t held(std::size_t cls) const { return bins_[cls].size(); }
+
+  /// What the program took from or gave back to the front through this thread.
+  void count_allocation(std::uint64_t size, std::uint64_t requested, std::uint16_t tag) {
+    bump(handed_bytes_, size);
+    bump(handed_requested_, requested);
+    bump(allocations_, 1);
+    tags_.add(tag, size, 1);
+  }
+  void count_free(std::uint64_t size, std::uint64_t requested, std::uint16_t tag) {
+    bump(handed_bytes_, 0 - size);
+    bump(handed_requested_, 0 - requested);
+    bump(frees_, 1);
+    tags_.add(tag, 0 - size, 0 - std::uint64_t{1});
+  }
+  void sum_into(FrontTotals& totals) const {
+    totals.handed_bytes += read(handed_bytes_);
+    totals.handed_requested += read(handed_requested_);
+    totals.allocations += read(allocations_);
+    totals.frees += read(frees_);
+    totals.cached_bytes += read(cached_bytes_);
+    totals.cached_blocks += read(cached_blocks_);
+    tags_.sum_into(totals.tags);
+  }
+  void sum_into(ThreadCaches::Counts& counts) const {
+    counts.handed_bytes += read(handed_bytes_);
+    counts.handed_requested += read(handed_requested_);
+    counts.allocations += read(allocations_);
+    counts.frees += read(frees_);
+    tags_.sum_into(counts.tags);
+  }
 
   /// The thread is exiting: its blocks go back to the heap, and the front forgets it.
   void retire() {
@@ -174,10 +226,14 @@ class ThreadCache {
   }
 
  private:
+  // Hot fields first, each written by the owner alone on the fast path.
+  std::atomic<bool> in_op_{false};
+  std::atomic<bool> steal_{false};
+  std::atomic<std::uint64_t> cached_bytes_{0}, cached_blocks_{0};
+  std::atomic<std::uint64_t> handed_bytes_{0}, handed_requested_{0}, allocations_{0}, frees_{0};
+  std::array<std::vector<std::uint64_t>, kClasses> bins_;
+  TagCounts tags_;
   ThreadCaches* owner_ PLIMSOLL_GUARDED_BY(lock);
-  std::array<std::vector<std::uint64_t>, kClasses> bins_ PLIMSOLL_GUARDED_BY(lock);
-  std::uint64_t bytes_ PLIMSOLL_GUARDED_BY(lock) = 0;
-  std::uint64_t blocks_ PLIMSOLL_GUARDED_BY(lock) = 0;
 };
 
 // Blocks one thread freed and another will allocate (a producer and a consumer of tensors) pass through here in
@@ -189,7 +245,7 @@ struct ThreadCaches::Depot {
   std::uint64_t blocks PLIMSOLL_GUARDED_BY(lock) = 0;
 
   /// Moves the `count` oldest blocks of size class `cls` from `cache` to this depot.
-  void accept(ThreadCache& cache, std::size_t cls, std::size_t count) PLIMSOLL_REQUIRES(lock, cache.lock);
+  void accept(ThreadCache& cache, std::size_t cls, std::size_t count) PLIMSOLL_REQUIRES(lock);
 
   std::vector<std::uint64_t> take_all() PLIMSOLL_REQUIRES(lock) {
     std::vector<std::uint64_t> all;
@@ -242,8 +298,9 @@ ThreadCaches::ThreadCaches(FrontUpstream& upstream, std::uint64_t bytes_per_thre
     : upstream_(upstream),
       bytes_per_thread_(bytes_per_thread),
       id_(next_front_id.fetch_add(1, std::memory_order_relaxed)),
-      shards_(std::make_unique<Shard[]>(kShards)),
-      depot_(std::make_unique<Depot>()) {}
+      asymmetric_(util::AsymmetricFence::asymmetric()),
+      depot_(std::make_unique<Depot>()),
+      retired_(std::make_unique<Counts>()) {}
 
 ThreadCaches::~ThreadCaches() {
   std::vector<std::shared_ptr<ThreadCache>> caches;
@@ -253,22 +310,25 @@ ThreadCaches::~ThreadCaches() {
   }
   for (const std::shared_ptr<ThreadCache>& cache : caches) {
     util::SpinGuard guard(cache->lock);
+    cache->stop_owner(asymmetric_);
     const std::vector<std::uint64_t> all = cache->take_all();
     if (!all.empty()) upstream_.give_back(all);
     cache->disown();
+    cache->release_owner();
   }
   util::SpinGuard guard(depot_->lock);
   const std::vector<std::uint64_t> all = depot_->take_all();
   if (!all.empty()) upstream_.give_back(all);
 }
 
-ThreadCaches::Shard& ThreadCaches::shard_of(std::uint64_t addr) const {
-  const std::uint64_t h = (addr >> 8) * 0x9E3779B97F4A7C15ull;
-  return shards_[static_cast<std::size_t>(h >> (64 - std::countr_zero(kShards)))];
-}
+const char* ThreadCaches::barrier_kind() { return util::AsymmetricFence::kind(); }
 
 ThreadCache& ThreadCaches::mine() {
-  if (t_last_id == id_) return *t_last;
+  if (t_last_id == id_) [[likely]] return *t_last;
+  return join();
+}
+
+ThreadCache& ThreadCaches::join() {
   for (const ThreadSlots::Slot& slot : t_slots.slots) {
     if (slot.front_id == id_) {
       t_last_id = id_;
@@ -292,96 +352,120 @@ ThreadCache& ThreadCaches::mine() {
   return *t_last;
 }
 
-void ThreadCaches::forget(const ThreadCache* cache) {
+void ThreadCaches::forget(ThreadCache* cache) {
   util::SpinGuard guard(registry_lock_);
+  cache->sum_into(*retired_);  // in the same critical section as the removal: totals() sees it exactly once
   std::erase_if(caches_, [&](const std::shared_ptr<ThreadCache>& c) { return c.get() == cache; });
+}
+
+void ThreadCaches::count_free_elsewhere(std::uint64_t word) {
+  const std::uint64_t size = rounded(HandedTable::requested(word));
+  util::SpinGuard guard(registry_lock_);
+  retired_->handed_bytes -= size;
+  retired_->handed_requested -= HandedTable::requested(word);
+  ++retired_->frees;
+  retired_->count_tag(HandedTable::tag(word), 0 - size, 0 - std::uint64_t{1});
+}
+
+std::size_t ThreadCaches::steal_all(ThreadCache& cache) {
+  std::vector<std::uint64_t> all;
+  {
+    util::SpinGuard guard(cache.lock);
+    cache.stop_owner(asymmetric_);
+    all = cache.take_all();
+    cache.release_owner();
+  }
+  // After the owner runs again: giving back takes the device lock, which the owner may be waiting for.
+  if (!all.empty()) upstream_.give_back(all);
+  return all.size();
+}
+
+std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes, std::uint16_t tag) {
+  std::array<std::uint64_t, kBatch> batch;
+  std::size_t count = 0;
+  {
+    util::SpinGuard depot_guard(depot_->lock);
+    std::vector<std::uint64_t>& bin = depot_->bins[class_of(size)];
+    count = std::min(kBatch, bin.size());
+    std::copy(bin.end() - static_cast<std::ptrdiff_t>(count), bin.end(), batch.begin());
+    bin.resize(bin.size() - count);
+    depot_->bytes -= count * size;
+    depot_->blocks -= count;
+  }
+  if (count == 0) {
+    // From the heap: blocks under 2 KiB in a run filling 2 KiB (adjacent in a fresh small page), so the words of
+    // one cache line of the handed-out table, and the blocks' own lines, mostly belong to one thread.
+    count = upstream_.take_blocks(size, std::min<std::uint64_t>(kBatch, (2048 + size - 1) / size), batch.data());
+    std::reverse(batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(count));  // handed out in address order
+  }
+  cache.refill(size, batch.data(), count);
+  const std::uint64_t addr = cache.pop(size);
+  if (addr != 0 && !handed_.set(addr, HandedTable::word(bytes, tag))) {
+    upstream_.give_back({addr});  // no room for the table's leaf: the device's own path serves this one
+    return 0;
+  }
+  return addr;
 }
 
 std::uint64_t ThreadCaches::allocate(std::uint64_t bytes, std::uint16_t tag) {
   if (t_exiting) [[unlikely]] return 0;
   const std::uint64_t size = rounded(bytes);
   ThreadCache& cache = mine();
-  std::uint64_t addr = 0;
-  {
-    util::SpinGuard guard(cache.lock);
-    addr = cache.pop(size);
-    if (addr == 0) [[unlikely]] {
-      std::array<std::uint64_t, kBatch> batch;
-      std::size_t count = 0;
-      {
-        util::SpinGuard depot_guard(depot_->lock);
-        std::vector<std::uint64_t>& bin = depot_->bins[class_of(size)];
-        count = std::min(kBatch, bin.size());
-        std::copy(bin.end() - static_cast<std::ptrdiff_t>(count), bin.end(), batch.begin());
-        bin.resize(bin.size() - count);
-        depot_->bytes -= count * size;
-        depot_->blocks -= count;
-      }
-      cache.refill(size, batch.data(), count);
-      addr = cache.pop(size);
-    }
+  const ThreadCache::Operation operation(cache, asymmetric_);
+  std::uint64_t addr = cache.pop(size);
+  if (addr == 0) [[unlikely]] {
+    addr = allocate_slow(cache, size, bytes, tag);
+    if (addr == 0) return 0;
+  } else {
+    handed_.set(addr, HandedTable::word(bytes, tag));  // a cached block was handed out before: its leaf exists
   }
-  if (addr == 0) addr = upstream_.take_block(size);
-  if (addr == 0) return 0;
-  Shard& shard = shard_of(addr);
-  util::SpinGuard guard(shard.lock);
-  shard.handed.insert({addr, bytes, static_cast<std::uint32_t>(size), tag});
-  shard.bytes += size;
-  shard.requested += bytes;
-  ++shard.live;
-  ++shard.allocations;
-  FrontTagCount& count = shard.tag(tag);
-  count.bytes += size;
-  ++count.live;
+  cache.count_allocation(size, bytes, tag);
   return addr;
 }
 
-bool ThreadCaches::deallocate(std::uint64_t addr, bool keep) {
-  HandedMap::Entry entry;
+// Full. A bin at its depth: its older half goes to the depot. The cache at its bytes: the older half of every bin
+// goes, so sizes the job no longer asks for do not hold the cache forever. A depot past its bytes goes back to the
+// heap whole: what nobody took back since it last emptied is not wanted.
+bool ThreadCaches::keep_in_full_cache(ThreadCache& cache, std::uint64_t addr, std::uint64_t size) {
+  std::vector<std::uint64_t> to_heap;
   {
-    Shard& shard = shard_of(addr);
-    util::SpinGuard guard(shard.lock);
-    if (!shard.handed.erase(addr, entry)) return false;
-    shard.bytes -= entry.size;
-    shard.requested -= entry.requested;
-    --shard.live;
-    ++shard.frees;
-    FrontTagCount& count = shard.tag(entry.tag);
-    count.bytes -= entry.size;
-    --count.live;
-  }
-  if (keep && !t_exiting) [[likely]] {
-    ThreadCache& cache = mine();
-    util::SpinGuard guard(cache.lock);
-    if (cache.push(addr, entry.size, bytes_per_thread())) return true;
-    // Full. A bin at its depth: its older half goes to the depot. The cache at its bytes: the older half of every
-    // bin goes, so sizes the job no longer asks for do not hold the cache forever. A depot past its bytes goes
-    // back to the heap whole: what nobody took back since it last emptied is not wanted.
-    std::vector<std::uint64_t> to_heap;
-    {
-      util::SpinGuard depot_guard(depot_->lock);
-      const std::size_t cls = class_of(entry.size);
-      if (cache.held(cls) >= kDepth) {
-        depot_->accept(cache, cls, kBatch);
-      } else {
-        for (std::size_t c = 0; c < kClasses; ++c) depot_->accept(cache, c, (cache.held(c) + 1) / 2);
-      }
-      if (depot_->bytes > kDepotPerThread * bytes_per_thread()) to_heap = depot_->take_all();
+    util::SpinGuard depot_guard(depot_->lock);
+    const std::size_t cls = class_of(size);
+    if (cache.held(cls) >= kDepth) {
+      depot_->accept(cache, cls, kBatch);
+    } else {
+      for (std::size_t c = 0; c < kClasses; ++c) depot_->accept(cache, c, (cache.held(c) + 1) / 2);
     }
-    if (!to_heap.empty()) upstream_.give_back(to_heap);
-    if (cache.push(addr, entry.size, bytes_per_thread())) return true;
+    if (depot_->bytes > kDepotPerThread * bytes_per_thread()) to_heap = depot_->take_all();
   }
+  if (!to_heap.empty()) upstream_.give_back(to_heap);
+  return cache.push(addr, size, bytes_per_thread());
+}
+
+bool ThreadCaches::deallocate(std::uint64_t addr, bool keep) {
+  const std::uint64_t word = handed_.get(addr);
+  if (!HandedTable::handed(word)) return false;
+  handed_.clear(addr);
+  const std::uint64_t size = rounded(HandedTable::requested(word));
+  if (t_exiting) [[unlikely]] {
+    count_free_elsewhere(word);
+    upstream_.give_back({addr});
+    return true;
+  }
+  ThreadCache& cache = mine();
+  const ThreadCache::Operation operation(cache, asymmetric_);
+  cache.count_free(size, HandedTable::requested(word), HandedTable::tag(word));
+  if (keep && cache.push(addr, size, bytes_per_thread())) [[likely]] return true;
+  if (keep && keep_in_full_cache(cache, addr, size)) return true;
   upstream_.give_back({addr});
   return true;
 }
 
 bool ThreadCaches::handed_out(std::uint64_t addr, std::uint64_t& requested, std::uint16_t& tag) const {
-  const Shard& shard = shard_of(addr);
-  util::SpinGuard guard(shard.lock);
-  const HandedMap::Entry* entry = shard.handed.find(addr);
-  if (entry == nullptr) return false;
-  requested = entry->requested;
-  tag = entry->tag;
+  const std::uint64_t word = handed_.get(addr);
+  if (!HandedTable::handed(word)) return false;
+  requested = HandedTable::requested(word);
+  tag = HandedTable::tag(word);
   return true;
 }
 
@@ -392,13 +476,7 @@ std::size_t ThreadCaches::flush() {
     caches = caches_;
   }
   std::size_t flushed = 0;
-  for (const std::shared_ptr<ThreadCache>& cache : caches) {
-    // Held while giving back, so an exiting thread or a concurrent flush cannot hand the same blocks back twice.
-    util::SpinGuard guard(cache->lock);
-    const std::vector<std::uint64_t> all = cache->take_all();
-    flushed += all.size();
-    if (!all.empty()) upstream_.give_back(all);
-  }
+  for (const std::shared_ptr<ThreadCache>& cache : caches) flushed += steal_all(*cache);
   util::SpinGuard guard(depot_->lock);
   const std::vector<std::uint64_t> all = depot_->take_all();
   flushed += all.size();
@@ -408,30 +486,16 @@ std::size_t ThreadCaches::flush() {
 
 FrontTotals ThreadCaches::totals() const {
   FrontTotals totals;
-  for (std::size_t i = 0; i < kShards; ++i) {
-    const Shard& shard = shards_[i];
-    util::SpinGuard guard(shard.lock);
-    totals.handed_bytes += shard.bytes;
-    totals.handed_requested += shard.requested;
-    totals.handed_live += shard.live;
-    totals.allocations += shard.allocations;
-    totals.frees += shard.frees;
-    if (shard.tags.size() > totals.tags.size()) totals.tags.resize(shard.tags.size());
-    for (std::size_t t = 0; t < shard.tags.size(); ++t) {
-      totals.tags[t].bytes += shard.tags[t].bytes;
-      totals.tags[t].live += shard.tags[t].live;
-    }
-  }
-  std::vector<std::shared_ptr<ThreadCache>> caches;
   {
     util::SpinGuard guard(registry_lock_);
-    caches = caches_;
+    totals.handed_bytes = retired_->handed_bytes;
+    totals.handed_requested = retired_->handed_requested;
+    totals.allocations = retired_->allocations;
+    totals.frees = retired_->frees;
+    totals.tags = retired_->tags;
+    for (const std::shared_ptr<ThreadCache>& cache : caches_) cache->sum_into(totals);
   }
-  for (const std::shared_ptr<ThreadCache>& cache : caches) {
-    util::SpinGuard guard(cache->lock);
-    totals.cached_bytes += cache->bytes();
-    totals.cached_blocks += cache->blocks();
-  }
+  totals.handed_live = totals.allocations - totals.frees;
   util::SpinGuard guard(depot_->lock);
   totals.cached_bytes += depot_->bytes;
   totals.depot_bytes = depot_->bytes;

@@ -6,26 +6,33 @@
 //  - Every block the front has is a *live block of the heap*, allocated with tag kFrontTag and its exact
 //    rounded size (Heap::round): the heap never places anything over it, and mapped bytes (the limit) are the
 //    heap's alone, so the front can never make a device pass its limit.
-//  - A front block is either *handed out* (the program holds it: it is in exactly one shard of `handed`, by
-//    address, with its requested bytes and tag) or *cached* (in exactly one thread's cache, in the bin of its
-//    size). Never both, never neither.
+//  - A front block is either *handed out* (the program holds it: its word in the HandedTable is set, with its
+//    requested bytes and tag) or *cached* (in exactly one thread's cache or the depot, in the bin of its size,
+//    its word clear). Never both, never neither.
 //  - Frees go to the freeing thread's cache, whichever thread allocated (PyTorch's autograd frees on its own
-//    threads). A cache holds at most 64 blocks of a size (past that, the older half of the bin moves to the
-//    shared *depot*, where a thread whose bin is empty takes them in batches: one thread frees what another
-//    allocates) and `bytes_per_thread` bytes (past that, the older half of every bin moves there). The depot
-//    holds at most 4 x `bytes_per_thread`; past that, it goes back to the heap whole.
-//    Cached blocks (caches and depot) are free for the program.
-//  - Counters are kept where the work is (shard counters under the shard's lock, cached bytes under the
-//    cache's lock) and summed by totals(): exact whenever no operation is under way.
-//  - flush() (trim, out of memory, stats-independent) empties every thread's cache into the heap; a thread's
-//    exit empties its own; the front's destruction empties all of them. Lock order: cache, then device
-//    (upstream); the registry and shard locks are never held while taking another.
+//    threads): the block changes hands with the pointer, so no thread ever writes another's cache. A cache holds
+//    at most 64 blocks of a size (past that, the older half of the bin moves to the shared *depot*, where a
+//    thread whose bin is empty takes them in batches: one thread frees what another allocates) and
+//    `bytes_per_thread` bytes (past that, the older half of every bin moves there). The depot holds at most
+//    4 x `bytes_per_thread`; past that, it goes back to the heap whole.
+//  - The fast path takes no lock and makes no atomic read-modify-write: a cache's bins are touched by its own
+//    thread, inside an *operation* it marks with plain stores (ThreadCache::in_op). Another thread that must empty
+//    the cache (flush: trim, out of memory, pause, set_thread_cache(0); the front's destruction) takes the cache's
+//    lock, raises its `steal` flag, runs the cold side of util::AsymmetricFence and waits for the owner to leave
+//    its operation; the owner, seeing the flag at its next operation, steps out and waits on the lock.
+//  - Counters are kept per cache, written by the owner alone (relaxed atomics, no read-modify-write) and summed
+//    by totals(): exact whenever no operation is under way. A thread's exit folds its cache's counts into the
+//    front's retired counts, under the registry lock totals() also holds.
+//  - A thread's exit empties its own cache; flush() every thread's and the depot; the front's destruction all of
+//    them. Lock order: a cache's operation or lock, then the depot, then the device (upstream); the registry lock
+//    is never held while taking another.
 #include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "engine/handed_table.hpp"
 #include "util/spin_lock.hpp"
 #include "util/thread_annotations.hpp"
 
@@ -38,14 +45,15 @@ inline constexpr std::uint16_t kFrontTag = 0xFFFF;
 class FrontUpstream {
  public:
   virtual ~FrontUpstream() = default;
-  /// A live heap block of exactly `size` bytes (tag kFrontTag), or 0 when the heap cannot place it.
-  virtual std::uint64_t take_block(std::uint64_t size) = 0;
+  /// Up to `count` live heap blocks of exactly `size` bytes (tag kFrontTag) into `out`, in one trip; how many were
+  /// placed (0 when the heap cannot place one).
+  virtual std::size_t take_blocks(std::uint64_t size, std::size_t count, std::uint64_t* out) = 0;
   /// Frees front blocks in the heap.
   virtual void give_back(const std::vector<std::uint64_t>& addrs) = 0;
 };
 
 struct FrontTagCount {
-  std::uint64_t bytes = 0, live = 0;  // modular sums: one shard may count a free of another's allocation
+  std::uint64_t bytes = 0, live = 0;  // modular sums: one cache may count a free of another's allocation
 };
 
 struct FrontTotals {
@@ -62,7 +70,6 @@ class ThreadCaches {
  public:
   static constexpr std::uint64_t kMaxSize = 64ull << 10;  // requests served by the front, rounded
   static constexpr std::uint64_t kQuantum = 256;          // Heap::kQuantum
-  static constexpr std::size_t kShards = 256;
 
   ThreadCaches(FrontUpstream& upstream, std::uint64_t bytes_per_thread);
   /// Gives every cached block back; blocks still handed out stay live in the heap.
@@ -79,28 +86,40 @@ class ThreadCaches {
   bool deallocate(std::uint64_t addr, bool keep = true);
   /// Whether addr is handed out by the front, with its requested bytes and tag.
   bool handed_out(std::uint64_t addr, std::uint64_t& requested, std::uint16_t& tag) const;
-  /// Every thread's cached blocks back to the heap. Returns how many.
+  /// Every thread's cached blocks back to the heap (waiting for each owner to leave its operation). Returns how
+  /// many.
   std::size_t flush();
   FrontTotals totals() const;
+
+  /// Which barrier orders a cache's owner against a thread emptying it (util::AsymmetricFence::kind()).
+  static const char* barrier_kind();
 
   std::uint64_t bytes_per_thread() const { return bytes_per_thread_.load(std::memory_order_relaxed); }
   void set_bytes_per_thread(std::uint64_t bytes) { bytes_per_thread_.store(bytes, std::memory_order_relaxed); }
 
  private:
   friend class ThreadCache;
-  struct Shard;
   struct Depot;
-  Shard& shard_of(std::uint64_t addr) const;
+  struct Counts;
   ThreadCache& mine();
-  void forget(const ThreadCache* cache);
+  ThreadCache& join();  // this thread's first operation on this front
+  /// The slow side of allocate: a batch from the depot, else a block from the heap; with its word set.
+  std::uint64_t allocate_slow(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes, std::uint16_t tag);
+  /// The slow side of deallocate: a full cache sheds blocks to the depot (and the depot to the heap).
+  bool keep_in_full_cache(ThreadCache& cache, std::uint64_t addr, std::uint64_t size);
+  void forget(ThreadCache* cache);
+  std::size_t steal_all(ThreadCache& cache);
+  void count_free_elsewhere(std::uint64_t word);
 
   FrontUpstream& upstream_;
   std::atomic<std::uint64_t> bytes_per_thread_;
   const std::uint64_t id_;  // never reused, so a thread's slot for a dead device cannot match a new one
-  std::unique_ptr<Shard[]> shards_;
+  const bool asymmetric_;  // util::AsymmetricFence::asymmetric(), read once
+  HandedTable handed_;
   std::unique_ptr<Depot> depot_;
   mutable util::SpinLock registry_lock_;
   std::vector<std::shared_ptr<ThreadCache>> caches_ PLIMSOLL_GUARDED_BY(registry_lock_);
+  std::unique_ptr<Counts> retired_ PLIMSOLL_GUARDED_BY(registry_lock_);  // exited threads' counts
 };
 
 }  // namespace plimsoll::engine

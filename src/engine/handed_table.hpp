@@ -1,0 +1,91 @@
+#pragma once
+// Which blocks the per-thread caches handed out, by address, readable and writable by any thread without a lock
+// (docs/engine.md, "Threads"). A radix table like tcmalloc's page map: one 64-bit word per 256-byte quantum of
+// address space, in leaves of 1 GiB of addresses (32 MiB of words, mapped lazily by the kernel: only the pages
+// holding words of handed-out blocks are ever touched), under a middle level of 2^18 leaves and a top of 2^9
+// middles: 57 bits of address, which covers host pointers and the simulated devices' addresses.
+//
+// A word is written only by the thread that owns the block at that moment: the allocating thread sets it (the block
+// came out of its own cache), the freeing thread clears it. Relaxed atomics: the block's handover between threads
+// is the program's (it passed the pointer), and the word needs no more ordering than the pointer had. Two threads
+// freeing the same block at the same moment race in the program; that double free may go unseen (a sequential
+// one, from any threads, is always caught: the second free finds the word clear).
+#include <array>
+#include <atomic>
+#include <cstdint>
+
+namespace plimsoll::engine {
+
+class HandedTable {
+ public:
+  static constexpr int kQuantumShift = 8;  // ThreadCaches::kQuantum: blocks start on 256-byte boundaries
+  static constexpr int kLeafShift = 30;
+  static constexpr int kMiddleShift = 48;
+  static constexpr int kAddressBits = 57;
+
+  /// A handed-out block's word: its requested bytes and tag, and a bit that says it is handed out.
+  static constexpr std::uint64_t word(std::uint64_t requested, std::uint16_t tag) {
+    return kHanded | (std::uint64_t{tag} << 32) | requested;
+  }
+  static constexpr bool handed(std::uint64_t w) { return (w & kHanded) != 0; }
+  static constexpr std::uint64_t requested(std::uint64_t w) { return w & 0xFFFFFFFFull; }
+  static constexpr std::uint16_t tag(std::uint64_t w) { return static_cast<std::uint16_t>(w >> 32); }
+
+  HandedTable() = default;
+  ~HandedTable();
+  HandedTable(const HandedTable&) = delete;
+  HandedTable& operator=(const HandedTable&) = delete;
+
+  /// Whether addr can have a word (a quantum boundary within 57 bits).
+  static bool addressable(std::uint64_t addr) { return (addr & kQuantumMask) == 0 && (addr >> kAddressBits) == 0; }
+
+  /// The word of addr; 0 when addr is not handed out (or not addressable).
+  std::uint64_t get(std::uint64_t addr) const {
+    if (!addressable(addr)) return 0;
+    const std::uint64_t* leaf = find_leaf(addr);
+    return leaf != nullptr ? std::atomic_ref<const std::uint64_t>(leaf[slot(addr)]).load(std::memory_order_relaxed)
+                           : 0;
+  }
+  /// Sets addr's word; false when no leaf could be made (out of memory for the table; the caller declines).
+  bool set(std::uint64_t addr, std::uint64_t w) {
+    std::uint64_t* leaf = addressable(addr) ? leaf_for(addr) : nullptr;
+    if (leaf == nullptr) return false;
+    std::atomic_ref<std::uint64_t>(leaf[slot(addr)]).store(w, std::memory_order_relaxed);
+    return true;
+  }
+  /// Clears the word of an addr get() found set.
+  void clear(std::uint64_t addr) {
+    std::atomic_ref<std::uint64_t>(find_leaf(addr)[slot(addr)]).store(0, std::memory_order_relaxed);
+  }
+
+ private:
+  static constexpr std::uint64_t kHanded = 1ull << 63;
+  static constexpr std::uint64_t kQuantumMask = (1ull << kQuantumShift) - 1;
+  static constexpr std::size_t kLeafWords = std::size_t{1} << (kLeafShift - kQuantumShift);
+  static constexpr std::size_t kMiddleLeaves = std::size_t{1} << (kMiddleShift - kLeafShift);
+  static constexpr std::size_t kTopMiddles = std::size_t{1} << (kAddressBits - kMiddleShift);
+  using Leaf = std::uint64_t;
+  using Middle = std::atomic<Leaf*>;
+
+  static std::size_t slot(std::uint64_t addr) { return (addr >> kQuantumShift) & (kLeafWords - 1); }
+  static std::size_t leaf_index(std::uint64_t addr) { return (addr >> kLeafShift) & (kMiddleLeaves - 1); }
+
+  const std::uint64_t* find_leaf(std::uint64_t addr) const {
+    const Middle* middle = top_[addr >> kMiddleShift].load(std::memory_order_acquire);
+    return middle != nullptr ? middle[leaf_index(addr)].load(std::memory_order_acquire) : nullptr;
+  }
+  std::uint64_t* find_leaf(std::uint64_t addr) {
+    Middle* middle = top_[addr >> kMiddleShift].load(std::memory_order_acquire);
+    return middle != nullptr ? middle[leaf_index(addr)].load(std::memory_order_acquire) : nullptr;
+  }
+  /// The leaf of addr, made when missing (rare: once per GiB of address space the caches ever use).
+  std::uint64_t* leaf_for(std::uint64_t addr) {
+    if (std::uint64_t* leaf = find_leaf(addr)) [[likely]] return leaf;
+    return make_leaf(addr);
+  }
+  std::uint64_t* make_leaf(std::uint64_t addr);
+
+  std::array<std::atomic<Middle*>, kTopMiddles> top_{};
+};
+
+}  // namespace plimsoll::engine
