@@ -84,9 +84,6 @@ struct Allocator::Impl : engine::FrontUpstream {
   bool front_wanted PLIMSOLL_GUARDED_BY(lock) = false;  // set_thread_cache's choice, restored when a recording detaches
   std::uint64_t front_heap_bytes PLIMSOLL_GUARDED_BY(lock) = 0, front_heap_blocks PLIMSOLL_GUARDED_BY(lock) = 0;
   std::uint64_t front_heap_allocations PLIMSOLL_GUARDED_BY(lock) = 0, front_heap_frees PLIMSOLL_GUARDED_BY(lock) = 0;
-  // A first attempt whose failure is not reported: the backing may wait for memory (outside the lock) and the
-  // allocation is tried once more, which reports (backings::Backing::wait_for_memory).
-  bool quiet PLIMSOLL_GUARDED_BY(lock) = false;
   bool pausing PLIMSOLL_GUARDED_BY(lock) = false;  // pause() between stopping the front and pausing the heap
   bool backing_can_wait = false;  // backing->can_wait_for_memory(), asked once at construction
   // Step-aware placement (src/engine/plan_follower.hpp): made at the first step boundary, unless turned off
@@ -127,7 +124,8 @@ struct Allocator::Impl : engine::FrontUpstream {
 
   // Host and simulated devices: the front first (small requests, when on), then the heap under the lock; at
   // the limit, every thread's cache goes back to the heap before the allocation fails.
-  // `report_failure` false: a first attempt that may be retried (see quiet).
+  // `report_failure` false: a first attempt that may be retried, whose failure is neither counted nor observed (the
+  // backing may wait for memory outside the lock, and the retry reports: backings::Backing::wait_for_memory).
   std::uint64_t allocate_host(std::size_t bytes, Tag tag, bool report_failure) PLIMSOLL_EXCLUDES(lock) {
     engine::ThreadCaches* caches = front.load(std::memory_order_acquire);
     if (caches != nullptr && bytes <= engine::ThreadCaches::kMaxSize && front_on.load(std::memory_order_relaxed)) {
@@ -162,7 +160,7 @@ struct Allocator::Impl : engine::FrontUpstream {
     const std::uint64_t addr = allocate_unrecorded(bytes, tag, report_failure);
     record_mapping_change(mapped_before);
     if (addr == 0) {
-      if (report_failure && !quiet) observer->out_of_memory(bytes, tag, site);
+      if (report_failure) observer->out_of_memory(bytes, tag, site);
       return 0;
     }
     observer->allocated(addr, bytes, tag, site);
@@ -179,7 +177,7 @@ struct Allocator::Impl : engine::FrontUpstream {
   std::uint64_t allocate_unrecorded(std::size_t bytes, Tag tag, bool report_failure = true) PLIMSOLL_REQUIRES(lock) {
     std::uint64_t addr = plan != nullptr ? plan->allocate(bytes, tag) : heap->allocate(bytes, tag);
     if (addr == 0) {
-      if (report_failure && !quiet && heap->last_failure() != engine::HeapFailure::paused) ++ooms;
+      if (report_failure && heap->last_failure() != engine::HeapFailure::paused) ++ooms;
       return 0;
     }
     count_tag(tag, engine::Heap::round(bytes));
@@ -215,7 +213,7 @@ struct Allocator::Impl : engine::FrontUpstream {
       if (addr != 0) {
         observer->allocated(addr, bytes, tag, site);
         if (site != 0) live_sites[addr] = site;
-      } else if (report_failure && !quiet) {
+      } else if (report_failure) {
         observer->out_of_memory(bytes, tag, site);
       }
     }
@@ -231,15 +229,19 @@ struct Allocator::Impl : engine::FrontUpstream {
 
   // Out of memory while blocks are parked: waits for the work queued before those frees (the lock released
   // between polls, so other threads go on) and retries whenever some came back; 0 once none is left to wait for.
-  std::uint64_t allocate_streamed(std::size_t bytes, Tag tag, const engine::StreamHandle* stream) PLIMSOLL_REQUIRES(lock) {
+  // Only the last attempt reports a failure, and only when `report_failure` (false: the caller retries).
+  std::uint64_t allocate_streamed(std::size_t bytes, Tag tag, const engine::StreamHandle* stream, bool report_failure)
+      PLIMSOLL_REQUIRES(lock) {
     const bool can_wait = !streams->empty();
-    if (std::uint64_t addr = allocate_on(bytes, tag, stream, !can_wait); addr != 0 || !can_wait) return addr;
+    if (std::uint64_t addr = allocate_on(bytes, tag, stream, report_failure && !can_wait); addr != 0 || !can_wait)
+      return addr;
     const std::uint64_t target = streams->close_batches();
     for (unsigned polls = 0;; ++polls) {
       const std::size_t freed = streams->poll();
       const bool more = streams->pending_before(target);
       if (freed > 0 || !more) {
-        if (std::uint64_t addr = allocate_on(bytes, tag, stream, !more); addr != 0 || !more) return addr;
+        if (std::uint64_t addr = allocate_on(bytes, tag, stream, report_failure && !more); addr != 0 || !more)
+          return addr;
       }
       lock.unlock();
       back_off(polls);
@@ -258,9 +260,7 @@ struct Allocator::Impl : engine::FrontUpstream {
         addr = allocate_host(bytes, tag, last);
       } else {
         util::SpinGuard guard(lock);
-        quiet = !last;
-        addr = allocate_streamed(bytes, tag, stream);
-        quiet = false;
+        addr = allocate_streamed(bytes, tag, stream, last);
       }
       if (addr != 0) return addr;
       {
