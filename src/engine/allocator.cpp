@@ -690,8 +690,8 @@ void Allocator::set_limits(const DeviceLimits& limits) {
     util::SpinGuard guard(impl_->lock);
     DeviceDescription& d = impl_->description;
     if (impl_->heap->counters().allocations > 0)
-      throw InvalidState("cannot change the policy of " + d.name +
-                         " after its first allocation; set the policy before the device allocates");
+      throw InvalidState("cannot change the limits of " + d.name +
+                         " after its first allocation; set its limits and policy before the device allocates");
     DeviceDescription changed = d;
     changed.policy = limits.policy;
     changed.limit_bytes = limits.limit_bytes;
