@@ -54,6 +54,8 @@ struct Allocator::Impl : engine::FrontUpstream {
   };
   static constexpr std::size_t kRecentFrees = 256;
 
+  // Its name, hardware and total_bytes are fixed at construction (read without the lock); its policy and
+  // limit_bytes change under the lock (set_limits), so they are read under it, and description() copies under it.
   DeviceDescription description;
   std::unique_ptr<backings::Backing> backing;
   mutable util::SpinLock lock;  // the device lock: everything below marked GUARDED_BY(lock)
@@ -682,7 +684,10 @@ Stats Allocator::stats() const {
   return s;
 }
 
-const DeviceDescription& Allocator::description() const noexcept { return impl_->description; }
+DeviceDescription Allocator::description() const {
+  util::SpinGuard guard(impl_->lock);
+  return impl_->description;
+}
 
 void Allocator::set_limits(const DeviceLimits& limits) {
   limits.policy.validate();
@@ -711,7 +716,9 @@ void Allocator::set_limits(const DeviceLimits& limits) {
     }
     if (backings::StreamEvents* events = impl_->backing->stream_events())
       impl_->streams = std::make_unique<engine::StreamOrder>(*impl_->heap, *events);
-    d = std::move(changed);
+    // The limits alone: the name is read without the lock (error messages, record_to), so it is never rewritten.
+    d.policy = std::move(changed.policy);
+    d.limit_bytes = changed.limit_bytes;
   }
   apply_thread_cache_policy(*this, limits.policy);
 }
