@@ -9,11 +9,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "backings/sim_backing.hpp"
 #include "plimsoll/allocator.hpp"
 #include "plimsoll/sharing.hpp"
 #include "sharing/ledger.hpp"
-#include "sharing/shared_gpu_backing.hpp"
 #include "sharing_support.hpp"
 
 namespace plimsoll {
@@ -23,24 +21,16 @@ using ::testing::HasSubstr;
 using plimsoll::testing::LiveProcess;
 using plimsoll::testing::ProgramRun;
 using plimsoll::testing::TempDirectory;
+using plimsoll::testing::shared_sim_allocator;
+using plimsoll::testing::plimsoll_command;
 constexpr std::uint64_t MiB = std::uint64_t{1} << 20;
 constexpr const char* kUuid = "GPU-12345678-0000-0000-0000-00000000c11a";
-
-ProgramRun plimsoll_command(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {PLIMSOLL_CLI_PATH};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return plimsoll::testing::run_program(argv, {});
-}
 
 TEST(CliPause, PausesAndResumesAGovernedJobByPid) {
   const TempDirectory dir;
   GpuShare share(kUuid, 100 * MiB, parse_share_spec("cuda:0=50MiB:100MiB"), dir.path());
-  DeviceDescription description;
-  description.name = "cuda:0";
-  description.hardware = "simulated";
-  description.limit_bytes = 100 * MiB;
-  description.total_bytes = 100 * MiB;
-  Allocator gpu(description, make_shared_gpu_backing(share, std::make_unique<backings::SimBacking>(100 * MiB)));
+  const auto device = shared_sim_allocator(share, 100 * MiB);
+  Allocator& gpu = *device;
   const TrimResponder responder(share, allocator_hooks(gpu), std::chrono::milliseconds(5));
   void* block = gpu.allocate(20 * MiB);
   const std::string pid = std::to_string(::getpid());

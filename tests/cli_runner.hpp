@@ -29,9 +29,11 @@ inline std::string read_text_file(const std::string& path) {
 
 /// `env` is prefixed as shell assignments or an `env ...` command (NAME=value ...).
 inline CliRun run_plimsoll(const std::string& args, const std::string& env = "") {
-  // One file per test: ctest runs the tests of a file in parallel processes.
-  const std::string err_path = ::testing::TempDir() + "plimsoll_cli_stderr_" +
-                               ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".txt";
+  // One file per test: ctest runs tests in parallel processes, and suites share test names
+  // (BadOptionsNameTheProblemAndTheFix), so the suite is part of the name.
+  const ::testing::TestInfo& test = *::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string err_path = ::testing::TempDir() + "plimsoll_cli_stderr_" + test.test_suite_name() + "." +
+                               test.name() + ".txt";
   const std::string command = env + " " + std::string(PLIMSOLL_CLI_PATH) + " " + args + " 2>" + err_path;
   CliRun run;
   FILE* pipe = popen(command.c_str(), "r");

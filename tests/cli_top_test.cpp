@@ -15,25 +15,20 @@ namespace {
 using ::testing::HasSubstr;
 using plimsoll::testing::LiveProcess;
 using plimsoll::testing::ProgramRun;
+using plimsoll::testing::plimsoll_command;
 using plimsoll::testing::TempDirectory;
 constexpr std::uint64_t MiB = std::uint64_t{1} << 20;
 constexpr const char* kUuid = "GPU-12345678-0000-0000-0000-000000000000";
 
-ProgramRun top(const std::vector<std::string>& args, const std::map<std::string, std::string>& environment = {}) {
-  std::vector<std::string> argv = {PLIMSOLL_CLI_PATH, "top"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return plimsoll::testing::run_program(argv, environment);
-}
-
 TEST(CliTop, NoLedgerIsAnEmptyListAndSuccess) {
   const TempDirectory dir;
-  const ProgramRun run = top({"--json", "--ledger-dir", dir.path() + "/absent"});
+  const ProgramRun run = plimsoll_command({"top", "--json", "--ledger-dir", dir.path() + "/absent"});
   ASSERT_EQ(run.status, 0) << run.err;
   const nlohmann::json document = nlohmann::json::parse(run.out);
   EXPECT_TRUE(document["gpus"].is_array());
   EXPECT_TRUE(document["gpus"].empty());
   EXPECT_TRUE(document["errors"].empty());
-  const ProgramRun text = top({"--once"}, {{"PLIMSOLL_LEDGER_DIR", dir.path()}});
+  const ProgramRun text = plimsoll_command({"top", "--once"}, {{"PLIMSOLL_LEDGER_DIR", dir.path()}});
   EXPECT_EQ(text.status, 0);
   EXPECT_THAT(text.out, HasSubstr("no GPU ledger in " + dir.path()));
 }
@@ -53,7 +48,7 @@ TEST(CliTop, ShowsEveryGovernedProcessAndWhoBorrowsFromWhom) {
   ledger.set_in_use(borrower, 300 * MiB);
   ASSERT_EQ(ledger.charge(lender, 300 * MiB).verdict, sharing::Verdict::needs_trim);
 
-  const ProgramRun run = top({"--json", "--ledger-dir", dir.path()});
+  const ProgramRun run = plimsoll_command({"top", "--json", "--ledger-dir", dir.path()});
   ASSERT_EQ(run.status, 0) << run.err;
   const nlohmann::json gpu = nlohmann::json::parse(run.out)["gpus"].at(0);
   EXPECT_EQ(gpu["uuid"], kUuid);
@@ -81,7 +76,7 @@ TEST(CliTop, ShowsEveryGovernedProcessAndWhoBorrowsFromWhom) {
   EXPECT_EQ(gpu["loans"][1]["lender"], driver_process.pid());
   EXPECT_EQ(gpu["loans"][1]["bytes"], 100 * MiB);
 
-  const ProgramRun text = top({"--once", "--ledger-dir", dir.path()});
+  const ProgramRun text = plimsoll_command({"top", "--once", "--ledger-dir", dir.path()});
   ASSERT_EQ(text.status, 0) << text.err;
   EXPECT_THAT(text.out, HasSubstr(std::string("GPU ") + kUuid + ": limit 1000.00 MiB, 750.00 MiB held"));
   EXPECT_THAT(text.out, HasSubstr("trainer"));
@@ -96,27 +91,28 @@ TEST(CliTop, DeadProcessesAreMarked) {
   ledger.join(sharing::Member{.who = victim.identity(), .share = 10 * MiB, .cap = 10 * MiB, .can_trim = false,
                               .interposed = true, .command = "victim"});
   victim.kill();
-  const nlohmann::json gpu = nlohmann::json::parse(top({"--json", "--ledger-dir", dir.path()}).out)["gpus"].at(0);
+  const ProgramRun run = plimsoll_command({"top", "--json", "--ledger-dir", dir.path()});
+  const nlohmann::json gpu = nlohmann::json::parse(run.out)["gpus"].at(0);
   EXPECT_EQ(gpu["processes"][0]["running"], false);
-  EXPECT_THAT(top({"--once", "--ledger-dir", dir.path()}).out, HasSubstr("victim (dead)"));
+  EXPECT_THAT(plimsoll_command({"top", "--once", "--ledger-dir", dir.path()}).out, HasSubstr("victim (dead)"));
 }
 
 TEST(CliTop, CorruptLedgerIsReportedNotTrusted) {
   const TempDirectory dir;
   std::ofstream(dir.path() + "/plimsoll-ledger-GPU-bad") << "garbage";
-  const ProgramRun run = top({"--json", "--ledger-dir", dir.path()});
+  const ProgramRun run = plimsoll_command({"top", "--json", "--ledger-dir", dir.path()});
   EXPECT_EQ(run.status, 1);
   const nlohmann::json document = nlohmann::json::parse(run.out);
   EXPECT_TRUE(document["gpus"].empty());
   ASSERT_EQ(document["errors"].size(), 1u);
   EXPECT_THAT(document["errors"][0]["error"].get<std::string>(), HasSubstr("cannot be used"));
-  const ProgramRun text = top({"--once", "--ledger-dir", dir.path()});
+  const ProgramRun text = plimsoll_command({"top", "--once", "--ledger-dir", dir.path()});
   EXPECT_EQ(text.status, 1);
   EXPECT_THAT(text.out, HasSubstr("error: the GPU ledger"));
 }
 
 TEST(CliTop, BadIntervalIsRefused) {
-  EXPECT_NE(top({"--interval", "0"}).status, 0);
+  EXPECT_NE(plimsoll_command({"top", "--interval", "0"}).status, 0);
 }
 
 }  // namespace

@@ -172,7 +172,8 @@ TEST(EngineAllocator, LimitsChangeOnlyBeforeTheFirstAllocation) {
     a->set_limits({Policy{}, 1 * GiB});
     FAIL();
   } catch (const InvalidState& e) {
-    EXPECT_THAT(e.what(), HasSubstr("after its first allocation"));
+    EXPECT_THAT(e.what(), HasSubstr("cannot change the limits of sim:4GiB after its first allocation"));
+    EXPECT_THAT(e.what(), HasSubstr("before the device allocates"));
   }
   a->deallocate(x);
 }

@@ -241,7 +241,7 @@ TEST(RuntimeDevices, FallbackAlsoCoversAGpuWithoutADriver) {
 TEST(RuntimeDevices, SimDeviceGetsItsSizeAndTheDefaultReserve) {
   auto runtime = make_runtime(quiet_config(), 0);
   plimsoll::Allocator& sim = runtime->device("sim:4GiB");
-  const plimsoll::DeviceDescription& description = sim.description();
+  const plimsoll::DeviceDescription description = sim.description();
   const std::uint64_t reserve = plimsoll::default_reserve(plimsoll::DeviceKind::sim, 4 * kGiB);
   EXPECT_EQ(description.name, "sim:4GiB");
   EXPECT_EQ(description.hardware, "simulated device");

@@ -15,13 +15,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "backings/sim_backing.hpp"
 #include "plimsoll/allocator.hpp"
 #include "plimsoll/error.hpp"
 #include "plimsoll/sharing.hpp"
 #include "sharing/gpu_share.hpp"
 #include "sharing/ledger.hpp"
-#include "sharing/shared_gpu_backing.hpp"
 #include "sharing/ledger_scan.hpp"
 #include "sharing/ledger_snapshot.hpp"
 #include "sharing_support.hpp"
@@ -30,7 +28,9 @@ namespace plimsoll::sharing {
 namespace {
 
 using ::testing::HasSubstr;
+using plimsoll::testing::error_of;
 using plimsoll::testing::LiveProcess;
+using plimsoll::testing::shared_sim_allocator;
 using plimsoll::testing::TempDirectory;
 constexpr std::uint64_t MiB = std::uint64_t{1} << 20;
 constexpr const char* kUuid = "GPU-00000000-1111-2222-3333-444444444444";
@@ -38,15 +38,6 @@ constexpr const char* kUuid = "GPU-00000000-1111-2222-3333-444444444444";
 Member member(const ProcessIdentity& who, std::uint64_t share, std::uint64_t cap, bool can_trim = false) {
   return Member{.who = who, .share = share, .cap = cap, .can_trim = can_trim, .interposed = !can_trim,
                 .command = "test"};
-}
-
-std::string error_of(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const std::exception& error) {
-    return error.what();
-  }
-  return "(no error)";
 }
 
 TEST(LedgerFile, CreatedWholeAndReopened) {
@@ -328,12 +319,8 @@ TEST(GpuShare, AllocatorOverTheSharedBackingStopsAtTheCap) {
   const TempDirectory dir;
   GpuShare share(kUuid, 256 * MiB, parse_share_spec("cuda:0=32MiB:80MiB"), dir.path());
   EXPECT_EQ(share.share_bytes(), 32 * MiB);
-  DeviceDescription description;
-  description.name = "cuda:0";
-  description.hardware = "simulated";
-  description.limit_bytes = 256 * MiB;
-  description.total_bytes = 256 * MiB;
-  Allocator gpu(description, make_shared_gpu_backing(share, std::make_unique<backings::SimBacking>(256 * MiB)));
+  const auto device = shared_sim_allocator(share, 256 * MiB);
+  Allocator& gpu = *device;
   void* first = gpu.allocate(40 * MiB);
   EXPECT_GE(share.charged_bytes(), 40 * MiB);
   EXPECT_THROW(gpu.allocate(48 * MiB), OutOfMemory) << "the ledger refuses the map past the cap";

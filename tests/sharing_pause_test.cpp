@@ -13,7 +13,6 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "backings/sim_backing.hpp"
 #include "plimsoll/allocator.hpp"
 #include "plimsoll/error.hpp"
 #include "plimsoll/sharing.hpp"
@@ -23,38 +22,20 @@
 #include "sharing/ledger.hpp"
 #include "sharing/ledger_snapshot.hpp"
 #include "sharing/process_identity.hpp"
-#include "sharing/shared_gpu_backing.hpp"
 #include "sharing_support.hpp"
 
 namespace plimsoll::sharing {
 namespace {
 
 using ::testing::HasSubstr;
+using plimsoll::testing::error_of;
 using plimsoll::testing::LiveProcess;
+using plimsoll::testing::shared_sim_allocator;
 using plimsoll::testing::TempDirectory;
 constexpr std::uint64_t MiB = std::uint64_t{1} << 20;
 constexpr const char* kUuid = "GPU-00000000-0000-0000-0000-00000000pa05";
 constexpr const char* kOtherUuid = "GPU-00000000-0000-0000-0000-00000000pa06";
 constexpr auto kAnswerTimeout = std::chrono::seconds(20);  // a bound for a stuck test, never reached when it works
-
-std::unique_ptr<Allocator> shared_sim_allocator(GpuShare& share, std::uint64_t bytes) {
-  DeviceDescription description;
-  description.name = "cuda:0";
-  description.hardware = "simulated";
-  description.limit_bytes = bytes;
-  description.total_bytes = bytes;
-  return std::make_unique<Allocator>(description,
-                                     make_shared_gpu_backing(share, std::make_unique<backings::SimBacking>(bytes)));
-}
-
-std::string error_of(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const std::exception& error) {
-    return error.what();
-  }
-  return "(no error)";
-}
 
 // A child process that joins the same ledger, allocates `bytes`, reports on `ready` whether it could, and holds the
 // memory until `release` is written to.

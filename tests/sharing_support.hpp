@@ -1,6 +1,7 @@
 #pragma once
 // Helpers for the GPU-sharing tests: a private ledger directory, live processes to stand in for ledger members
-// (a ledger only keeps entries of running processes), and programs run with an environment of their own.
+// (a ledger only keeps entries of running processes), programs (the plimsoll CLI among them) run with an environment
+// of their own, an Allocator of a simulated GPU under a share, and the message of an expected error.
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -8,15 +9,23 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "backings/sim_backing.hpp"
+#include "plimsoll/allocator.hpp"
+#include "plimsoll/sharing.hpp"
 #include "sharing/process_identity.hpp"
+#include "sharing/shared_gpu_backing.hpp"
 
 namespace plimsoll::testing {
 
@@ -121,6 +130,40 @@ inline ProgramRun run_program(const std::vector<std::string>& argv, const std::m
   run.out = slurp(out_path);
   run.err = slurp(err_path);
   return run;
+}
+
+#ifdef PLIMSOLL_CLI_PATH
+/// Runs the built `plimsoll` with `args` (and `environment` added).
+inline ProgramRun plimsoll_command(const std::vector<std::string>& args,
+                                   const std::map<std::string, std::string>& environment = {}) {
+  std::vector<std::string> argv = {PLIMSOLL_CLI_PATH};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_program(argv, environment);
+}
+#endif
+
+/// An Allocator named cuda:0 over a simulated device of `device_bytes` (the limit when 0), under `share`: every map
+/// charged to the share's ledger.
+inline std::unique_ptr<Allocator> shared_sim_allocator(GpuShare& share, std::uint64_t limit,
+                                                       std::uint64_t device_bytes = 0) {
+  if (device_bytes == 0) device_bytes = limit;
+  DeviceDescription description;
+  description.name = "cuda:0";
+  description.hardware = "simulated";
+  description.limit_bytes = limit;
+  description.total_bytes = device_bytes;
+  return std::make_unique<Allocator>(
+      description, make_shared_gpu_backing(share, std::make_unique<backings::SimBacking>(device_bytes)));
+}
+
+/// What `body` threw, or "(no error)".
+inline std::string error_of(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const std::exception& error) {
+    return error.what();
+  }
+  return "(no error)";
 }
 
 }  // namespace plimsoll::testing

@@ -10,18 +10,17 @@
 
 #include <gtest/gtest.h>
 
-#include "backings/sim_backing.hpp"
 #include "plimsoll/allocator.hpp"
 #include "plimsoll/sharing.hpp"
 #include "sharing/gpu_share.hpp"
 #include "sharing/ledger.hpp"
-#include "sharing/shared_gpu_backing.hpp"
 #include "sharing_support.hpp"
 
 namespace plimsoll::sharing {
 namespace {
 
 using plimsoll::testing::LiveProcess;
+using plimsoll::testing::shared_sim_allocator;
 using plimsoll::testing::TempDirectory;
 constexpr std::uint64_t MiB = std::uint64_t{1} << 20;
 constexpr const char* kUuid = "GPU-00000000-0000-0000-0000-0000000wa17";
@@ -36,12 +35,8 @@ TEST(SharedBackingWait, OtherThreadsAllocateWhileOneWaitsForATrim) {
   ASSERT_EQ(ledger.charge(borrower, 80 * MiB).verdict, Verdict::admitted);
 
   GpuShare share(kUuid, 100 * MiB, parse_share_spec("cuda:0=50MiB"), dir.path());
-  DeviceDescription description;
-  description.name = "cuda:0";
-  description.hardware = "simulated";
-  description.limit_bytes = 50 * MiB;
-  description.total_bytes = 100 * MiB;
-  Allocator gpu(description, make_shared_gpu_backing(share, std::make_unique<backings::SimBacking>(100 * MiB)));
+  const auto device = shared_sim_allocator(share, 50 * MiB, 100 * MiB);
+  Allocator& gpu = *device;
   void* first = gpu.allocate(8 * MiB);
 
   std::atomic<bool> finished{false};
@@ -72,12 +67,8 @@ TEST(SharedBackingWait, AResumeWaitsForTheBorrowersItAskedWithoutTheLock) {
   const TempDirectory dir;
   Ledger ledger(LedgerFile::open_or_create(dir.path(), kUuid, 100 * MiB));
   GpuShare share(kUuid, 100 * MiB, parse_share_spec("cuda:0=50MiB"), dir.path());
-  DeviceDescription description;
-  description.name = "cuda:0";
-  description.hardware = "simulated";
-  description.limit_bytes = 50 * MiB;
-  description.total_bytes = 100 * MiB;
-  Allocator gpu(description, make_shared_gpu_backing(share, std::make_unique<backings::SimBacking>(100 * MiB)));
+  const auto device = shared_sim_allocator(share, 50 * MiB, 100 * MiB);
+  Allocator& gpu = *device;
   void* state = gpu.allocate(30 * MiB);
   gpu.pause();
   // Meanwhile an engine process borrows the room beyond its share.

@@ -11,17 +11,16 @@
 
 #include <gtest/gtest.h>
 
-#include "backings/sim_backing.hpp"
 #include "plimsoll/allocator.hpp"
 #include "plimsoll/sharing.hpp"
 #include "sharing/ledger.hpp"
-#include "sharing/shared_gpu_backing.hpp"
 #include "sharing/ledger_snapshot.hpp"
 #include "sharing_support.hpp"
 
 namespace plimsoll::sharing {
 namespace {
 
+using plimsoll::testing::shared_sim_allocator;
 using plimsoll::testing::TempDirectory;
 constexpr std::uint64_t MiB = std::uint64_t{1} << 20;
 constexpr std::uint64_t kLimit = 256 * MiB;
@@ -192,12 +191,8 @@ TEST(ThreadsSharing, EngineBorrowerGivesBackWhenAShareOwnerNeedsIt) {
   if (engine == 0) {
     // An Allocator-owning process: share 20 MiB, may borrow up to the whole GPU, answers trim requests.
     GpuShare share(kUuid, kLimit, parse_share_spec("cuda:0=20MiB:256MiB"), dir.path());
-    DeviceDescription description;
-    description.name = "cuda:0";
-    description.hardware = "simulated";
-    description.limit_bytes = kLimit;
-    description.total_bytes = kLimit;
-    Allocator gpu(description, make_shared_gpu_backing(share, std::make_unique<backings::SimBacking>(kLimit)));
+    const auto device = shared_sim_allocator(share, kLimit);
+    Allocator& gpu = *device;
     const TrimResponder responder(share, [&gpu] { gpu.trim(); }, std::chrono::milliseconds(5));
     gpu.deallocate(gpu.allocate(200 * MiB));  // cached: still mapped, still charged
     const char byte = share.charged_bytes() >= 200 * MiB ? 'y' : 'n';

@@ -22,23 +22,8 @@ using ::testing::HasSubstr;
 // One batch of 128 images of 28x28 floats: what the leak demo keeps per step.
 constexpr double kBatchImageBytes = 128.0 * 28 * 28 * sizeof(float);
 
-class TrainCommand : public ::testing::Test {
+class TrainCommand : public plimsoll::testing::TrainRunTest {
  protected:
-  void SetUp() override {
-    const std::string missing = plimsoll::testing::why_train_cannot_run();
-    if (!missing.empty()) GTEST_SKIP() << missing;
-  }
-
-  static nlohmann::json json_of(const CliRun& run) {
-    EXPECT_EQ(run.status, 0) << run.err;
-    const auto lines = plimsoll::testing::lines_of(run.out);
-    if (lines.empty()) {
-      ADD_FAILURE() << "no output; stderr: " << run.err;
-      return {};
-    }
-    return nlohmann::json::parse(lines.back());
-  }
-
   static std::string temp_path(const std::string& name) {
     return ::testing::TempDir() + "plimsoll_train_" + name;
   }

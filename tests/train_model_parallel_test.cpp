@@ -22,23 +22,7 @@ using ::testing::HasSubstr;
 constexpr std::uint64_t kFirstStageParameters = 16 * 9 + 2 * 16;
 constexpr std::uint64_t kSecondStageParameters = 32 * 16 * 9 + 2 * 32 + 1568 * 128 + 128 + 128 * 10 + 10;
 
-class TrainModelParallel : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const std::string missing = plimsoll::testing::why_train_cannot_run();
-    if (!missing.empty()) GTEST_SKIP() << missing;
-  }
-
-  static nlohmann::json json_of(const CliRun& run) {
-    EXPECT_EQ(run.status, 0) << run.err;
-    const auto lines = plimsoll::testing::lines_of(run.out);
-    if (lines.empty()) {
-      ADD_FAILURE() << "no output; stderr: " << run.err;
-      return {};
-    }
-    return nlohmann::json::parse(lines.back());
-  }
-};
+class TrainModelParallel : public plimsoll::testing::TrainRunTest {};
 
 std::uint64_t tag_bytes(const nlohmann::json& device, const std::string& tag, const char* key = "in_use_bytes") {
   for (const auto& entry : device["tags"]) {

@@ -26,11 +26,11 @@ using plimsoll::testing::CliRun;
 using plimsoll::testing::run_plimsoll;
 using ::testing::HasSubstr;
 
-class TrainProcesses : public ::testing::Test {
+class TrainProcesses : public plimsoll::testing::TrainRunTest {
  protected:
   void SetUp() override {
-    const std::string missing = plimsoll::testing::why_train_cannot_run();
-    if (!missing.empty()) GTEST_SKIP() << missing;
+    TrainRunTest::SetUp();
+    if (IsSkipped()) return;
     // One probe for the whole suite: a rank that cannot build its process group says so at once.
     static const bool has_gloo =
         run_plimsoll("train --quiet --rank 0 --world-size 2 --master 127.0.0.1:9 --timeout 0.1").err.find(
@@ -38,15 +38,6 @@ class TrainProcesses : public ::testing::Test {
     if (!has_gloo) {
       GTEST_SKIP() << "this build has no Gloo headers: scripts/install-deps.sh installs libgloo-dev";
     }
-  }
-
-  static nlohmann::json last_json(const CliRun& run) {
-    const auto lines = plimsoll::testing::lines_of(run.out);
-    if (lines.empty()) {
-      ADD_FAILURE() << "no output; stderr: " << run.err;
-      return {};
-    }
-    return nlohmann::json::parse(lines.back());
   }
 
   // The pids the launcher reported starting ("started rank R of N (pid P)").

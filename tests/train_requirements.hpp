@@ -1,7 +1,11 @@
 #pragma once
-// What `plimsoll train` needs to run at all, for the tests that run it: a build with libtorch, and Fashion-MNIST.
+// What `plimsoll train` needs to run at all, for the tests that run it (a build with libtorch, and Fashion-MNIST), and
+// the fixture those tests share: skipped without them, and the JSON report a run ends with.
 #include <filesystem>
 #include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "cli_runner.hpp"
 #include "plimsoll/datasets.hpp"
@@ -19,5 +23,30 @@ inline std::string why_train_cannot_run() {
   }
   return "";
 }
+
+/// Runs of `plimsoll train`: skipped where it cannot run (why_train_cannot_run).
+class TrainRunTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string missing = why_train_cannot_run();
+    if (!missing.empty()) GTEST_SKIP() << missing;
+  }
+
+  /// The last line of the run's stdout (`--json`'s report), parsed; null, with a failure, when there is none.
+  static nlohmann::json last_json(const CliRun& run) {
+    const auto lines = lines_of(run.out);
+    if (lines.empty()) {
+      ADD_FAILURE() << "no output; stderr: " << run.err;
+      return {};
+    }
+    return nlohmann::json::parse(lines.back());
+  }
+
+  /// last_json of a run that must have succeeded.
+  static nlohmann::json json_of(const CliRun& run) {
+    EXPECT_EQ(run.status, 0) << run.err;
+    return last_json(run);
+  }
+};
 
 }  // namespace plimsoll::testing

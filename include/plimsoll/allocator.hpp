@@ -139,7 +139,8 @@ class Allocator {
   /// In-use and reserved bytes alone, for sampling after every operation (timelines): two counters read under
   /// the lock, where stats() also searches the heap for its largest free block and scans host page tables.
   MemoryUsage usage() const;
-  const DeviceDescription& description() const noexcept;
+  /// A copy, taken under the device's lock: set_limits may change the limits and policy meanwhile.
+  DeviceDescription description() const;
   /// Replaces the device's limits with ones the runtime worked out (Runtime::configure; src/runtime/budget.hpp is
   /// the one place a policy becomes a limit). Throws InvalidState after the first allocation, as TensorFlow does.
   void set_limits(const DeviceLimits& limits);

@@ -16,6 +16,7 @@
 #include "cli/commands.hpp"
 #include "plimsoll/datasets.hpp"
 #include "plimsoll/error.hpp"
+#include "plimsoll/estimate.hpp"
 #include "plimsoll/policy.hpp"
 #include "plimsoll/size.hpp"
 
@@ -68,7 +69,32 @@ struct TrainArgs {
   // Model parallelism.
   std::size_t model_parallel = 1;
   std::optional<std::size_t> micro_batches;  // none: plimsoll::train::kDefaultMicroBatches
+  // The whole-number options as given; read_counts() parses them into the fields above, so that a bad one (0, -1,
+  // "two") is bad input like any other (exit status 2, a message naming the option and the fix).
+  struct {
+    std::optional<std::string> epochs, limit_batches, nproc, world_size;
+    std::string batch_size = "128";
+  } given;
 };
+
+// The largest --world-size taken: a rank is an int, and no job comes near it.
+constexpr std::uint64_t kMaxWorldSize = 65535;
+
+void read_counts(TrainArgs& args) {
+  const auto count = [](const std::string& text, const char* option) { return plimsoll::parse_count(text, option, 1); };
+  if (args.given.epochs) args.epochs = count(*args.given.epochs, "--epochs");
+  if (args.given.limit_batches) args.limit_batches = count(*args.given.limit_batches, "--limit-batches");
+  args.batch_size = count(args.given.batch_size, "--batch-size");
+  if (args.given.nproc) args.nproc = count(*args.given.nproc, "--nproc");
+  if (args.given.world_size) {
+    const std::uint64_t world = count(*args.given.world_size, "--world-size");
+    if (world > kMaxWorldSize) {
+      throw plimsoll::InvalidArgument(
+          fmt::format("--world-size {}: give at most {} processes", world, kMaxWorldSize));
+    }
+    args.world_size = static_cast<int>(world);
+  }
+}
 
 #ifdef PLIMSOLL_HAVE_TRAIN
 
@@ -386,13 +412,13 @@ void add_train_command(CLI::App& app) {
                "device; report memory per device and tag, and the leak watch's verdict");
   train->add_option("--data", args->data, "Folder with Fashion-MNIST's IDX files")
       ->default_str(plimsoll::default_fashion_mnist_dir().string());
-  train->add_option("--epochs", args->epochs, "Passes over the training set (default 2; the leak demo's 1)")
-      ->check(CLI::PositiveNumber);
-  train->add_option("--limit-batches", args->limit_batches,
+  train->add_option("--epochs", args->given.epochs, "Passes over the training set (default 2; the leak demo's 1)")
+      ->type_name("N");
+  train->add_option("--limit-batches", args->given.limit_batches,
                     "Train on at most N batches per epoch (short runs; the leak demo's default is 40)")
-      ->check(CLI::PositiveNumber);
-  train->add_option("--batch-size", args->batch_size, "Samples per step, split between --devices")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->type_name("N");
+  train->add_option("--batch-size", args->given.batch_size, "Samples per step, split between --devices")
+      ->capture_default_str()->type_name("N");
   train->add_option("--lr", args->learning_rate, "Adam's learning rate")->capture_default_str();
   train->add_option("--seed", args->seed, "Initial weights, shuffling and augmentation")->capture_default_str();
   train->add_option("--device", args->device, "Host device to train on: cpu, or cpu/K of a configured split")
@@ -416,13 +442,13 @@ void add_train_command(CLI::App& app) {
   train->add_flag("--leak-demo", args->leak_demo,
                   "Plant the Keras bug of a data generator that keeps every batch, and let the leak watch find it");
   train->add_flag("--quiet", args->quiet, "No progress on stderr");
-  train->add_option("--nproc", args->nproc,
+  train->add_option("--nproc", args->given.nproc,
                     "Train data-parallel in N processes on this machine (c10d over Gloo on the loopback address), each "
                     "with its own device and --memory-limit; rank 0 prints every rank's memory")
-      ->check(CLI::PositiveNumber);
+      ->type_name("N");
   train->add_option("--rank", args->rank, "This process's rank in a job started by hand (default: $RANK)");
-  train->add_option("--world-size", args->world_size, "Processes in the job (default: $WORLD_SIZE)")
-      ->check(CLI::PositiveNumber);
+  train->add_option("--world-size", args->given.world_size, "Processes in the job (default: $WORLD_SIZE)")
+      ->type_name("N");
   train->add_option("--master", args->master, "Rank 0's address, HOST:PORT (default: $MASTER_ADDR:$MASTER_PORT)");
   train->add_option("--timeout", args->timeout_seconds,
                     "Seconds a rank waits for the others (joining, each collective) before it gives up")
@@ -435,5 +461,8 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str();
   train->add_option("--micro-batches", args->micro_batches,
                     "Micro-batches per step with --model-parallel (default 4)");
-  train->callback([args] { run_train(*args); });
+  train->callback([args] {
+    read_counts(*args);
+    run_train(*args);
+  });
 }

@@ -54,6 +54,8 @@ struct Allocator::Impl : engine::FrontUpstream {
   };
   static constexpr std::size_t kRecentFrees = 256;
 
+  // Its name, hardware and total_bytes are fixed at construction (read without the lock); its policy and
+  // limit_bytes change under the lock (set_limits), so they are read under it, and description() copies under it.
   DeviceDescription description;
   std::unique_ptr<backings::Backing> backing;
   mutable util::SpinLock lock;  // the device lock: everything below marked GUARDED_BY(lock)
@@ -84,9 +86,6 @@ struct Allocator::Impl : engine::FrontUpstream {
   bool front_wanted PLIMSOLL_GUARDED_BY(lock) = false;  // set_thread_cache's choice, restored when a recording detaches
   std::uint64_t front_heap_bytes PLIMSOLL_GUARDED_BY(lock) = 0, front_heap_blocks PLIMSOLL_GUARDED_BY(lock) = 0;
   std::uint64_t front_heap_allocations PLIMSOLL_GUARDED_BY(lock) = 0, front_heap_frees PLIMSOLL_GUARDED_BY(lock) = 0;
-  // A first attempt whose failure is not reported: the backing may wait for memory (outside the lock) and the
-  // allocation is tried once more, which reports (backings::Backing::wait_for_memory).
-  bool quiet PLIMSOLL_GUARDED_BY(lock) = false;
   bool pausing PLIMSOLL_GUARDED_BY(lock) = false;  // pause() between stopping the front and pausing the heap
   bool backing_can_wait = false;  // backing->can_wait_for_memory(), asked once at construction
   // Step-aware placement (src/engine/plan_follower.hpp): made at the first step boundary, unless turned off
@@ -139,7 +138,8 @@ struct Allocator::Impl : engine::FrontUpstream {
 
   // Host and simulated devices: the front first (small requests, when on), then the heap under the lock; at
   // the limit, every thread's cache goes back to the heap before the allocation fails.
-  // `report_failure` false: a first attempt that may be retried (see quiet).
+  // `report_failure` false: a first attempt that may be retried, whose failure is neither counted nor observed (the
+  // backing may wait for memory outside the lock, and the retry reports: backings::Backing::wait_for_memory).
   std::uint64_t allocate_host(std::size_t bytes, Tag tag, bool report_failure) PLIMSOLL_EXCLUDES(lock) {
     if (std::uint64_t addr = allocate_from_front(bytes, tag)) return addr;
     engine::ThreadCaches* caches = front.load(std::memory_order_acquire);
@@ -172,7 +172,7 @@ struct Allocator::Impl : engine::FrontUpstream {
     const std::uint64_t addr = allocate_unrecorded(bytes, tag, report_failure);
     record_mapping_change(mapped_before);
     if (addr == 0) {
-      if (report_failure && !quiet) observer->out_of_memory(bytes, tag, site);
+      if (report_failure) observer->out_of_memory(bytes, tag, site);
       return 0;
     }
     observer->allocated(addr, bytes, tag, site);
@@ -189,7 +189,7 @@ struct Allocator::Impl : engine::FrontUpstream {
   std::uint64_t allocate_unrecorded(std::size_t bytes, Tag tag, bool report_failure = true) PLIMSOLL_REQUIRES(lock) {
     std::uint64_t addr = plan != nullptr ? plan->allocate(bytes, tag) : heap->allocate(bytes, tag);
     if (addr == 0) {
-      if (report_failure && !quiet && heap->last_failure() != engine::HeapFailure::paused) ++ooms;
+      if (report_failure && heap->last_failure() != engine::HeapFailure::paused) ++ooms;
       return 0;
     }
     count_tag(tag, engine::Heap::round(bytes));
@@ -225,7 +225,7 @@ struct Allocator::Impl : engine::FrontUpstream {
       if (addr != 0) {
         observer->allocated(addr, bytes, tag, site);
         if (site != 0) live_sites[addr] = site;
-      } else if (report_failure && !quiet) {
+      } else if (report_failure) {
         observer->out_of_memory(bytes, tag, site);
       }
     }
@@ -241,15 +241,19 @@ struct Allocator::Impl : engine::FrontUpstream {
 
   // Out of memory while blocks are parked: waits for the work queued before those frees (the lock released
   // between polls, so other threads go on) and retries whenever some came back; 0 once none is left to wait for.
-  std::uint64_t allocate_streamed(std::size_t bytes, Tag tag, const engine::StreamHandle* stream) PLIMSOLL_REQUIRES(lock) {
+  // Only the last attempt reports a failure, and only when `report_failure` (false: the caller retries).
+  std::uint64_t allocate_streamed(std::size_t bytes, Tag tag, const engine::StreamHandle* stream, bool report_failure)
+      PLIMSOLL_REQUIRES(lock) {
     const bool can_wait = !streams->empty();
-    if (std::uint64_t addr = allocate_on(bytes, tag, stream, !can_wait); addr != 0 || !can_wait) return addr;
+    if (std::uint64_t addr = allocate_on(bytes, tag, stream, report_failure && !can_wait); addr != 0 || !can_wait)
+      return addr;
     const std::uint64_t target = streams->close_batches();
     for (unsigned polls = 0;; ++polls) {
       const std::size_t freed = streams->poll();
       const bool more = streams->pending_before(target);
       if (freed > 0 || !more) {
-        if (std::uint64_t addr = allocate_on(bytes, tag, stream, !more); addr != 0 || !more) return addr;
+        if (std::uint64_t addr = allocate_on(bytes, tag, stream, report_failure && !more); addr != 0 || !more)
+          return addr;
       }
       lock.unlock();
       back_off(polls);
@@ -268,9 +272,7 @@ struct Allocator::Impl : engine::FrontUpstream {
         addr = allocate_host(bytes, tag, last);
       } else {
         util::SpinGuard guard(lock);
-        quiet = !last;
-        addr = allocate_streamed(bytes, tag, stream);
-        quiet = false;
+        addr = allocate_streamed(bytes, tag, stream, last);
       }
       if (addr != 0) return addr;
       {
@@ -697,7 +699,10 @@ Stats Allocator::stats() const {
   return s;
 }
 
-const DeviceDescription& Allocator::description() const noexcept { return impl_->description; }
+DeviceDescription Allocator::description() const {
+  util::SpinGuard guard(impl_->lock);
+  return impl_->description;
+}
 
 void Allocator::set_limits(const DeviceLimits& limits) {
   limits.policy.validate();
@@ -705,8 +710,8 @@ void Allocator::set_limits(const DeviceLimits& limits) {
     util::SpinGuard guard(impl_->lock);
     DeviceDescription& d = impl_->description;
     if (impl_->heap->counters().allocations > 0)
-      throw InvalidState("cannot change the policy of " + d.name +
-                         " after its first allocation; set the policy before the device allocates");
+      throw InvalidState("cannot change the limits of " + d.name +
+                         " after its first allocation; set its limits and policy before the device allocates");
     DeviceDescription changed = d;
     changed.policy = limits.policy;
     changed.limit_bytes = limits.limit_bytes;
@@ -726,7 +731,9 @@ void Allocator::set_limits(const DeviceLimits& limits) {
     }
     if (backings::StreamEvents* events = impl_->backing->stream_events())
       impl_->streams = std::make_unique<engine::StreamOrder>(*impl_->heap, *events);
-    d = std::move(changed);
+    // The limits alone: the name is read without the lock (error messages, record_to), so it is never rewritten.
+    d.policy = std::move(changed.policy);
+    d.limit_bytes = changed.limit_bytes;
   }
   apply_thread_cache_policy(*this, limits.policy);
 }

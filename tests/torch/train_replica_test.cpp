@@ -2,42 +2,22 @@
 // tensor lands on the replica's device under its training tag, an out-of-memory comes back as plimsoll's report
 // and leaves nothing behind, and the leak demo's batch feed keeps a batch per step. C++17 (libtorch).
 #include <cstdint>
-#include <random>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "devices.hpp"
+#include "train_batches.hpp"
 #include "plimsoll/torch.hpp"
 #include "train/replica.hpp"
 
 namespace {
 
-using plimsoll::train::BatchView;
 using plimsoll::train::Replica;
 using plimsoll::train::StepResult;
 using namespace plimsoll::torch_test;
 
-constexpr std::size_t kPixels = 28 * 28;
-
-struct Data {
-  std::vector<float> images;
-  std::vector<std::int64_t> labels;
-  BatchView view(std::size_t begin, std::size_t end) const {
-    return {images.data() + begin * kPixels, labels.data() + begin, end - begin};
-  }
-};
-
-Data random_data(std::size_t samples, unsigned seed) {
-  std::mt19937 generator(seed);
-  std::normal_distribution<float> pixel(0.0f, 1.0f);
-  std::uniform_int_distribution<std::int64_t> label(0, 9);
-  Data data;
-  for (std::size_t i = 0; i < samples * kPixels; ++i) data.images.push_back(pixel(generator));
-  for (std::size_t i = 0; i < samples; ++i) data.labels.push_back(label(generator));
-  return data;
-}
 
 class TrainReplica : public ::testing::Test {
  protected:
@@ -51,7 +31,7 @@ class TrainReplica : public ::testing::Test {
 // training mode (batch statistics: equal when the weights are) then in evaluation mode (batch norm's running
 // statistics: equal when those were averaged too).
 std::vector<StepResult> train_pair(bool average) {
-  const Data data = random_data(64, 7);
+  const Data data = random_samples(64, 7);
   Replica first(main_device(), {});
   Replica second(other_device(), {});
   for (int step = 0; step < 3; ++step) {
@@ -86,7 +66,7 @@ TEST_F(TrainReplica, AveragingAlsoEqualizesBatchNormStatisticsSoAnyReplicaEvalua
 
 TEST_F(TrainReplica, EveryTensorLandsOnTheReplicasDeviceUnderItsTrainingTag) {
   const Usage main_before = usage(main_device());
-  const Data data = random_data(16, 1);
+  const Data data = random_samples(16, 1);
   {
     Replica replica(other_device(), {});
     const std::uint64_t weights = tag_in_use(other_device(), "weights");
@@ -109,7 +89,7 @@ TEST_F(TrainReplica, EveryTensorLandsOnTheReplicasDeviceUnderItsTrainingTag) {
 TEST_F(TrainReplica, OutOfMemoryIsPlimsollsReportAndLeavesNothingBehind) {
   Replica replica(small_device(), {});  // 8 MiB: the weights fit, a 128-sample step's activations do not
   const Usage before = usage(small_device());
-  const Data data = random_data(128, 2);
+  const Data data = random_samples(128, 2);
   try {
     replica.forward_backward(data.view(0, 128));
     FAIL() << "a 128-sample step fit in 8 MiB";
@@ -128,7 +108,7 @@ TEST_F(TrainReplica, OutOfMemoryIsPlimsollsReportAndLeavesNothingBehind) {
 }
 
 TEST_F(TrainReplica, LeakDemoKeepsOneBatchOfImagesPerStep) {
-  const Data data = random_data(32, 3);
+  const Data data = random_samples(32, 3);
   Replica replica(other_device(), {});
   replica.keep_every_batch(true);
   for (int step = 1; step <= 3; ++step) {

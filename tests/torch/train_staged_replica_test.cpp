@@ -3,13 +3,13 @@
 // and batches stay on its own device; an out-of-memory on the second stage's thread stops both stages, comes back
 // as plimsoll's report and leaves nothing behind. C++17 (libtorch). Label train.
 #include <cstdint>
-#include <random>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "devices.hpp"
+#include "train_batches.hpp"
 #include "plimsoll/error.hpp"
 #include "plimsoll/torch.hpp"
 #include "train/replica.hpp"
@@ -23,28 +23,9 @@ using plimsoll::train::StagedReplica;
 using plimsoll::train::StepResult;
 using namespace plimsoll::torch_test;
 
-constexpr std::size_t kPixels = 28 * 28;
 // FashionCnn's parameters by stage (src/train/model.hpp): the first conv block; the second and the linear layers.
 constexpr std::uint64_t kFirstStageParameters = 16 * 9 + 2 * 16;
 constexpr std::uint64_t kSecondStageParameters = 32 * 16 * 9 + 2 * 32 + 1568 * 128 + 128 + 128 * 10 + 10;
-
-struct Data {
-  std::vector<float> images;
-  std::vector<std::int64_t> labels;
-  BatchView view(std::size_t begin, std::size_t end) const {
-    return {images.data() + begin * kPixels, labels.data() + begin, end - begin};
-  }
-};
-
-Data random_data(std::size_t samples, unsigned seed) {
-  std::mt19937 generator(seed);
-  std::normal_distribution<float> pixel(0.0f, 1.0f);
-  std::uniform_int_distribution<std::int64_t> label(0, 9);
-  Data data;
-  for (std::size_t i = 0; i < samples * kPixels; ++i) data.images.push_back(pixel(generator));
-  for (std::size_t i = 0; i < samples; ++i) data.labels.push_back(label(generator));
-  return data;
-}
 
 class TrainStagedReplica : public ::testing::Test {
  protected:
@@ -55,7 +36,7 @@ class TrainStagedReplica : public ::testing::Test {
 };
 
 TEST_F(TrainStagedReplica, OneMicroBatchTrainsExactlyAsTheSingleDeviceReplica) {
-  const Data data = random_data(96, 11);
+  const Data data = random_samples(96, 11);
   plimsoll::train::ReplicaOptions options;
   options.seed = 5;
   Replica whole(main_device(), options);
@@ -79,7 +60,7 @@ TEST_F(TrainStagedReplica, OneMicroBatchTrainsExactlyAsTheSingleDeviceReplica) {
 }
 
 TEST_F(TrainStagedReplica, MicroBatchesCoverTheWholeBatchOnce) {
-  const Data data = random_data(30, 12);
+  const Data data = random_samples(30, 12);
   StagedReplica staged({&other_device(), &small_device()}, {}, 4, 1);
   EXPECT_EQ(staged.micro_batches(), 4u);
   const StepResult result = staged.train_step(data.view(0, 30));  // shares of 7 and 8 samples
@@ -95,7 +76,7 @@ TEST_F(TrainStagedReplica, MicroBatchesCoverTheWholeBatchOnce) {
 
 TEST_F(TrainStagedReplica, EachStageKeepsItsTensorsOnItsOwnDeviceUnderItsTrainingTag) {
   const Usage main_before = usage(main_device());
-  const Data data = random_data(32, 13);
+  const Data data = random_samples(32, 13);
   {
     StagedReplica staged({&other_device(), &small_device()}, {}, 4, 1);
     // In-use bytes are rounded up to 256 per allocation; stage 0's weights include batch norm's running statistics.
@@ -127,7 +108,7 @@ TEST_F(TrainStagedReplica, EachStageKeepsItsTensorsOnItsOwnDeviceUnderItsTrainin
 TEST_F(TrainStagedReplica, OutOfMemoryOnTheSecondStageStopsBothStagesAndLeavesNothingBehind) {
   // Stage 1 on 8 MiB: its weights fit, a 512-sample micro-batch's input (6 MiB) and its gradient do not.
   StagedReplica staged({&other_device(), &small_device()}, {}, 2, 1);
-  const Data data = random_data(1024, 14);
+  const Data data = random_samples(1024, 14);
   // A step that fits first, so that both stages hold what they hold between steps (gradients, Adam's moments): an
   // out-of-memory in the middle of backward leaves the gradients made so far in their parameters, as between steps.
   staged.train_step(data.view(0, 16));
@@ -151,7 +132,7 @@ TEST_F(TrainStagedReplica, OutOfMemoryOnTheSecondStageStopsBothStagesAndLeavesNo
 }
 
 TEST_F(TrainStagedReplica, LeakDemoKeepsOneBatchOfImagesPerStepOnTheFirstStage) {
-  const Data data = random_data(32, 15);
+  const Data data = random_samples(32, 15);
   StagedReplica staged({&other_device(), &small_device()}, {}, 2, 1);
   staged.keep_every_batch(true);
   for (int step = 1; step <= 3; ++step) {

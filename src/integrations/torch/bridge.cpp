@@ -24,7 +24,7 @@ Totals totals(const Allocator& device) {
 Allocator& global_device(std::string_view name) { return Runtime::global().device(name); }
 
 Allocator& require_host(Allocator& device) {
-  const std::string& name = device.description().name;
+  const std::string name = device.description().name;
   if (DeviceName::parse(name).kind != DeviceKind::cpu) {
     throw InvalidArgument("plimsoll::torch: " + name + " cannot hold CPU tensors (libtorch writes to their memory, "
                           "and this device's addresses are not host memory); use a host device: \"cpu\" or \"cpu/K\"");

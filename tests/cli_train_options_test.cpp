@@ -1,0 +1,49 @@
+// `plimsoll train`'s whole-number options (--epochs, --limit-batches, --batch-size, --nproc, --world-size) given a
+// bad value: bad input like every other option of the CLI, exit status 2 and a message naming the option, the value
+// and the fix, not CLI11's range message and its status 105. Checked before the job needs libtorch or data, so this
+// runs in every build.
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "cli_runner.hpp"
+
+namespace {
+
+using plimsoll::testing::CliRun;
+using plimsoll::testing::run_plimsoll;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+TEST(CliTrainOptions, BadCountsAreBadInputNamingTheOptionAndTheFix) {
+  struct Case {
+    const char* args;
+    const char* message;
+  };
+  for (const Case& c : {Case{"--nproc 0", "--nproc 0 is too small; give --nproc a whole number of at least 1"},
+                        Case{"--epochs 0", "--epochs 0 is too small; give --epochs a whole number of at least 1"},
+                        Case{"--epochs -1", "--epochs -1 is negative; give --epochs a whole number of at least 1"},
+                        Case{"--limit-batches 0", "--limit-batches 0 is too small"},
+                        Case{"--batch-size 0", "--batch-size 0 is too small"},
+                        Case{"--world-size 0", "--world-size 0 is too small"},
+                        Case{"--nproc two", "--nproc \"two\" is not a whole number"},
+                        Case{"--world-size 70000", "--world-size 70000: give at most 65535 processes"}}) {
+    const CliRun run = run_plimsoll(std::string("train --quiet --data /nonexistent ") + c.args);
+    EXPECT_EQ(run.status, 2) << c.args << ": " << run.err;
+    EXPECT_THAT(run.err, HasSubstr(c.message)) << c.args;
+    EXPECT_THAT(run.err, Not(HasSubstr("not in range"))) << c.args;
+  }
+}
+
+TEST(CliTrainOptions, GoodCountsPassTheCheck) {
+  // Past the counts, the run stops at the missing data (or at a build without libtorch): nothing about the counts.
+  const CliRun run =
+      run_plimsoll("train --quiet --data /nonexistent --epochs 1 --limit-batches 2 --batch-size 64 --world-size 1");
+  EXPECT_EQ(run.status, 2) << run.err;
+  EXPECT_THAT(run.err, HasSubstr("plimsoll: error: "));
+  for (const char* option : {"--epochs", "--limit-batches", "--batch-size", "--world-size"})
+    EXPECT_THAT(run.err, Not(HasSubstr(option))) << run.err;
+}
+
+}  // namespace
