@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "backings/faulty_backing.hpp"
 #include "backings/sim_backing.hpp"
 #include "engine/heap.hpp"
 #include "engine/plan_follower.hpp"
@@ -191,27 +192,40 @@ class Loop {
   Loop(Heap& heap, PlanFollower& follower, testing::HeapChecker& check)
       : heap_(heap), follower_(follower), check_(check) {}
 
-  void step(const StepShape& shape, std::uint16_t tag = 1) {
+  /// `failed`: null when every request must succeed; else requests may fail under the limit (cleanly, changing
+  /// nothing: the checker says so) and are counted there.
+  void step(const StepShape& shape, std::uint16_t tag = 1, std::uint64_t* failed = nullptr) {
     std::vector<std::pair<std::size_t, std::uint64_t>> pending;  // (free after request, addr)
     std::vector<std::uint64_t> leftovers;
     for (std::size_t i = 0; i < shape.sizes.size(); ++i) {
-      if (i == shape.free_prev_at) free_all(previous_);
+      if (i == shape.free_prev_at) {
+        ASSERT_NO_FATAL_FAILURE(free_all(previous_));
+      }
       const std::uint64_t addr = follower_.allocate(shape.sizes[i], tag);
-      ASSERT_NE(addr, 0u) << "request " << i << " failed: " << static_cast<int>(heap_.last_failure());
-      ASSERT_NO_FATAL_FAILURE(check_.allocated(addr, shape.sizes[i]));
-      if (shape.life[i] == 0) leftovers.push_back(addr);
-      else pending.emplace_back(i + static_cast<std::size_t>(shape.life[i]), addr);
+      if (addr == 0 && failed != nullptr) {
+        ++*failed;
+        const HeapFailure why = heap_.last_failure();
+        ASSERT_TRUE(why == HeapFailure::limit || why == HeapFailure::address_space) << static_cast<int>(why);
+      } else {
+        ASSERT_NE(addr, 0u) << "request " << i << " failed: " << static_cast<int>(heap_.last_failure());
+        ASSERT_NO_FATAL_FAILURE(check_.allocated(addr, shape.sizes[i]));
+        if (shape.life[i] == 0) leftovers.push_back(addr);
+        else pending.emplace_back(i + static_cast<std::size_t>(shape.life[i]), addr);
+      }
       for (auto it = pending.begin(); it != pending.end();) {
         if (it->first == i) {
-          free_one(it->second);
+          ASSERT_NO_FATAL_FAILURE(free_one(it->second));
           it = pending.erase(it);
         } else {
           ++it;
         }
       }
+      ASSERT_LE(heap_.mapped_bytes(), heap_.options().limit);
     }
-    for (const auto& [when, addr] : pending) free_one(addr);
-    if (shape.sizes.size() <= shape.free_prev_at) free_all(previous_);
+    for (const auto& [when, addr] : pending) ASSERT_NO_FATAL_FAILURE(free_one(addr));
+    if (shape.sizes.size() <= shape.free_prev_at) {
+      ASSERT_NO_FATAL_FAILURE(free_all(previous_));
+    }
     previous_ = leftovers;
     ASSERT_NO_FATAL_FAILURE(check_.walk());
     follower_.step_boundary();
@@ -237,19 +251,37 @@ class Loop {
   std::vector<std::uint64_t> previous_;
 };
 
-TEST(EngineStepPlan, RepeatedStepsFollowThePlanWithoutMappingAgain) {
-  backings::SimBacking sim(8 * GiB);
+HeapOptions with_limit(std::uint64_t limit) {
   HeapOptions options;
-  options.limit = 1 * GiB;
-  Heap heap(sim, options);
-  PlanFollower follower(heap);
-  testing::HeapChecker check(heap);
-  Loop loop(heap, follower, check);
+  options.limit = limit;
+  return options;
+}
+
+// A simulated device's heap, its follower, the independent checker and the loop that drives steps through them.
+struct PlannedHeap {
+  explicit PlannedHeap(std::uint64_t limit, std::uint64_t device = 8 * GiB)
+      : sim(device), heap(sim, with_limit(limit)), follower(heap), check(heap), loop(heap, follower, check) {}
+
+  /// The first boundary (observation starts), then `steps` steps of `shape`.
+  void run(const StepShape& shape, int steps) {
+    follower.step_boundary();
+    for (int s = 0; s < steps; ++s) ASSERT_NO_FATAL_FAILURE(loop.step(shape)) << "step " << s;
+  }
+
+  backings::SimBacking sim;
+  Heap heap;
+  PlanFollower follower;
+  testing::HeapChecker check;
+  Loop loop;
+};
+
+TEST(EngineStepPlan, RepeatedStepsFollowThePlanWithoutMappingAgain) {
+  PlannedHeap planned(1 * GiB);
+  auto& [sim, heap, follower, check, loop] = planned;
   const std::uint64_t weights = heap.allocate(50 * MiB, 0);  // live across every step
   ASSERT_NO_FATAL_FAILURE(check.allocated(weights, 50 * MiB));
-  follower.step_boundary();  // step 1 begins
   const StepShape shape = training_like_shape();
-  for (int s = 0; s < 3; ++s) ASSERT_NO_FATAL_FAILURE(loop.step(shape));
+  ASSERT_NO_FATAL_FAILURE(planned.run(shape, 3));
   ASSERT_GE(follower.stats().plans, 1u);
   const std::uint64_t maps = heap.counters().maps, unmaps = heap.counters().unmaps;
   const std::uint64_t mapped = heap.mapped_bytes();
@@ -268,16 +300,10 @@ TEST(EngineStepPlan, RepeatedStepsFollowThePlanWithoutMappingAgain) {
 }
 
 TEST(EngineStepPlan, ExtraMissingAndResizedRequestsFallBackAndResynchronise) {
-  backings::SimBacking sim(8 * GiB);
-  HeapOptions options;
-  options.limit = 1 * GiB;
-  Heap heap(sim, options);
-  PlanFollower follower(heap);
-  testing::HeapChecker check(heap);
-  Loop loop(heap, follower, check);
-  follower.step_boundary();
+  PlannedHeap planned(1 * GiB);
+  auto& [sim, heap, follower, check, loop] = planned;
   const StepShape shape = training_like_shape();
-  for (int s = 0; s < 3; ++s) ASSERT_NO_FATAL_FAILURE(loop.step(shape));
+  ASSERT_NO_FATAL_FAILURE(planned.run(shape, 3));
 
   StepShape extra = shape;  // an extra tensor in the middle
   extra.sizes.insert(extra.sizes.begin() + 10, 5 * MiB + 256);
@@ -309,16 +335,10 @@ TEST(EngineStepPlan, ExtraMissingAndResizedRequestsFallBackAndResynchronise) {
 }
 
 TEST(EngineStepPlan, ABlockInThePlannedRangeMakesTheRequestFallBackSafely) {
-  backings::SimBacking sim(8 * GiB);
-  HeapOptions options;
-  options.limit = 1 * GiB;
-  Heap heap(sim, options);
-  PlanFollower follower(heap);
-  testing::HeapChecker check(heap);
-  Loop loop(heap, follower, check);
-  follower.step_boundary();
+  PlannedHeap planned(1 * GiB);
+  auto& [sim, heap, follower, check, loop] = planned;
   const StepShape shape = training_like_shape();
-  for (int s = 0; s < 2; ++s) ASSERT_NO_FATAL_FAILURE(loop.step(shape));
+  ASSERT_NO_FATAL_FAILURE(planned.run(shape, 2));
   // Squat on the first planned request's range with a block made outside the plan's view.
   const std::uint64_t squatter = heap.allocate_at(follower.plan().entries[0].addr, 256, 0);
   ASSERT_NE(squatter, 0u);
@@ -338,12 +358,8 @@ TEST(EngineStepPlan, ABlockInThePlannedRangeMakesTheRequestFallBackSafely) {
 TEST(EngineStepPlan, RandomizedMatchingAndNonMatchingStepsKeepTheHeapSound) {
   std::mt19937_64 random(11);
   for (int seed = 0; seed < 8; ++seed) {
-    backings::SimBacking sim(16 * GiB);
-    HeapOptions options;
-    options.limit = 640 * MiB;
-    Heap heap(sim, options);
-    PlanFollower follower(heap);
-    testing::HeapChecker check(heap);
+    PlannedHeap planned(640 * MiB, 16 * GiB);
+    auto& [sim, heap, follower, check, loop] = planned;
     std::vector<std::uint64_t> persistent;
     for (int i = 0; i < 5; ++i) {
       const std::uint64_t bytes = (random() % 16 + 1) * MiB;
@@ -352,12 +368,12 @@ TEST(EngineStepPlan, RandomizedMatchingAndNonMatchingStepsKeepTheHeapSound) {
       persistent.push_back(addr);
     }
     StepShape base;
+    base.free_prev_at = 3;
     for (int i = 0; i < 120; ++i) {
       base.sizes.push_back(random() % 4 == 0 ? random() % (32 * MiB) : random() % (512 * KiB));
       base.life.push_back(random() % 10 == 0 ? 0 : static_cast<int>(1 + random() % 30));
     }
     follower.step_boundary();
-    std::vector<std::uint64_t> previous;
     std::uint64_t failed = 0;
     for (int s = 0; s < 100; ++s) {
       StepShape shape = base;
@@ -380,51 +396,9 @@ TEST(EngineStepPlan, RandomizedMatchingAndNonMatchingStepsKeepTheHeapSound) {
       } else if (kind == 9) {  // another batch
         for (std::uint64_t& size : shape.sizes) size = size * 3 / 4;
       }
-      // The step, by hand (requests may fail under the limit: the failure must be clean and change nothing).
-      std::vector<std::pair<std::size_t, std::uint64_t>> pending;
-      std::vector<std::uint64_t> leftovers;
-      const auto free_one = [&](std::uint64_t addr) {
-        Heap::Freed freed;
-        ASSERT_TRUE(heap.deallocate(addr, freed));
-        follower.freed(addr, freed.size);
-        check.freed(addr);
-      };
-      for (std::size_t i = 0; i < shape.sizes.size(); ++i) {
-        if (i == 3) {
-          for (std::uint64_t addr : previous) ASSERT_NO_FATAL_FAILURE(free_one(addr));
-          previous.clear();
-        }
-        const std::uint64_t addr = follower.allocate(shape.sizes[i], 1);
-        if (addr == 0) {
-          ++failed;
-          const HeapFailure why = heap.last_failure();
-          ASSERT_TRUE(why == HeapFailure::limit || why == HeapFailure::address_space) << static_cast<int>(why);
-        } else {
-          ASSERT_NO_FATAL_FAILURE(check.allocated(addr, shape.sizes[i]));
-          if (shape.life[i] == 0) leftovers.push_back(addr);
-          else pending.emplace_back(i + static_cast<std::size_t>(shape.life[i]), addr);
-        }
-        for (auto it = pending.begin(); it != pending.end();) {
-          if (it->first == i) {
-            ASSERT_NO_FATAL_FAILURE(free_one(it->second));
-            it = pending.erase(it);
-          } else {
-            ++it;
-          }
-        }
-        ASSERT_LE(heap.mapped_bytes(), options.limit);
-      }
-      for (const auto& [when, addr] : pending) ASSERT_NO_FATAL_FAILURE(free_one(addr));
-      for (std::uint64_t addr : previous) ASSERT_NO_FATAL_FAILURE(free_one(addr));
-      previous = leftovers;
-      ASSERT_NO_FATAL_FAILURE(check.walk()) << "seed " << seed << " step " << s;
-      follower.step_boundary();
+      ASSERT_NO_FATAL_FAILURE(loop.step(shape, 1, &failed)) << "seed " << seed << " step " << s;
     }
-    for (std::uint64_t addr : previous) {
-      Heap::Freed freed;
-      ASSERT_TRUE(heap.deallocate(addr, freed));
-      check.freed(addr);
-    }
+    ASSERT_NO_FATAL_FAILURE(loop.finish());
     for (std::uint64_t addr : persistent) {
       Heap::Freed freed;
       ASSERT_TRUE(heap.deallocate(addr, freed));
@@ -439,6 +413,26 @@ TEST(EngineStepPlan, RandomizedMatchingAndNonMatchingStepsKeepTheHeapSound) {
     EXPECT_EQ(heap.mapped_bytes(), 0u) << "everything freed, everything can go back";
     ::testing::Test::RecordProperty("failed_requests", static_cast<int>(failed));
   }
+}
+
+// map_ranges is all or nothing: when the backing refuses a later run, the runs it mapped before are unmapped.
+TEST(EngineStepPlan, MapRangesRollsBackWhenTheBackingRefusesARun) {
+  backings::SimBacking sim(8 * GiB);
+  backings::FaultPlan faults;
+  faults.fail_map_call = 2;  // the second run's map call
+  backings::FaultyBacking faulty(sim, faults);
+  Heap heap(faulty, with_limit(256 * MiB));
+  const std::uint64_t base = heap.base();
+  const std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges{{base, 4 * MiB}, {base + 64 * MiB, 6 * MiB}};
+  EXPECT_FALSE(heap.map_ranges(ranges));
+  EXPECT_EQ(faulty.injected_map_failures(), 1u);
+  EXPECT_EQ(heap.mapped_bytes(), 0u) << "the first run, mapped before the refusal, is given back";
+  EXPECT_EQ(sim.memory().free_bytes, 8 * GiB) << "the device got it back too";
+  EXPECT_EQ(heap.self_check(), "");
+  // With the backing willing again, the same ranges map whole and stay mapped.
+  EXPECT_TRUE(heap.map_ranges(ranges));
+  EXPECT_EQ(heap.mapped_bytes(), 10 * MiB);
+  EXPECT_EQ(heap.self_check(), "");
 }
 
 // ---- Through Allocator: step() turns the mode on, stats report it, set_step_plan(false) turns it off.
