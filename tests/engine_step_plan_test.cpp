@@ -12,6 +12,7 @@
 #include "backings/faulty_backing.hpp"
 #include "backings/sim_backing.hpp"
 #include "engine/heap.hpp"
+#include "engine/plan_candidates.hpp"
 #include "engine/plan_follower.hpp"
 #include "engine/step_plan.hpp"
 #include "engine_heap_checker.hpp"
@@ -26,6 +27,12 @@ namespace {
 constexpr std::uint64_t KiB = 1ull << 10;
 constexpr std::uint64_t MiB = 1ull << 20;
 constexpr std::uint64_t GiB = 1ull << 30;
+
+HeapOptions with_limit(std::uint64_t limit) {
+  HeapOptions options;
+  options.limit = limit;
+  return options;
+}
 
 // ---- The packer
 
@@ -49,6 +56,8 @@ void expect_valid_plan(const StepObservation& step, const StepPlan& plan, const 
       ASSERT_EQ(a.addr, step.requests[i].pinned);
     }
     for (const Obstacle& o : obstacles) {
+      // An obstacle until a tick is gone for a request born at or after it that has no earlier interval.
+      if (o.until < step.ticks && step.requests[i].born >= o.until && held(i) == 0) continue;
       ASSERT_TRUE(a.addr + a.size <= o.addr || o.addr + o.size <= a.addr) << "entry " << i << " on an obstacle";
     }
     for (std::size_t j = i + 1; j < plan.entries.size(); ++j) {
@@ -138,8 +147,22 @@ TEST(EngineStepPlan, LeftoversBecomeObstaclesUntilTheirPreviousCopyIsFreed) {
   EXPECT_EQ(plan.entries[2].addr, base) << "born at tick 4, after the obstacle's tick 3";
 }
 
+// Every packing the engine has: each order, best and first fit, the slide-down pass, granule-aware.
+std::vector<PackOptions> every_packing(const std::vector<bool>* paid) {
+  std::vector<PackOptions> all;
+  for (const PackOrder order : {PackOrder::size, PackOrder::lifetime, PackOrder::area}) {
+    for (const bool best_fit : {true, false})
+      for (const bool slide_down : {false, true}) all.push_back({order, best_fit, slide_down});
+    all.push_back({order, true, false, 2 * MiB, paid});
+  }
+  return all;
+}
+
 TEST(EngineStepPlan, RandomStepsPackValidly) {
   std::mt19937_64 random(7);
+  std::vector<bool> paid(64, false);
+  paid[1] = paid[20] = true;
+  const std::vector<PackOptions> packings = every_packing(&paid);
   for (int round = 0; round < 40; ++round) {
     StepObservation step;
     std::vector<std::uint64_t> live;
@@ -161,9 +184,133 @@ TEST(EngineStepPlan, RandomStepsPackValidly) {
     const std::uint64_t base = 1ull << 30;
     const std::vector<Obstacle> obstacles{{base + 3 * MiB, 2 * MiB}, {base + 40 * MiB, 256}};
     // Pinned requests keep their own addresses: give the packer a span that holds them.
-    const StepPlan plan = pack_step(step, obstacles, base, (1ull << 41) - base);
-    ASSERT_NO_FATAL_FAILURE(expect_valid_plan(step, plan, obstacles, base, (1ull << 41) - base)) << "round " << round;
+    const PackOptions& options = packings[static_cast<std::size_t>(round) % packings.size()];
+    const StepPlan plan = pack_step(step, obstacles, base, (1ull << 41) - base, options);
+    ASSERT_NO_FATAL_FAILURE(expect_valid_plan(step, plan, obstacles, base, (1ull << 41) - base))
+        << "round " << round << " order " << static_cast<int>(options.order) << " best fit " << options.best_fit
+        << " slide " << options.slide_down << " granule " << options.granule;
     EXPECT_GE(plan.footprint + (1ull << 40), plan.peak_live);
+  }
+}
+
+TEST(EngineStepPlan, EveryPackingOfAStepWithoutPinsIsValidAndTheSlideNeverGrowsIt) {
+  std::mt19937_64 random(13);
+  std::vector<bool> paid(512, false);
+  for (std::size_t g = 0; g < paid.size(); g += 7) paid[g] = true;
+  for (int round = 0; round < 6; ++round) {
+    StepObservation step;
+    std::vector<std::uint64_t> live;
+    for (int op = 0; op < 400; ++op) {
+      if (live.empty() || random() % 100 < 52) {
+        const std::uint64_t size = Heap::round(random() % 4 == 0 ? random() % (6 * MiB) : random() % (96 * KiB));
+        const std::uint64_t addr = (static_cast<std::uint64_t>(op) + 1) << 32;
+        step.allocated(addr, size);
+        live.push_back(addr);
+      } else {
+        const std::size_t pick = random() % live.size();
+        step.freed(live[pick], 0);
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(pick));
+      }
+    }
+    const std::uint64_t base = 1ull << 30;
+    const std::vector<Obstacle> obstacles = {{base + 2 * MiB, 3 * MiB}, {base + 9 * MiB, 1 * MiB, 40}};
+    for (const PackOptions& options : every_packing(&paid)) {
+      const StepPlan plan = pack_step(step, obstacles, base, 4 * GiB, options);
+      ASSERT_NO_FATAL_FAILURE(expect_valid_plan(step, plan, obstacles, base, 4 * GiB))
+          << "round " << round << " order " << static_cast<int>(options.order) << " granule " << options.granule;
+      if (options.slide_down) {
+        PackOptions without = options;
+        without.slide_down = false;
+        EXPECT_LE(plan.footprint, pack_step(step, obstacles, base, 4 * GiB, without).footprint);
+      }
+    }
+  }
+}
+
+// Granule-aware packing puts a request where it covers a granule already paid for, where best fit would open one.
+TEST(EngineStepPlan, GranuleAwarePackingUsesPaidGranules) {
+  StepObservation step;
+  step.allocated(0x1, 512 * KiB);
+  step.freed(0x1, 512 * KiB);
+  const std::uint64_t base = 1ull << 30;
+  const std::vector<Obstacle> obstacles{{base + 4 * MiB, 1 * MiB}};  // in granule 2
+  std::vector<bool> paid(8, false);
+  paid[2] = true;  // mapped anyway: the obstacle covers part of it
+  const StepPlan best_fit = pack_step(step, obstacles, base, 64 * MiB);
+  EXPECT_EQ(best_fit.entries[0].addr, base) << "best fit: the smallest gap, [base, base + 4 MiB), granule 0";
+  PackOptions aware;
+  aware.granule = 2 * MiB;
+  aware.paid = &paid;
+  const StepPlan plan = pack_step(step, obstacles, base, 64 * MiB, aware);
+  ASSERT_NO_FATAL_FAILURE(expect_valid_plan(step, plan, obstacles, base, 64 * MiB));
+  EXPECT_EQ(plan.entries[0].addr, base + 5 * MiB) << "right above the obstacle, inside granule 2";
+}
+
+// best_plan keeps, among the candidates, one no other beats: fitting first, then fewest granules to map now,
+// then fewest in all; and what it keeps is a valid plan around every live block.
+TEST(EngineStepPlan, BestPlanKeepsTheCheapestCandidate) {
+  std::mt19937_64 random(5);
+  for (int round = 0; round < 4; ++round) {
+    backings::SimBacking sim(8 * GiB);
+    Heap heap(sim, with_limit(static_cast<std::uint64_t>(64 + 32 * round) * MiB));
+    // Scattered live blocks, some of them cached space between.
+    std::vector<std::uint64_t> scratch;
+    for (int i = 0; i < 24; ++i) {
+      const std::uint64_t addr = heap.allocate(Heap::round(random() % (3 * MiB) + 1 * MiB + 1), 0);
+      ASSERT_NE(addr, 0u);
+      scratch.push_back(addr);
+    }
+    for (std::size_t i = 0; i < scratch.size(); i += 2) {
+      Heap::Freed freed;
+      ASSERT_TRUE(heap.deallocate(scratch[i], freed));
+    }
+    std::vector<Obstacle> obstacles;
+    heap.walk([&](const BlockView& block) {
+      if (!block.free && !block.small) obstacles.push_back(Obstacle{block.addr, block.size});
+    });
+    StepObservation step;
+    std::vector<std::uint64_t> live;
+    for (int op = 0; op < 120; ++op) {
+      if (live.empty() || random() % 100 < 55) {
+        const std::uint64_t addr = (static_cast<std::uint64_t>(op) + 1) << 36;
+        step.allocated(addr, Heap::round(random() % 3 == 0 ? random() % (4 * MiB) : random() % (200 * KiB)));
+        live.push_back(addr);
+      } else {
+        const std::size_t pick = random() % live.size();
+        step.freed(live[pick], 0);
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(pick));
+      }
+    }
+    for (const std::uint64_t addr : live) step.freed(addr, 0);  // no leftovers: both preparations are the same
+    std::size_t chosen = kCandidates;
+    const StepPlan plan = best_plan({step, obstacles}, {step, obstacles}, heap, &chosen);
+    ASSERT_LT(chosen, kCandidates);
+    ASSERT_NO_FATAL_FAILURE(expect_valid_plan(step, plan, obstacles, heap.base(), heap.span_bytes()));
+    const PlanCost kept = plan_cost(plan, heap);
+    std::vector<bool> paid(heap.span_bytes() / heap.granules().granule(), false);
+    for (const Obstacle& o : obstacles)
+      for (std::uint64_t g = heap.granules().first_covering(o.addr); g < heap.granules().end_covering(o.addr, o.size); ++g)
+        paid[g] = true;
+    for (std::size_t c = 0; c < kCandidates; ++c) {
+      PackOptions pack = kPlanCandidates[c].pack;
+      if (kPlanCandidates[c].granule_aware) {
+        pack.granule = heap.granules().granule();
+        pack.paid = &paid;
+      }
+      const PlanCost other = plan_cost(pack_step(step, obstacles, heap.base(), heap.span_bytes(), pack), heap);
+      if (other.fits != kept.fits) {
+        EXPECT_TRUE(kept.fits) << "candidate " << c << " fits, the kept one does not";
+      } else if (kept.fits) {
+        EXPECT_LE(std::make_pair(kept.new_granules, kept.granules), std::make_pair(other.new_granules, other.granules))
+            << "candidate " << c;
+      } else {
+        EXPECT_LE(kept.granules, other.granules) << "candidate " << c;
+      }
+    }
+    for (std::size_t i = 1; i < scratch.size(); i += 2) {
+      Heap::Freed freed;
+      ASSERT_TRUE(heap.deallocate(scratch[i], freed));
+    }
   }
 }
 
@@ -250,12 +397,6 @@ class Loop {
   testing::HeapChecker& check_;
   std::vector<std::uint64_t> previous_;
 };
-
-HeapOptions with_limit(std::uint64_t limit) {
-  HeapOptions options;
-  options.limit = limit;
-  return options;
-}
 
 // A simulated device's heap, its follower, the independent checker and the loop that drives steps through them.
 struct PlannedHeap {
