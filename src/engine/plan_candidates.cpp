@@ -77,6 +77,9 @@ StepPlan best_plan(const PreparedStep& as_obstacles, const PreparedStep& pinned,
       best_cost = cost;
       if (chosen != nullptr) *chosen = c;
     }
+    // A plan that fits and maps nothing new costs no map call: the rest could only save granules already mapped,
+    // for another O(requests^2) each under the lock.
+    if (best_cost.fits && best_cost.new_granules == 0) break;
   }
   return best;
 }

@@ -6,6 +6,8 @@
 // live (mapped anyway) united with the granules its entries cover. No single packing wins on every workload, so a
 // few are tried (kPlanCandidates) and the one kept fits the limit and maps the fewest granules not mapped already
 // (each is a map call at the boundary, and at the limit an unmap too), then the fewest in all.
+// Safety does not rest on the choice: every candidate is a valid plan (StepPlan's invariants), and the follower
+// places a request at its planned address only inside a free block.
 //
 // Cost: each candidate is one pack_step, O(requests^2); kCandidates of them run under the device's lock at the
 // boundary (bounded by PlanFollower::kMaxStepRequests).
@@ -45,8 +47,9 @@ struct PreparedStep {
 /// The cheapest plan among kPlanCandidates that fits the heap's limit, or, when none fits, the one that maps the
 /// fewest granules in all (the caller then finds it unfit). Empty only when no candidate fits the address space.
 /// The two preparations of the step (StepObservation::leftovers_as_obstacles and pair_leftovers) have the same
-/// requests in the same order; `as_obstacles.obstacles` must hold every live block. `chosen`, when not null, gets
-/// the index of the candidate kept.
+/// requests in the same order; `as_obstacles.obstacles` must hold every live block. Stops at the first candidate
+/// that fits and maps nothing new (no later one could save a map call). `chosen`, when not null, gets the index of
+/// the candidate kept.
 StepPlan best_plan(const PreparedStep& as_obstacles, const PreparedStep& pinned, const Heap& heap,
                    std::size_t* chosen = nullptr);
 
