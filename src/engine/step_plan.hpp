@@ -105,11 +105,12 @@ struct PackOptions {
   const std::vector<bool>* paid = nullptr;
 };
 
-/// Best fit by size and lifetime (the greedy-by-size order of static memory planners): requests go largest
-/// first, each at the lowest address where it meets no obstacle and no request already placed whose lifetime
-/// overlaps its own. Requests that outlive the step are live from birth to the end of the step: the blocks they
-/// leave behind are assumed freed before the next step needs their place (the follower checks, at run time).
-/// Empty (no entries) when the plan does not fit in [base, base + span).
+/// Packs the step offline: pinned requests at their addresses, then the rest in `options.order`, each where
+/// `options` says (by default best fit by size, the greedy-by-size order of static memory planners) among the
+/// places where it meets no obstacle and no request already placed whose lifetime overlaps its own. Requests that
+/// outlive the step are live from birth to the end of the step: the blocks they leave behind are assumed freed
+/// before the next step needs their place (the follower checks, at run time). O(requests^2), twice with
+/// slide_down. Empty (no entries) when the plan does not fit in [base, base + span).
 StepPlan pack_step(const StepObservation& step, std::vector<Obstacle> obstacles, std::uint64_t base,
                    std::uint64_t span, PackOptions options = {});
 
