@@ -1,7 +1,9 @@
 // plimsoll_step_plan_bound: the lower bound for step-aware placement on a trace. Packs one recorded step offline
-// with the engine's own packer (src/engine/step_plan.hpp), with no obstacles and every address free, and prints
-// what the step's requests need (its footprint) against their own live peak, and what the whole device would need
-// (memory the step does not free + the footprint, in 2 MiB granules) against the trace's peak live bytes.
+// with the engine's own packer (src/engine/step_plan.hpp), with no obstacles and every address free, in every
+// order and placement rule it has (and its slide-down pass, too dear to run at a boundary), keeps the smallest, and
+// prints what the step's requests need (its footprint) against their own live peak, and what the whole device
+// would need (memory the step does not free + the footprint, in 2 MiB granules) against the trace's peak live
+// bytes.
 //   plimsoll_step_plan_bound [--step N] TRACE...        (N: index into the trace's steps, default 1)
 #include <algorithm>
 #include <cstdint>
@@ -29,6 +31,18 @@ struct Bound {
   std::uint64_t kept = 0;        // live across the whole step (weights, optimizer state)
   std::uint64_t trace_peak = 0;  // of the whole trace
 };
+
+// Every order, with best fit and first fit, with and without the slide-down pass; and granule-aware by size and by
+// size x lifetime (nothing paid for: every granule is new).
+std::vector<plimsoll::engine::PackOptions> packings() {
+  using plimsoll::engine::PackOrder;
+  std::vector<plimsoll::engine::PackOptions> all;
+  for (const PackOrder order : {PackOrder::size, PackOrder::lifetime, PackOrder::area})
+    for (const bool best_fit : {true, false})
+      for (const bool slide_down : {false, true}) all.push_back({order, best_fit, slide_down});
+  for (const PackOrder order : {PackOrder::size, PackOrder::area}) all.push_back({order, true, false, kGranule});
+  return all;
+}
 
 Bound bound_of(const plimsoll::Trace& trace, std::size_t step_index) {
   const plimsoll::TraceStep& step = trace.steps.at(step_index);
@@ -59,10 +73,13 @@ Bound bound_of(const plimsoll::Trace& trace, std::size_t step_index) {
   }
   observed.pair_leftovers();
   for (auto& request : observed.requests) request.pinned = 0;  // every address is free: nothing to pin to
-  const plimsoll::engine::StepPlan plan = plimsoll::engine::pack_step(observed, {}, 1ull << 40, 1ull << 44);
   Bound bound;
-  bound.step_peak = plan.peak_live;
-  bound.footprint = plan.footprint;
+  bound.footprint = UINT64_MAX;
+  for (const plimsoll::engine::PackOptions& options : packings()) {
+    const plimsoll::engine::StepPlan plan = plimsoll::engine::pack_step(observed, {}, 1ull << 40, 1ull << 44, options);
+    bound.step_peak = plan.peak_live;
+    bound.footprint = std::min(bound.footprint, plan.footprint);
+  }
   for (std::uint32_t slot = 0; slot < trace.slots; ++slot)
     if (live[slot] && !freed_in_step[slot]) bound.kept += size[slot];
   bound.trace_peak = trace.peak_live_bytes;

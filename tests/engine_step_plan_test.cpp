@@ -9,8 +9,10 @@
 #include <random>
 #include <vector>
 
+#include "backings/faulty_backing.hpp"
 #include "backings/sim_backing.hpp"
 #include "engine/heap.hpp"
+#include "engine/plan_candidates.hpp"
 #include "engine/plan_follower.hpp"
 #include "engine/step_plan.hpp"
 #include "engine_heap_checker.hpp"
@@ -25,6 +27,12 @@ namespace {
 constexpr std::uint64_t KiB = 1ull << 10;
 constexpr std::uint64_t MiB = 1ull << 20;
 constexpr std::uint64_t GiB = 1ull << 30;
+
+HeapOptions with_limit(std::uint64_t limit) {
+  HeapOptions options;
+  options.limit = limit;
+  return options;
+}
 
 // ---- The packer
 
@@ -48,6 +56,8 @@ void expect_valid_plan(const StepObservation& step, const StepPlan& plan, const 
       ASSERT_EQ(a.addr, step.requests[i].pinned);
     }
     for (const Obstacle& o : obstacles) {
+      // An obstacle until a tick is gone for a request born at or after it that has no earlier interval.
+      if (o.until < step.ticks && step.requests[i].born >= o.until && held(i) == 0) continue;
       ASSERT_TRUE(a.addr + a.size <= o.addr || o.addr + o.size <= a.addr) << "entry " << i << " on an obstacle";
     }
     for (std::size_t j = i + 1; j < plan.entries.size(); ++j) {
@@ -137,8 +147,22 @@ TEST(EngineStepPlan, LeftoversBecomeObstaclesUntilTheirPreviousCopyIsFreed) {
   EXPECT_EQ(plan.entries[2].addr, base) << "born at tick 4, after the obstacle's tick 3";
 }
 
+// Every packing the engine has: each order, best and first fit, the slide-down pass, granule-aware.
+std::vector<PackOptions> every_packing(const std::vector<bool>* paid) {
+  std::vector<PackOptions> all;
+  for (const PackOrder order : {PackOrder::size, PackOrder::lifetime, PackOrder::area}) {
+    for (const bool best_fit : {true, false})
+      for (const bool slide_down : {false, true}) all.push_back({order, best_fit, slide_down});
+    all.push_back({order, true, false, 2 * MiB, paid});
+  }
+  return all;
+}
+
 TEST(EngineStepPlan, RandomStepsPackValidly) {
   std::mt19937_64 random(7);
+  std::vector<bool> paid(64, false);
+  paid[1] = paid[20] = true;
+  const std::vector<PackOptions> packings = every_packing(&paid);
   for (int round = 0; round < 40; ++round) {
     StepObservation step;
     std::vector<std::uint64_t> live;
@@ -160,9 +184,134 @@ TEST(EngineStepPlan, RandomStepsPackValidly) {
     const std::uint64_t base = 1ull << 30;
     const std::vector<Obstacle> obstacles{{base + 3 * MiB, 2 * MiB}, {base + 40 * MiB, 256}};
     // Pinned requests keep their own addresses: give the packer a span that holds them.
-    const StepPlan plan = pack_step(step, obstacles, base, (1ull << 41) - base);
-    ASSERT_NO_FATAL_FAILURE(expect_valid_plan(step, plan, obstacles, base, (1ull << 41) - base)) << "round " << round;
+    const PackOptions& options = packings[static_cast<std::size_t>(round) % packings.size()];
+    const StepPlan plan = pack_step(step, obstacles, base, (1ull << 41) - base, options);
+    ASSERT_NO_FATAL_FAILURE(expect_valid_plan(step, plan, obstacles, base, (1ull << 41) - base))
+        << "round " << round << " order " << static_cast<int>(options.order) << " best fit " << options.best_fit
+        << " slide " << options.slide_down << " granule " << options.granule;
     EXPECT_GE(plan.footprint + (1ull << 40), plan.peak_live);
+  }
+}
+
+TEST(EngineStepPlan, EveryPackingOfAStepWithoutPinsIsValidAndTheSlideNeverGrowsIt) {
+  std::mt19937_64 random(13);
+  std::vector<bool> paid(512, false);
+  for (std::size_t g = 0; g < paid.size(); g += 7) paid[g] = true;
+  for (int round = 0; round < 6; ++round) {
+    StepObservation step;
+    std::vector<std::uint64_t> live;
+    for (int op = 0; op < 400; ++op) {
+      if (live.empty() || random() % 100 < 52) {
+        const std::uint64_t size = Heap::round(random() % 4 == 0 ? random() % (6 * MiB) : random() % (96 * KiB));
+        const std::uint64_t addr = (static_cast<std::uint64_t>(op) + 1) << 32;
+        step.allocated(addr, size);
+        live.push_back(addr);
+      } else {
+        const std::size_t pick = random() % live.size();
+        step.freed(live[pick], 0);
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(pick));
+      }
+    }
+    const std::uint64_t base = 1ull << 30;
+    const std::vector<Obstacle> obstacles = {{base + 2 * MiB, 3 * MiB}, {base + 9 * MiB, 1 * MiB, 40}};
+    for (const PackOptions& options : every_packing(&paid)) {
+      const StepPlan plan = pack_step(step, obstacles, base, 4 * GiB, options);
+      ASSERT_NO_FATAL_FAILURE(expect_valid_plan(step, plan, obstacles, base, 4 * GiB))
+          << "round " << round << " order " << static_cast<int>(options.order) << " granule " << options.granule;
+      if (options.slide_down) {
+        PackOptions without = options;
+        without.slide_down = false;
+        EXPECT_LE(plan.footprint, pack_step(step, obstacles, base, 4 * GiB, without).footprint);
+      }
+    }
+  }
+}
+
+// Granule-aware packing puts a request where it covers a granule already paid for, where best fit would open one.
+TEST(EngineStepPlan, GranuleAwarePackingUsesPaidGranules) {
+  StepObservation step;
+  step.allocated(0x1, 512 * KiB);
+  step.freed(0x1, 512 * KiB);
+  const std::uint64_t base = 1ull << 30;
+  const std::vector<Obstacle> obstacles{{base + 4 * MiB, 1 * MiB}};  // in granule 2
+  std::vector<bool> paid(8, false);
+  paid[2] = true;  // mapped anyway: the obstacle covers part of it
+  const StepPlan best_fit = pack_step(step, obstacles, base, 64 * MiB);
+  EXPECT_EQ(best_fit.entries[0].addr, base) << "best fit: the smallest gap, [base, base + 4 MiB), granule 0";
+  PackOptions aware;
+  aware.granule = 2 * MiB;
+  aware.paid = &paid;
+  const StepPlan plan = pack_step(step, obstacles, base, 64 * MiB, aware);
+  ASSERT_NO_FATAL_FAILURE(expect_valid_plan(step, plan, obstacles, base, 64 * MiB));
+  EXPECT_EQ(plan.entries[0].addr, base + 5 * MiB) << "right above the obstacle, inside granule 2";
+}
+
+// best_plan keeps, among the candidates, one no other beats: fitting first, then fewest granules to map now,
+// then fewest in all; and what it keeps is a valid plan around every live block.
+TEST(EngineStepPlan, BestPlanKeepsTheCheapestCandidate) {
+  std::mt19937_64 random(5);
+  for (int round = 0; round < 4; ++round) {
+    backings::SimBacking sim(8 * GiB);
+    Heap heap(sim, with_limit(static_cast<std::uint64_t>(64 + 32 * round) * MiB));
+    // Scattered live blocks, some of them cached space between.
+    std::vector<std::uint64_t> scratch;
+    for (int i = 0; i < 24; ++i) {
+      const std::uint64_t addr = heap.allocate(Heap::round(random() % (3 * MiB) + 1 * MiB + 1), 0);
+      ASSERT_NE(addr, 0u);
+      scratch.push_back(addr);
+    }
+    for (std::size_t i = 0; i < scratch.size(); i += 2) {
+      Heap::Freed freed;
+      ASSERT_TRUE(heap.deallocate(scratch[i], freed));
+    }
+    std::vector<Obstacle> obstacles;
+    heap.walk([&](const BlockView& block) {
+      if (!block.free && !block.small) obstacles.push_back(Obstacle{block.addr, block.size});
+    });
+    StepObservation step;
+    std::vector<std::uint64_t> live;
+    for (int op = 0; op < 120; ++op) {
+      if (live.empty() || random() % 100 < 55) {
+        const std::uint64_t addr = (static_cast<std::uint64_t>(op) + 1) << 36;
+        step.allocated(addr, Heap::round(random() % 3 == 0 ? random() % (4 * MiB) : random() % (200 * KiB)));
+        live.push_back(addr);
+      } else {
+        const std::size_t pick = random() % live.size();
+        step.freed(live[pick], 0);
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(pick));
+      }
+    }
+    for (const std::uint64_t addr : live) step.freed(addr, 0);  // no leftovers: both preparations are the same
+    std::size_t chosen = kCandidates;
+    const StepPlan plan = best_plan({step, obstacles}, {step, obstacles}, heap, &chosen);
+    ASSERT_LT(chosen, kCandidates);
+    ASSERT_NO_FATAL_FAILURE(expect_valid_plan(step, plan, obstacles, heap.base(), heap.span_bytes()));
+    const PlanCost kept = plan_cost(plan, heap);
+    std::vector<bool> paid(heap.span_bytes() / heap.granules().granule(), false);
+    for (const Obstacle& o : obstacles)
+      for (std::uint64_t g = heap.granules().first_covering(o.addr); g < heap.granules().end_covering(o.addr, o.size); ++g)
+        paid[g] = true;
+    for (std::size_t c = 0; c < kCandidates; ++c) {
+      PackOptions pack = kPlanCandidates[c].pack;
+      if (kPlanCandidates[c].granule_aware) {
+        pack.granule = heap.granules().granule();
+        pack.paid = &paid;
+      }
+      const PlanCost other = plan_cost(pack_step(step, obstacles, heap.base(), heap.span_bytes(), pack), heap);
+      if (c > chosen && kept.fits && kept.new_granules == 0) break;  // best_plan stops at the first such plan
+      if (other.fits != kept.fits) {
+        EXPECT_TRUE(kept.fits) << "candidate " << c << " fits, the kept one does not";
+      } else if (kept.fits) {
+        EXPECT_LE(std::make_pair(kept.new_granules, kept.granules), std::make_pair(other.new_granules, other.granules))
+            << "candidate " << c;
+      } else {
+        EXPECT_LE(kept.granules, other.granules) << "candidate " << c;
+      }
+    }
+    for (std::size_t i = 1; i < scratch.size(); i += 2) {
+      Heap::Freed freed;
+      ASSERT_TRUE(heap.deallocate(scratch[i], freed));
+    }
   }
 }
 
@@ -191,27 +340,40 @@ class Loop {
   Loop(Heap& heap, PlanFollower& follower, testing::HeapChecker& check)
       : heap_(heap), follower_(follower), check_(check) {}
 
-  void step(const StepShape& shape, std::uint16_t tag = 1) {
+  /// `failed`: null when every request must succeed; else requests may fail under the limit (cleanly, changing
+  /// nothing: the checker says so) and are counted there.
+  void step(const StepShape& shape, std::uint16_t tag = 1, std::uint64_t* failed = nullptr) {
     std::vector<std::pair<std::size_t, std::uint64_t>> pending;  // (free after request, addr)
     std::vector<std::uint64_t> leftovers;
     for (std::size_t i = 0; i < shape.sizes.size(); ++i) {
-      if (i == shape.free_prev_at) free_all(previous_);
+      if (i == shape.free_prev_at) {
+        ASSERT_NO_FATAL_FAILURE(free_all(previous_));
+      }
       const std::uint64_t addr = follower_.allocate(shape.sizes[i], tag);
-      ASSERT_NE(addr, 0u) << "request " << i << " failed: " << static_cast<int>(heap_.last_failure());
-      ASSERT_NO_FATAL_FAILURE(check_.allocated(addr, shape.sizes[i]));
-      if (shape.life[i] == 0) leftovers.push_back(addr);
-      else pending.emplace_back(i + static_cast<std::size_t>(shape.life[i]), addr);
+      if (addr == 0 && failed != nullptr) {
+        ++*failed;
+        const HeapFailure why = heap_.last_failure();
+        ASSERT_TRUE(why == HeapFailure::limit || why == HeapFailure::address_space) << static_cast<int>(why);
+      } else {
+        ASSERT_NE(addr, 0u) << "request " << i << " failed: " << static_cast<int>(heap_.last_failure());
+        ASSERT_NO_FATAL_FAILURE(check_.allocated(addr, shape.sizes[i]));
+        if (shape.life[i] == 0) leftovers.push_back(addr);
+        else pending.emplace_back(i + static_cast<std::size_t>(shape.life[i]), addr);
+      }
       for (auto it = pending.begin(); it != pending.end();) {
         if (it->first == i) {
-          free_one(it->second);
+          ASSERT_NO_FATAL_FAILURE(free_one(it->second));
           it = pending.erase(it);
         } else {
           ++it;
         }
       }
+      ASSERT_LE(heap_.mapped_bytes(), heap_.options().limit);
     }
-    for (const auto& [when, addr] : pending) free_one(addr);
-    if (shape.sizes.size() <= shape.free_prev_at) free_all(previous_);
+    for (const auto& [when, addr] : pending) ASSERT_NO_FATAL_FAILURE(free_one(addr));
+    if (shape.sizes.size() <= shape.free_prev_at) {
+      ASSERT_NO_FATAL_FAILURE(free_all(previous_));
+    }
     previous_ = leftovers;
     ASSERT_NO_FATAL_FAILURE(check_.walk());
     follower_.step_boundary();
@@ -237,19 +399,31 @@ class Loop {
   std::vector<std::uint64_t> previous_;
 };
 
+// A simulated device's heap, its follower, the independent checker and the loop that drives steps through them.
+struct PlannedHeap {
+  explicit PlannedHeap(std::uint64_t limit, std::uint64_t device = 8 * GiB)
+      : sim(device), heap(sim, with_limit(limit)), follower(heap), check(heap), loop(heap, follower, check) {}
+
+  /// The first boundary (observation starts), then `steps` steps of `shape`.
+  void run(const StepShape& shape, int steps) {
+    follower.step_boundary();
+    for (int s = 0; s < steps; ++s) ASSERT_NO_FATAL_FAILURE(loop.step(shape)) << "step " << s;
+  }
+
+  backings::SimBacking sim;
+  Heap heap;
+  PlanFollower follower;
+  testing::HeapChecker check;
+  Loop loop;
+};
+
 TEST(EngineStepPlan, RepeatedStepsFollowThePlanWithoutMappingAgain) {
-  backings::SimBacking sim(8 * GiB);
-  HeapOptions options;
-  options.limit = 1 * GiB;
-  Heap heap(sim, options);
-  PlanFollower follower(heap);
-  testing::HeapChecker check(heap);
-  Loop loop(heap, follower, check);
+  PlannedHeap planned(1 * GiB);
+  auto& [sim, heap, follower, check, loop] = planned;
   const std::uint64_t weights = heap.allocate(50 * MiB, 0);  // live across every step
   ASSERT_NO_FATAL_FAILURE(check.allocated(weights, 50 * MiB));
-  follower.step_boundary();  // step 1 begins
   const StepShape shape = training_like_shape();
-  for (int s = 0; s < 3; ++s) ASSERT_NO_FATAL_FAILURE(loop.step(shape));
+  ASSERT_NO_FATAL_FAILURE(planned.run(shape, 3));
   ASSERT_GE(follower.stats().plans, 1u);
   const std::uint64_t maps = heap.counters().maps, unmaps = heap.counters().unmaps;
   const std::uint64_t mapped = heap.mapped_bytes();
@@ -268,16 +442,10 @@ TEST(EngineStepPlan, RepeatedStepsFollowThePlanWithoutMappingAgain) {
 }
 
 TEST(EngineStepPlan, ExtraMissingAndResizedRequestsFallBackAndResynchronise) {
-  backings::SimBacking sim(8 * GiB);
-  HeapOptions options;
-  options.limit = 1 * GiB;
-  Heap heap(sim, options);
-  PlanFollower follower(heap);
-  testing::HeapChecker check(heap);
-  Loop loop(heap, follower, check);
-  follower.step_boundary();
+  PlannedHeap planned(1 * GiB);
+  auto& [sim, heap, follower, check, loop] = planned;
   const StepShape shape = training_like_shape();
-  for (int s = 0; s < 3; ++s) ASSERT_NO_FATAL_FAILURE(loop.step(shape));
+  ASSERT_NO_FATAL_FAILURE(planned.run(shape, 3));
 
   StepShape extra = shape;  // an extra tensor in the middle
   extra.sizes.insert(extra.sizes.begin() + 10, 5 * MiB + 256);
@@ -309,16 +477,10 @@ TEST(EngineStepPlan, ExtraMissingAndResizedRequestsFallBackAndResynchronise) {
 }
 
 TEST(EngineStepPlan, ABlockInThePlannedRangeMakesTheRequestFallBackSafely) {
-  backings::SimBacking sim(8 * GiB);
-  HeapOptions options;
-  options.limit = 1 * GiB;
-  Heap heap(sim, options);
-  PlanFollower follower(heap);
-  testing::HeapChecker check(heap);
-  Loop loop(heap, follower, check);
-  follower.step_boundary();
+  PlannedHeap planned(1 * GiB);
+  auto& [sim, heap, follower, check, loop] = planned;
   const StepShape shape = training_like_shape();
-  for (int s = 0; s < 2; ++s) ASSERT_NO_FATAL_FAILURE(loop.step(shape));
+  ASSERT_NO_FATAL_FAILURE(planned.run(shape, 2));
   // Squat on the first planned request's range with a block made outside the plan's view.
   const std::uint64_t squatter = heap.allocate_at(follower.plan().entries[0].addr, 256, 0);
   ASSERT_NE(squatter, 0u);
@@ -338,12 +500,8 @@ TEST(EngineStepPlan, ABlockInThePlannedRangeMakesTheRequestFallBackSafely) {
 TEST(EngineStepPlan, RandomizedMatchingAndNonMatchingStepsKeepTheHeapSound) {
   std::mt19937_64 random(11);
   for (int seed = 0; seed < 8; ++seed) {
-    backings::SimBacking sim(16 * GiB);
-    HeapOptions options;
-    options.limit = 640 * MiB;
-    Heap heap(sim, options);
-    PlanFollower follower(heap);
-    testing::HeapChecker check(heap);
+    PlannedHeap planned(640 * MiB, 16 * GiB);
+    auto& [sim, heap, follower, check, loop] = planned;
     std::vector<std::uint64_t> persistent;
     for (int i = 0; i < 5; ++i) {
       const std::uint64_t bytes = (random() % 16 + 1) * MiB;
@@ -352,12 +510,12 @@ TEST(EngineStepPlan, RandomizedMatchingAndNonMatchingStepsKeepTheHeapSound) {
       persistent.push_back(addr);
     }
     StepShape base;
+    base.free_prev_at = 3;
     for (int i = 0; i < 120; ++i) {
       base.sizes.push_back(random() % 4 == 0 ? random() % (32 * MiB) : random() % (512 * KiB));
       base.life.push_back(random() % 10 == 0 ? 0 : static_cast<int>(1 + random() % 30));
     }
     follower.step_boundary();
-    std::vector<std::uint64_t> previous;
     std::uint64_t failed = 0;
     for (int s = 0; s < 100; ++s) {
       StepShape shape = base;
@@ -380,51 +538,9 @@ TEST(EngineStepPlan, RandomizedMatchingAndNonMatchingStepsKeepTheHeapSound) {
       } else if (kind == 9) {  // another batch
         for (std::uint64_t& size : shape.sizes) size = size * 3 / 4;
       }
-      // The step, by hand (requests may fail under the limit: the failure must be clean and change nothing).
-      std::vector<std::pair<std::size_t, std::uint64_t>> pending;
-      std::vector<std::uint64_t> leftovers;
-      const auto free_one = [&](std::uint64_t addr) {
-        Heap::Freed freed;
-        ASSERT_TRUE(heap.deallocate(addr, freed));
-        follower.freed(addr, freed.size);
-        check.freed(addr);
-      };
-      for (std::size_t i = 0; i < shape.sizes.size(); ++i) {
-        if (i == 3) {
-          for (std::uint64_t addr : previous) ASSERT_NO_FATAL_FAILURE(free_one(addr));
-          previous.clear();
-        }
-        const std::uint64_t addr = follower.allocate(shape.sizes[i], 1);
-        if (addr == 0) {
-          ++failed;
-          const HeapFailure why = heap.last_failure();
-          ASSERT_TRUE(why == HeapFailure::limit || why == HeapFailure::address_space) << static_cast<int>(why);
-        } else {
-          ASSERT_NO_FATAL_FAILURE(check.allocated(addr, shape.sizes[i]));
-          if (shape.life[i] == 0) leftovers.push_back(addr);
-          else pending.emplace_back(i + static_cast<std::size_t>(shape.life[i]), addr);
-        }
-        for (auto it = pending.begin(); it != pending.end();) {
-          if (it->first == i) {
-            ASSERT_NO_FATAL_FAILURE(free_one(it->second));
-            it = pending.erase(it);
-          } else {
-            ++it;
-          }
-        }
-        ASSERT_LE(heap.mapped_bytes(), options.limit);
-      }
-      for (const auto& [when, addr] : pending) ASSERT_NO_FATAL_FAILURE(free_one(addr));
-      for (std::uint64_t addr : previous) ASSERT_NO_FATAL_FAILURE(free_one(addr));
-      previous = leftovers;
-      ASSERT_NO_FATAL_FAILURE(check.walk()) << "seed " << seed << " step " << s;
-      follower.step_boundary();
+      ASSERT_NO_FATAL_FAILURE(loop.step(shape, 1, &failed)) << "seed " << seed << " step " << s;
     }
-    for (std::uint64_t addr : previous) {
-      Heap::Freed freed;
-      ASSERT_TRUE(heap.deallocate(addr, freed));
-      check.freed(addr);
-    }
+    ASSERT_NO_FATAL_FAILURE(loop.finish());
     for (std::uint64_t addr : persistent) {
       Heap::Freed freed;
       ASSERT_TRUE(heap.deallocate(addr, freed));
@@ -439,6 +555,26 @@ TEST(EngineStepPlan, RandomizedMatchingAndNonMatchingStepsKeepTheHeapSound) {
     EXPECT_EQ(heap.mapped_bytes(), 0u) << "everything freed, everything can go back";
     ::testing::Test::RecordProperty("failed_requests", static_cast<int>(failed));
   }
+}
+
+// map_ranges is all or nothing: when the backing refuses a later run, the runs it mapped before are unmapped.
+TEST(EngineStepPlan, MapRangesRollsBackWhenTheBackingRefusesARun) {
+  backings::SimBacking sim(8 * GiB);
+  backings::FaultPlan faults;
+  faults.fail_map_call = 2;  // the second run's map call
+  backings::FaultyBacking faulty(sim, faults);
+  Heap heap(faulty, with_limit(256 * MiB));
+  const std::uint64_t base = heap.base();
+  const std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges{{base, 4 * MiB}, {base + 64 * MiB, 6 * MiB}};
+  EXPECT_FALSE(heap.map_ranges(ranges));
+  EXPECT_EQ(faulty.injected_map_failures(), 1u);
+  EXPECT_EQ(heap.mapped_bytes(), 0u) << "the first run, mapped before the refusal, is given back";
+  EXPECT_EQ(sim.memory().free_bytes, 8 * GiB) << "the device got it back too";
+  EXPECT_EQ(heap.self_check(), "");
+  // With the backing willing again, the same ranges map whole and stay mapped.
+  EXPECT_TRUE(heap.map_ranges(ranges));
+  EXPECT_EQ(heap.mapped_bytes(), 10 * MiB);
+  EXPECT_EQ(heap.self_check(), "");
 }
 
 // ---- Through Allocator: step() turns the mode on, stats report it, set_step_plan(false) turns it off.

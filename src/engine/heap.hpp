@@ -83,8 +83,9 @@ class Heap {
   /// block starts; without one it walks the span from its start.
   std::uint64_t allocate_at(std::uint64_t addr, std::uint64_t bytes, std::uint16_t tag, std::uint64_t hint = 0);
   /// Makes the free memory under `ranges` ((addr, size) pairs, sorted, disjoint) mapped, giving back cached
-  /// granules outside them first when the limit requires it. False, with nothing mapped, when they cannot all
-  /// be mapped under the limit.
+  /// granules outside them first when the limit requires it. False when they cannot all be mapped under the
+  /// limit or the backing refuses one: then nothing stays mapped that was not before (the cached granules given
+  /// back to make room stay given back; they held no data).
   bool map_ranges(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges);
 
   struct Freed {

@@ -95,7 +95,10 @@ bool Heap::map_ranges(const std::vector<std::pair<std::uint64_t, std::uint64_t>>
     });
     if (granules_.mapped_bytes() + missing > options_.limit) return false;
   }
-  // Map the wanted runs (a wanted unmapped granule lies in free memory: live blocks are always mapped).
+  // Map the wanted runs (a wanted unmapped granule lies in free memory: live blocks are always mapped). All or
+  // nothing: when the backing refuses a run, the runs mapped before it are unmapped again, so a refused plan
+  // leaves no granules mapped that no block or plan needs.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> mapped_runs;  // (first granule, end)
   for (std::uint64_t g = 0; g < count;) {
     if (!wanted[g] || granules_.is_mapped(g)) {
       ++g;
@@ -103,7 +106,11 @@ bool Heap::map_ranges(const std::vector<std::pair<std::uint64_t, std::uint64_t>>
     }
     std::uint64_t end = g;
     while (end < count && wanted[end] && !granules_.is_mapped(end)) ++end;
-    if (!map_exactly(g, end)) return false;
+    if (!map_exactly(g, end)) {
+      for (const auto& [first, last] : mapped_runs) unmap_range(first, last - first);
+      return false;
+    }
+    mapped_runs.emplace_back(g, end);
     g = end;
   }
   return true;

@@ -4,6 +4,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "engine/plan_candidates.hpp"
+
 namespace plimsoll::engine {
 
 std::uint64_t PlanFollower::allocate(std::uint64_t bytes, std::uint16_t tag) {
@@ -92,11 +94,23 @@ void PlanFollower::build_plan() {
     if (!block.page && observation_.live.count(block.addr) != 0) return;
     obstacles.push_back(Obstacle{block.addr, block.size});
   });
-  // The step's leftovers stay where they are until their pair's free (StepObservation::leftovers_as_obstacles);
-  // those in small pages are covered by their page.
+  // Two ways to carry the step's leftovers into the plan (plan_candidates.hpp tries both). Pinned: each stays
+  // where it is, and its next copy shares its range (StepObservation::pair_leftovers); those in small pages are
+  // packed like any request instead, their page being an obstacle.
+  StepObservation pinned = observation_;
+  pinned.pair_leftovers();
+  for (StepObservation::Request& request : pinned.requests) {
+    if (request.pinned != 0 && in_pages.count(request.pinned) != 0) {
+      request.pinned = 0;
+      request.held_until = 0;
+    }
+  }
+  const std::vector<Obstacle> around_pinned = obstacles;
+  // As obstacles: each stays where it is until its pair's free (StepObservation::leftovers_as_obstacles); those in
+  // small pages are covered by their page.
   for (const Obstacle& o : observation_.leftovers_as_obstacles())
     if (in_pages.count(o.addr) == 0) obstacles.push_back(o);
-  StepPlan plan = pack_step(observation_, std::move(obstacles), heap_.base(), heap_.span_bytes());
+  StepPlan plan = best_plan({observation_, obstacles}, {pinned, around_pinned}, heap_);
   if (plan.entries.empty()) return;  // does not fit the address space: keep what there was
   // Mapped once, here. A plan whose ranges cannot all be mapped under the limit is not followed: half a plan
   // would scatter planned blocks through the space best fit needs for the rest. The next step runs best fit,

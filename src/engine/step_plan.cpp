@@ -76,78 +76,93 @@ bool lifetimes_overlap(const StepObservation::Request& a, std::uint32_t a_died, 
   const std::uint32_t b_held = b.died == StepObservation::kOutlives ? b.held_until : 0;
   return meets(0, a_held, b.born, b_died) || meets(a.born, a_died, 0, b_held) || (a_held > 0 && b_held > 0);
 }
-}  // namespace
 
-StepPlan pack_step(const StepObservation& step, std::vector<Obstacle> obstacles, std::uint64_t base,
-                   std::uint64_t span) {
-  const std::size_t n = step.requests.size();
-  const auto died = [&](std::size_t i) {
-    return step.requests[i].died == StepObservation::kOutlives ? step.ticks : step.requests[i].died;
-  };
-  std::vector<std::uint32_t> order(n);
-  std::iota(order.begin(), order.end(), 0u);
-  std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
-    const auto& ra = step.requests[a];
-    const auto& rb = step.requests[b];
-    if ((ra.pinned != 0) != (rb.pinned != 0)) return ra.pinned != 0;  // pinned first: they are where they are
-    if (ra.size != rb.size) return ra.size > rb.size;
-    const std::uint32_t la = died(a) - ra.born, lb = died(b) - rb.born;
-    if (la != lb) return la > lb;
-    return a < b;
-  });
-
-  std::vector<Interval> fixed;  // obstacles for the whole step
+// The addresses a request may not use: whole-step obstacles, the early obstacles it meets, and the placed requests
+// whose lifetimes overlap its own. Sorted by address.
+struct Packing {
+  const StepObservation& step;
+  std::vector<Interval> fixed;         // obstacles for the whole step
   std::vector<const Obstacle*> early;  // obstacles until a tick
-  fixed.reserve(obstacles.size());
-  for (const Obstacle& o : obstacles) {
-    if (o.until >= step.ticks) fixed.push_back({o.addr, o.addr + o.size});
-    else if (o.until > 0) early.push_back(&o);
-  }
+  std::vector<Interval> taken;         // scratch
 
-  StepPlan plan;
-  plan.entries.resize(n);
-  std::vector<std::uint32_t> placed;  // indices into step.requests, placed so far
-  placed.reserve(n);
-  std::vector<Interval> taken;
-  const std::uint64_t limit = base + span;
-  for (const std::uint32_t i : order) {
+  std::uint32_t died(std::size_t i) const {
+    return step.requests[i].died == StepObservation::kOutlives ? step.ticks : step.requests[i].died;
+  }
+  // Fills `taken` for request i against the requests in `others` (skipping i itself) at their plan addresses.
+  template <class Others>
+  void collect(std::uint32_t i, const StepPlan& plan, const Others& others) {
     const auto& request = step.requests[i];
-    const std::uint32_t end_of_life = died(i);
-    if (request.pinned != 0) {
-      plan.entries[i] = StepPlan::Entry{request.size, request.pinned};
-      plan.footprint = std::max(plan.footprint, request.pinned + request.size - base);
-      placed.push_back(i);
-      continue;
-    }
     taken.assign(fixed.begin(), fixed.end());
     const std::uint32_t held = request.died == StepObservation::kOutlives ? request.held_until : 0;
     for (const Obstacle* o : early)
       if (request.born < o->until || held > 0) taken.push_back({o->addr, o->addr + o->size});
-    for (const std::uint32_t j : placed) {
-      if (lifetimes_overlap(request, end_of_life, step.requests[j], died(j)))
+    for (const std::uint32_t j : others) {
+      if (j != i && lifetimes_overlap(request, died(i), step.requests[j], died(j)))
         taken.push_back({plan.entries[j].addr, plan.entries[j].addr + plan.entries[j].size});
     }
     std::sort(taken.begin(), taken.end(), [](const Interval& a, const Interval& b) { return a.addr < b.addr; });
-    // Best fit among the gaps between what is taken; the open space above everything only when no gap fits.
+  }
+  // The lowest address at or above base where `size` bytes meet nothing taken (best_fit: the smallest gap that
+  // holds them instead, the open space above everything only when none does).
+  std::uint64_t place(std::uint64_t size, std::uint64_t base, bool best_fit) const {
     std::uint64_t best_addr = 0, best_gap = UINT64_MAX;
     std::uint64_t cursor = base;
     for (const Interval& t : taken) {
       if (t.end <= cursor) continue;
       if (t.addr > cursor) {
         const std::uint64_t gap = t.addr - cursor;
-        if (gap >= request.size && gap < best_gap) {
+        if (gap >= size && gap < best_gap) {
+          if (!best_fit) return cursor;
           best_gap = gap;
           best_addr = cursor;
         }
       }
       cursor = std::max(cursor, t.end);
     }
-    if (best_gap == UINT64_MAX) best_addr = cursor;
-    if (best_addr + request.size > limit) return StepPlan{};
-    plan.entries[i] = StepPlan::Entry{request.size, best_addr};
-    plan.footprint = std::max(plan.footprint, best_addr + request.size - base);
-    placed.push_back(i);
+    return best_gap == UINT64_MAX ? cursor : best_addr;
   }
+  // Granule-aware: among the ends of the gaps that hold `size` bytes (and the open space above everything), the
+  // place that covers the fewest granules not `used` yet; ties go to the smaller gap, then the lower address.
+  // `used[g]`: whether granule g (counted from base) is paid for already.
+  std::uint64_t place_in_granules(std::uint64_t size, std::uint64_t base, std::uint64_t granule,
+                                  const std::vector<char>& used) const {
+    const auto new_granules = [&](std::uint64_t addr) {
+      std::uint64_t count = 0;
+      for (std::uint64_t g = (addr - base) / granule; g < (addr + size - base + granule - 1) / granule; ++g)
+        if (g >= used.size() || used[g] == 0) ++count;
+      return count;
+    };
+    std::uint64_t best_addr = 0, best_cost = UINT64_MAX, best_gap = UINT64_MAX;
+    const auto consider = [&](std::uint64_t addr, std::uint64_t gap) {
+      const std::uint64_t added = new_granules(addr);
+      if (added < best_cost || (added == best_cost && gap < best_gap)) {
+        best_addr = addr;
+        best_cost = added;
+        best_gap = gap;
+      }
+    };
+    std::uint64_t cursor = base;
+    for (const Interval& t : taken) {
+      if (t.end <= cursor) continue;
+      if (t.addr > cursor && t.addr - cursor >= size) {
+        consider(cursor, t.addr - cursor);
+        consider(t.addr - size, t.addr - cursor);
+      }
+      cursor = std::max(cursor, t.end);
+    }
+    consider(cursor, UINT64_MAX);
+    // The open space: also from the next granule boundary, when that costs fewer new granules.
+    const std::uint64_t aligned = base + (cursor - base + granule - 1) / granule * granule;
+    if (aligned != cursor) consider(aligned, UINT64_MAX);
+    return best_addr;
+  }
+};
+
+// Footprint, search hints and the step's peak of a plan whose entries are all placed.
+void finish_plan(const StepObservation& step, std::uint64_t base, StepPlan& plan) {
+  const std::size_t n = plan.entries.size();
+  plan.footprint = 0;
+  for (const StepPlan::Entry& e : plan.entries) plan.footprint = std::max(plan.footprint, e.addr + e.size - base);
 
   // Nearest entries below each one, for the follower's search hints.
   std::vector<std::uint32_t> by_addr(n);
@@ -175,12 +190,94 @@ StepPlan pack_step(const StepObservation& step, std::vector<Obstacle> obstacles,
   }
   std::sort(changes.begin(), changes.end());
   std::int64_t live = 0;
+  plan.peak_live = 0;
   for (const auto& [tick, delta] : changes) {
     live += delta;
     plan.peak_live = std::max(plan.peak_live, static_cast<std::uint64_t>(live));
   }
+}
+}  // namespace
+
+StepPlan pack_step(const StepObservation& step, std::vector<Obstacle> obstacles, std::uint64_t base,
+                   std::uint64_t span, PackOptions options) {
+  const std::size_t n = step.requests.size();
+  Packing packing{step, {}, {}, {}};
+  const auto died = [&](std::size_t i) { return packing.died(i); };
+  const auto lifetime = [&](std::uint32_t i) { return std::uint64_t{died(i) - step.requests[i].born}; };
+  const auto key = [&](std::uint32_t i) -> std::uint64_t {
+    switch (options.order) {
+      case PackOrder::size: return step.requests[i].size;
+      case PackOrder::lifetime: return lifetime(i);
+      case PackOrder::area: return (step.requests[i].size >> 8) * lifetime(i);
+    }
+    return 0;
+  };
+  std::vector<std::uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0u);
+  std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
+    const auto& ra = step.requests[a];
+    const auto& rb = step.requests[b];
+    if ((ra.pinned != 0) != (rb.pinned != 0)) return ra.pinned != 0;  // pinned first: they are where they are
+    if (key(a) != key(b)) return key(a) > key(b);
+    if (ra.size != rb.size) return ra.size > rb.size;
+    if (lifetime(a) != lifetime(b)) return lifetime(a) > lifetime(b);
+    return a < b;
+  });
+
+  packing.fixed.reserve(obstacles.size());
+  for (const Obstacle& o : obstacles) {
+    if (o.until >= step.ticks) packing.fixed.push_back({o.addr, o.addr + o.size});
+    else if (o.until > 0) packing.early.push_back(&o);
+  }
+
+  StepPlan plan;
+  plan.entries.resize(n);
+  std::vector<std::uint32_t> placed;  // indices into step.requests, placed so far
+  placed.reserve(n);
+  const std::uint64_t limit = base + span;
+  // Granule-aware packing: which granules are paid for already (options.paid), and those the entries cover.
+  std::vector<char> used;
+  if (options.granule != 0) {
+    used.resize(span / options.granule + 1, 0);
+    if (options.paid != nullptr)
+      for (std::size_t g = 0; g < options.paid->size() && g < used.size(); ++g) used[g] = (*options.paid)[g] ? 1 : 0;
+  }
+  for (const std::uint32_t i : order) {
+    const auto& request = step.requests[i];
+    if (request.pinned != 0) {
+      plan.entries[i] = StepPlan::Entry{request.size, request.pinned};
+      placed.push_back(i);
+      continue;
+    }
+    packing.collect(i, plan, placed);
+    const std::uint64_t addr = options.granule != 0 ? packing.place_in_granules(request.size, base, options.granule, used)
+                                                    : packing.place(request.size, base, options.best_fit);
+    if (addr + request.size > limit) return StepPlan{};
+    if (options.granule != 0) {
+      const std::uint64_t end = std::min<std::uint64_t>((addr + request.size - base + options.granule - 1) / options.granule, used.size());
+      for (std::uint64_t g = (addr - base) / options.granule; g < end; ++g) used[g] = 1;
+    }
+    plan.entries[i] = StepPlan::Entry{request.size, addr};
+    placed.push_back(i);
+  }
+  // Second pass: from the lowest entry up, each unpinned entry slides down to the lowest place that is free of
+  // everything else; no entry ever moves up, so the plan only gets smaller.
+  if (options.slide_down && options.granule == 0) {
+    std::vector<std::uint32_t> by_addr(placed);
+    std::sort(by_addr.begin(), by_addr.end(), [&](std::uint32_t a, std::uint32_t b) {
+      return plan.entries[a].addr < plan.entries[b].addr;
+    });
+    for (const std::uint32_t i : by_addr) {
+      if (step.requests[i].pinned != 0) continue;
+      packing.collect(i, plan, placed);
+      const std::uint64_t addr = packing.place(step.requests[i].size, base, false);
+      if (addr < plan.entries[i].addr) plan.entries[i].addr = addr;
+    }
+  }
+  finish_plan(step, base, plan);
   return plan;
 }
+
 
 std::vector<std::pair<std::uint64_t, std::uint64_t>> covered_ranges(const StepPlan& plan) {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;  // (addr, end) while merging

@@ -88,13 +88,31 @@ struct StepPlan {
   std::uint64_t peak_live = 0;  // the observed step's own peak of live bytes (outliving requests included)
 };
 
-/// Best fit by size and lifetime (the greedy-by-size order of static memory planners): requests go largest
-/// first, each at the lowest address where it meets no obstacle and no request already placed whose lifetime
-/// overlaps its own. Requests that outlive the step are live from birth to the end of the step: the blocks they
-/// leave behind are assumed freed before the next step needs their place (the follower checks, at run time).
-/// Empty (no entries) when the plan does not fit in [base, base + span).
+/// Which requests the packer places first (the larger key first; ties: larger size, then longer lifetime).
+enum class PackOrder {
+  size,      // greedy by size, as static memory planners do
+  lifetime,  // longest-lived first: what lives long settles low, short-lived requests share what is above
+  area,      // size x lifetime
+};
+struct PackOptions {
+  PackOrder order = PackOrder::size;
+  bool best_fit = true;     // the smallest gap that holds a request; false: the lowest address that does
+  bool slide_down = false;  // a second pass that moves each entry, lowest first, to the lowest free place
+  /// Granule-aware packing (non-zero: the granule size; base must be a multiple of it): each request goes where it
+  /// covers the fewest granules that neither `paid` (indexed from base: granules mapped anyway) nor an entry
+  /// placed before it covers, instead of best_fit's rule. slide_down is not applied.
+  std::uint64_t granule = 0;
+  const std::vector<bool>* paid = nullptr;
+};
+
+/// Packs the step offline: pinned requests at their addresses, then the rest in `options.order`, each where
+/// `options` says (by default best fit by size, the greedy-by-size order of static memory planners) among the
+/// places where it meets no obstacle and no request already placed whose lifetime overlaps its own. Requests that
+/// outlive the step are live from birth to the end of the step: the blocks they leave behind are assumed freed
+/// before the next step needs their place (the follower checks, at run time). O(requests^2), twice with
+/// slide_down. Empty (no entries) when the plan does not fit in [base, base + span).
 StepPlan pack_step(const StepObservation& step, std::vector<Obstacle> obstacles, std::uint64_t base,
-                   std::uint64_t span);
+                   std::uint64_t span, PackOptions options = {});
 
 /// Merged address ranges [addr, addr + size) that the plan's entries cover: what must stay mapped.
 std::vector<std::pair<std::uint64_t, std::uint64_t>> covered_ranges(const StepPlan& plan);

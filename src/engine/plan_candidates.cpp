@@ -1,0 +1,87 @@
+#include "engine/plan_candidates.hpp"
+
+#include <algorithm>
+#include <tuple>
+
+#include "engine/heap.hpp"
+
+namespace plimsoll::engine {
+
+// Measured on the shared traces at the target's limits (docs/engine.md, "Against the target"), each of these is
+// the cheapest on some step: first fit by size (MobileNetV2), granule-aware by size around the leftovers as
+// obstacles (GPT, ResNet-50: their second plans), granule-aware by size with leftovers pinned (VGG-16, ResNet-50's
+// and the ResNet-18 traces' first plans), size x lifetime with leftovers pinned (ResNet-18 at batch 128). Greedy
+// best fit by size, lifetime order, and plans in fresh address space above everything live (or confined to the
+// granules live blocks cover) never were: the fresh ones mapped 300 to 1,300 more granules than the rest.
+const std::array<PlanCandidate, kCandidates> kPlanCandidates{{
+    {{PackOrder::size, false, false}, false, false},
+    {{PackOrder::size, true, false}, true, false},
+    {{PackOrder::size, true, false}, true, true},
+    {{PackOrder::area, true, false}, false, true},
+}};
+
+namespace {
+
+// Marks the granules that [addr, addr + size) covers.
+void mark(std::vector<bool>& granules, const GranuleMap& map, std::uint64_t addr, std::uint64_t size) {
+  for (std::uint64_t g = map.first_covering(addr); g < map.end_covering(addr, size); ++g) granules[g] = true;
+}
+
+}  // namespace
+
+PlanCost plan_cost(const StepPlan& plan, const Heap& heap) {
+  const GranuleMap& map = heap.granules();
+  std::vector<bool> used(heap.span_bytes() / map.granule(), false);
+  heap.walk([&](const BlockView& block) {
+    if (!block.free && !block.small) mark(used, map, block.addr, block.size);
+  });
+  for (const StepPlan::Entry& e : plan.entries) mark(used, map, e.addr, e.size);
+  PlanCost cost;
+  for (std::uint64_t g = 0; g < used.size(); ++g) {
+    if (!used[g]) continue;
+    ++cost.granules;
+    if (!map.is_mapped(g)) ++cost.new_granules;
+  }
+  cost.fits = cost.granules * map.granule() <= heap.options().limit;
+  return cost;
+}
+
+StepPlan best_plan(const PreparedStep& as_obstacles, const PreparedStep& pinned, const Heap& heap,
+                   std::size_t* chosen) {
+  const GranuleMap& map = heap.granules();
+  std::vector<bool> live(heap.span_bytes() / map.granule(), false);  // the granules live blocks cover
+  for (const Obstacle& o : as_obstacles.obstacles) mark(live, map, o.addr, o.size);
+
+  StepPlan best;
+  PlanCost best_cost;
+  // Fitting first; among those, the fewest granules to map now, then the fewest in all. Among plans that do not
+  // fit, the fewest in all (the nearest miss). Ties: the earlier candidate.
+  const auto better = [](const PlanCost& a, const PlanCost& b) {
+    if (a.fits != b.fits) return a.fits;
+    if (!a.fits) return a.granules < b.granules;
+    return std::tie(a.new_granules, a.granules) < std::tie(b.new_granules, b.granules);
+  };
+  for (std::size_t c = 0; c < kCandidates; ++c) {
+    const PlanCandidate& candidate = kPlanCandidates[c];
+    const PreparedStep& prepared = candidate.pinned ? pinned : as_obstacles;
+    PackOptions pack = candidate.pack;
+    if (candidate.granule_aware) {
+      pack.granule = map.granule();
+      pack.paid = &live;
+    }
+    StepPlan plan = pack_step(prepared.step, prepared.obstacles, heap.base(), heap.span_bytes(), pack);
+    if (plan.entries.empty()) continue;  // not in the address space
+    const PlanCost cost = plan_cost(plan, heap);
+    if (best.entries.empty() || better(cost, best_cost)) {
+      best = std::move(plan);
+      best_cost = cost;
+      if (chosen != nullptr) *chosen = c;
+    }
+    // A plan that fits and maps nothing new costs no map call: the rest could only save granules already mapped,
+    // for another O(requests^2) each under the lock.
+    if (best_cost.fits && best_cost.new_granules == 0) break;
+  }
+  return best;
+}
+
+}  // namespace plimsoll::engine

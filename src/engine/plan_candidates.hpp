@@ -1,0 +1,56 @@
+#pragma once
+// Step-aware placement, part 1b: a few packings of one observed step, and the choice among them by what they cost
+// in memory that must be mapped (PlanFollower::build_plan calls it at a step boundary).
+//
+// A plan's physical cost is not its address span but the granules it maps: the granules of the blocks that stay
+// live (mapped anyway) united with the granules its entries cover. No single packing wins on every workload, so a
+// few are tried (kPlanCandidates) and the one kept fits the limit and maps the fewest granules not mapped already
+// (each is a map call at the boundary, and at the limit an unmap too), then the fewest in all.
+// Safety does not rest on the choice: every candidate is a valid plan (StepPlan's invariants), and the follower
+// places a request at its planned address only inside a free block.
+//
+// Cost: each candidate is one pack_step, O(requests^2); kCandidates of them run under the device's lock at the
+// boundary (bounded by PlanFollower::kMaxStepRequests).
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "engine/step_plan.hpp"
+
+namespace plimsoll::engine {
+
+class Heap;
+
+struct PlanCandidate {
+  PackOptions pack;
+  bool granule_aware = false;  // PackOptions::granule: the heap's granule, the live blocks' granules paid for
+  bool pinned = false;         // leftovers pinned where they are (PreparedStep `pinned`), not obstacles until a tick
+};
+inline constexpr std::size_t kCandidates = 4;
+extern const std::array<PlanCandidate, kCandidates> kPlanCandidates;
+
+/// What a plan would cost on this heap, in granules.
+struct PlanCost {
+  std::uint64_t granules = 0;      // live blocks' granules united with the entries'
+  std::uint64_t new_granules = 0;  // of those, not mapped now
+  bool fits = false;               // granules x granule size within the heap's limit
+};
+PlanCost plan_cost(const StepPlan& plan, const Heap& heap);
+
+/// One observed step as the packer takes it, with the live blocks it must keep clear of.
+struct PreparedStep {
+  const StepObservation& step;
+  const std::vector<Obstacle>& obstacles;
+};
+
+/// The cheapest plan among kPlanCandidates that fits the heap's limit, or, when none fits, the one that maps the
+/// fewest granules in all (the caller then finds it unfit). Empty only when no candidate fits the address space.
+/// The two preparations of the step (StepObservation::leftovers_as_obstacles and pair_leftovers) have the same
+/// requests in the same order; `as_obstacles.obstacles` must hold every live block. Stops at the first candidate
+/// that fits and maps nothing new (no later one could save a map call). `chosen`, when not null, gets the index of
+/// the candidate kept.
+StepPlan best_plan(const PreparedStep& as_obstacles, const PreparedStep& pinned, const Heap& heap,
+                   std::size_t* chosen = nullptr);
+
+}  // namespace plimsoll::engine
