@@ -367,4 +367,97 @@ TEST(RuntimeShare, ADevicePausedByItselfShowsPausedInTheLedger) {
   gpu.deallocate(block);
 }
 
+// The client program (tests/fake_libcuda/runtime_client.cpp) over the fake libcuda.so.1, with `environment` added.
+struct ClientRun {
+  int status = -1;
+  std::string out;
+  std::string err;
+};
+
+ClientRun run_client(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& environment) {
+  int out_pipe[2], err_pipe[2];
+  if (::pipe(out_pipe) != 0 || ::pipe(err_pipe) != 0) throw std::runtime_error("pipe");
+  const pid_t child = ::fork();
+  if (child == 0) {
+    for (const auto& [name, value] : environment) ::setenv(name.c_str(), value.c_str(), 1);
+    ::dup2(out_pipe[1], 1);
+    ::dup2(err_pipe[1], 2);
+    std::vector<char*> args;
+    for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  ClientRun run;
+  // Both pipes are small (a few lines each): read stdout to its end, then stderr.
+  for (auto [fd, text] : {std::pair{out_pipe[0], &run.out}, std::pair{err_pipe[0], &run.err}}) {
+    char buffer[4096];
+    for (ssize_t got; (got = ::read(fd, buffer, sizeof buffer)) > 0;) text->append(buffer, static_cast<std::size_t>(got));
+    ::close(fd);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  run.status = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  return run;
+}
+
+std::vector<std::pair<std::string, std::string>> fake_gpu_environment(const LedgerDirectory& dir) {
+  return {{"LD_LIBRARY_PATH", PLIMSOLL_FAKE_LIBCUDA_DIR},
+          {"PLIMSOLL_FAKE_CUDA_BYTES", std::to_string(kGpuBytes)},
+          {"PLIMSOLL_LEDGER_DIR", dir.path()},
+          {"PLIMSOLL_SHARE", "cuda:0=64MiB:128MiB"},
+          {"PLIMSOLL_LOG", "0"}};
+}
+
+std::vector<std::string> lines_starting(const std::string& text, const std::string& prefix) {
+  std::vector<std::string> found;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(start, end - start);
+    if (line.rfind(prefix, 0) == 0) found.push_back(line);
+    start = end + 1;
+  }
+  return found;
+}
+
+TEST(RuntimeShare, AProcessGetsItsShareFromTheEnvironmentWithoutTheInterposer) {
+  const LedgerDirectory dir;
+  const ClientRun run = run_client({PLIMSOLL_RUNTIME_CLIENT, "cuda:0", "8MiB"}, fake_gpu_environment(dir));
+  ASSERT_EQ(run.status, 0) << run.err;
+  const auto entries = lines_starting(run.out, "entry ");
+  ASSERT_EQ(entries.size(), 1u) << run.out;
+  EXPECT_THAT(entries[0], HasSubstr("interposed=0 can_trim=1")) << "an engine process, which plimsoll pause reaches";
+  // The fake libcuda.so.1 has no virtual memory management: the device takes its whole limit at once (cuMemAlloc).
+  const auto limit = lines_starting(run.out, "limit ");
+  ASSERT_EQ(limit.size(), 1u);
+  EXPECT_THAT(entries[0], HasSubstr("charged=" + limit[0].substr(6) + " ")) << run.out;
+}
+
+TEST(RuntimeShare, UnderTheInterposerTheProcessKeepsOneEntryChargedOnce) {
+  // `plimsoll run --device cuda:0=SHARE:CAP` preloads the interposer and sets PLIMSOLL_SHARE; the PyTorch library's
+  // Runtime device then allocates through the interposer, which charges it: the Runtime does not join again.
+  const LedgerDirectory dir;
+  auto environment = fake_gpu_environment(dir);
+  environment.emplace_back("LD_PRELOAD", PLIMSOLL_CUDA_INTERCEPT_SO);
+  const ClientRun run = run_client({PLIMSOLL_RUNTIME_CLIENT, "cuda:0", "8MiB"}, environment);
+  ASSERT_EQ(run.status, 0) << run.err;
+  const auto entries = lines_starting(run.out, "entry ");
+  ASSERT_EQ(entries.size(), 1u) << "one entry per process and GPU:\n" << run.out;
+  EXPECT_THAT(entries[0], HasSubstr("interposed=1 can_trim=0"));
+  const auto limit = lines_starting(run.out, "limit ");
+  ASSERT_EQ(limit.size(), 1u);
+  // The device's preallocated region, charged once by the interposer (the fake's context costs nothing) as the
+  // driver gave it: the limit, plus the granule a misaligned cuMemAlloc is retried with
+  // (backings/cuda_region_backing.cpp). Charged twice, it would be twice the limit.
+  const std::uint64_t region = std::stoull(limit[0].substr(6));
+  const std::uint64_t charged = std::stoull(entries[0].substr(entries[0].find("charged=") + 8));
+  EXPECT_GE(charged, region) << run.out;
+  EXPECT_LE(charged, region + 2 * kMiB) << run.out;
+  EXPECT_LE(region, 128 * kMiB) << "the interposer's cuMemGetInfo says the cap";
+}
+
 }  // namespace
