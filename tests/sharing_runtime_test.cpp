@@ -460,4 +460,72 @@ TEST(RuntimeShare, UnderTheInterposerTheProcessKeepsOneEntryChargedOnce) {
   EXPECT_LE(region, 128 * kMiB) << "the interposer's cuMemGetInfo says the cap";
 }
 
+// The client holding its memory (its last argument `hold`) until destroyed, for `plimsoll pause PID`.
+class HeldClient {
+ public:
+  HeldClient(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& environment) {
+    int in_pipe[2], out_pipe[2];
+    if (::pipe(in_pipe) != 0 || ::pipe(out_pipe) != 0) throw std::runtime_error("pipe");
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      for (const auto& [name, value] : environment) ::setenv(name.c_str(), value.c_str(), 1);
+      ::dup2(in_pipe[0], 0);
+      ::dup2(out_pipe[1], 1);
+      ::close(in_pipe[1]);
+      std::vector<char*> args;
+      for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+      args.push_back(nullptr);
+      ::execv(args[0], args.data());
+      ::_exit(127);
+    }
+    ::close(in_pipe[0]);
+    ::close(out_pipe[1]);
+    stdin_ = in_pipe[1];
+    stdout_ = out_pipe[0];
+    // Up to "holding" (or the end, when it failed).
+    char c = 0;
+    while (out_.find("holding\n") == std::string::npos && ::read(stdout_, &c, 1) == 1) out_ += c;
+  }
+  ~HeldClient() {
+    ::close(stdin_);
+    ::close(stdout_);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  HeldClient(const HeldClient&) = delete;
+  HeldClient& operator=(const HeldClient&) = delete;
+  int pid() const { return pid_; }
+  bool holding() const { return out_.find("holding\n") != std::string::npos; }
+  const std::string& out() const { return out_; }
+
+ private:
+  pid_t pid_ = -1;
+  int stdin_ = -1, stdout_ = -1;
+  std::string out_;
+};
+
+TEST(RuntimeShare, PlimsollPauseReachesARuntimeProcessButNotOneUnderTheInterposer) {
+  const LedgerDirectory dir;
+  const std::vector<std::string> client = {PLIMSOLL_RUNTIME_CLIENT, "cuda:0", "8MiB", "hold"};
+  {
+    const HeldClient engine(client, fake_gpu_environment(dir));
+    ASSERT_TRUE(engine.holding()) << engine.out();
+    // Answered by the process's responder: the fake libcuda.so.1 has no virtual memory management, so its device
+    // is preallocated and refuses the pause with its reason (exit 1), where an ungoverned process gets exit 2.
+    const ClientRun pause =
+        run_client({PLIMSOLL_CLI_PATH, "pause", std::to_string(engine.pid()), "--ledger-dir", dir.path()}, {});
+    EXPECT_EQ(pause.status, 1) << pause.out << pause.err;
+    EXPECT_THAT(pause.out + pause.err, HasSubstr("preallocate"));
+  }
+  {
+    auto environment = fake_gpu_environment(dir);
+    environment.emplace_back("LD_PRELOAD", PLIMSOLL_CUDA_INTERCEPT_SO);
+    const HeldClient interposed(client, environment);
+    ASSERT_TRUE(interposed.holding()) << interposed.out();
+    const ClientRun pause =
+        run_client({PLIMSOLL_CLI_PATH, "pause", std::to_string(interposed.pid()), "--ledger-dir", dir.path()}, {});
+    EXPECT_EQ(pause.status, 2) << pause.out << pause.err;
+    EXPECT_THAT(pause.err, HasSubstr("driver"));
+  }
+}
+
 }  // namespace

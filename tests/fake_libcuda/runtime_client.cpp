@@ -4,7 +4,8 @@
 // and prints what the GPU ledgers of PLIMSOLL_LEDGER_DIR hold for this process, one line per entry:
 //   limit BYTES
 //   entry interposed=0|1 can_trim=0|1 charged=BYTES in_use=BYTES
-// Errors: "error: MESSAGE" on stderr, exit 1.
+// With a third argument `hold`, it then prints "holding" and keeps the memory until its stdin closes (for
+// `plimsoll pause PID`). Errors: "error: MESSAGE" on stderr, exit 1.
 #include <unistd.h>
 
 #include <cstdio>
@@ -17,8 +18,9 @@
 #include "sharing/ledger_scan.hpp"
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: %s DEVICE SIZE\n", argv[0]);
+  const bool hold = argc == 4 && std::string(argv[3]) == "hold";
+  if (argc != 3 && !hold) {
+    std::fprintf(stderr, "usage: %s DEVICE SIZE [hold]\n", argv[0]);
     return 2;
   }
   try {
@@ -35,6 +37,13 @@ int main(int argc, char** argv) {
         std::printf("entry interposed=%d can_trim=%d charged=%llu in_use=%llu\n", row.interposed ? 1 : 0,
                     row.can_trim ? 1 : 0, static_cast<unsigned long long>(row.charged),
                     static_cast<unsigned long long>(row.in_use));
+      }
+    }
+    if (hold) {
+      std::printf("holding\n");
+      std::fflush(stdout);
+      char ignored[64];
+      while (::read(0, ignored, sizeof ignored) > 0) {
       }
     }
     device.deallocate(block);
