@@ -68,10 +68,12 @@ plimsoll_layer(backings DEPENDS devices util)
 plimsoll_layer(engine DEPENDS backings util)
 plimsoll_layer(policy DEPENDS util)
 plimsoll_layer(telemetry DEPENDS engine util)
-plimsoll_layer(runtime DEPENDS backings devices policy util)
+# A Runtime's cuda:N devices join the GPU's shared ledger under PLIMSOLL_SHARE (docs/sharing.md), so runtime sits
+# over sharing.
+plimsoll_layer(sharing DEPENDS backings devices util)
+plimsoll_layer(runtime DEPENDS backings devices policy sharing util)
 plimsoll_layer(pipeline DEPENDS util)
 plimsoll_layer(plan DEPENDS telemetry util)
-plimsoll_layer(sharing DEPENDS backings devices util)
 plimsoll_layer(integrations DEPENDS devices sharing telemetry util)
 # The shells over the library: `plimsoll train` (src/train, built when libtorch is found) and the command line.
 plimsoll_layer(train DEPENDS devices telemetry util)

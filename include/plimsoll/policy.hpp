@@ -56,6 +56,9 @@ struct Config {
   std::map<std::string, std::vector<LogicalDeviceConfig>> logical_devices;  // physical device name -> split
   bool cpu_fallback = false;
   std::optional<std::string> visible_devices;  // PLIMSOLL_VISIBLE_DEVICES
+  // PLIMSOLL_SHARE, "cuda:N=SHARE[:CAP][,...]" (docs/sharing.md): each named GPU's devices join its shared ledger
+  // with that share. Unset: no ledger is touched.
+  std::optional<std::string> gpu_shares;
   bool log_device_creation = true;
 
   Policy policy_for(const DeviceName& device) const;
@@ -76,7 +79,8 @@ const char* process_environment(const char* name);
 /// Applies environment variables on top of `base`; `getenv_fn` is injectable for tests.
 ///   PLIMSOLL_ALLOW_GROWTH=true|false, PLIMSOLL_MEMORY_LIMIT=SIZE, PLIMSOLL_MEMORY_FRACTION=F,
 ///   PLIMSOLL_RESERVE=SIZE, PLIMSOLL_RELEASE_THRESHOLD=SIZE, PLIMSOLL_CPU_FALLBACK=true|false,
-///   PLIMSOLL_VISIBLE_DEVICES=LIST, PLIMSOLL_CONFIG=PATH (read first), PLIMSOLL_LOG=0|1
+///   PLIMSOLL_VISIBLE_DEVICES=LIST, PLIMSOLL_CONFIG=PATH (read first), PLIMSOLL_LOG=0|1,
+///   PLIMSOLL_SHARE=cuda:N=SHARE[:CAP],... (gpu_shares)
 using Getenv = const char* (*)(const char*);
 Config apply_environment(Config base, Getenv getenv_fn = &process_environment);
 

@@ -132,6 +132,8 @@ Config apply_environment(Config base, Getenv getenv_fn) {
 
   if (const auto fallback = env.get_bool("PLIMSOLL_CPU_FALLBACK")) config.cpu_fallback = *fallback;
   if (const auto visible = env.get("PLIMSOLL_VISIBLE_DEVICES")) config.visible_devices = std::string(*visible);
+  // Parsed by the runtime when a GPU device is created (the sharing layer owns the form and its errors).
+  if (const auto shares = env.get("PLIMSOLL_SHARE")) config.gpu_shares = std::string(*shares);
   if (const auto log = env.get_bool("PLIMSOLL_LOG")) config.log_device_creation = *log;
 
   policy.validate();

@@ -77,7 +77,10 @@ Budget compute_budget(const std::string& device, const PhysicalMemory& memory, c
           what_the_device_can_give(budget, memory)));
     }
   } else if (memory.kind == DeviceKind::cuda) {
-    // A GPU shared with other processes: take what is free now, never what they hold.
+    // A GPU shared with other processes: take what is free now, never what they hold. Under a share
+    // (PLIMSOLL_SHARE) the memory is the GPU as the share lets this process see it (gpu_sharing.hpp): the cap as
+    // its total, and what the ledger would charge it as its free memory; the interposer answers cuMemGetInfo the
+    // same way, so one rule gives both the same budget.
     budget.limit_bytes = saturating_minus(std::min(memory.free_bytes, memory.ceiling_bytes), budget.reserve_bytes);
   } else if (memory.pinned) {
     budget.limit_bytes = std::min(budget.capacity_bytes, memory.ceiling_bytes / kPinnedDefaultShareDivisor);

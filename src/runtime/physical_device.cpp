@@ -45,6 +45,7 @@ PhysicalDevice describe_gpu(const GpuInfo& gpu) {
   device.memory.free_bytes = gpu.free_bytes;
   device.memory.ceiling_bytes = gpu.total_bytes;
   device.memory.compute_major = gpu.compute_major;
+  device.uuid = gpu.uuid;
   device.details = fmt::format("{}, PCI {}, compute {}.{}", gpu.uuid, gpu.pci_bus_id, gpu.compute_major,
                                gpu.compute_minor);
   return device;

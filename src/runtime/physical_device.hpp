@@ -15,6 +15,7 @@ struct PhysicalDevice {
   std::string hardware;      // GPU name, "host", "simulated device"
   PhysicalMemory memory;
   std::string details;       // UUID, PCI bus id, compute capability; the host's cgroup limit
+  std::string uuid;          // cuda:N only: "GPU-...", which names its shared ledger
   // cuda:N only: the driver's ordinal of this GPU. plimsoll's N is renumbered by PLIMSOLL_VISIBLE_DEVICES
   // (name.index), the driver's is not; -1 until find_physical sets it.
   int driver_ordinal = -1;

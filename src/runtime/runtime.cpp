@@ -15,10 +15,12 @@
 #include "runtime/device_plan.hpp"
 #include "runtime/device_listing.hpp"
 #include "runtime/fixed_size_growth.hpp"
+#include "runtime/gpu_sharing.hpp"
 #include "runtime/gpu_visibility.hpp"
 #include "runtime/physical_device.hpp"
 #include "runtime/runtime_access.hpp"
 #include "runtime/shared_backing.hpp"
+#include "sharing/interposer_presence.hpp"
 
 namespace plimsoll {
 namespace {
@@ -33,6 +35,12 @@ std::optional<std::string> environment_value(const char* variable) {
 
 struct Runtime::Impl {
   explicit Impl(Config initial) : config(std::move(initial)) {}
+  ~Impl() {
+    // The ledger's responders call into the allocators: they stop before any allocator is destroyed.
+    for (auto& [name, sharing] : gpu_sharing) sharing->stop();
+  }
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
 
   mutable std::mutex mutex;
   Config config;
@@ -40,6 +48,11 @@ struct Runtime::Impl {
   // The driver the GPU scan used, kept to allocate from the GPUs it listed; absent when none loaded (or the
   // hardware was injected without one). Set together with `hardware`, so a listed GPU always has its driver.
   std::optional<cuda_driver::Api> driver;
+  // PLIMSOLL_SHARE (config.gpu_shares), parsed at the first GPU device; empty: no GPU is shared.
+  std::optional<std::vector<ShareSpec>> share_specs;
+  // Each shared GPU's place in its ledger, by physical name; declared before the backings and devices that charge
+  // it, so it is left only once they are gone.
+  std::map<std::string, std::unique_ptr<runtime::GpuSharing>> gpu_sharing;
   // One physical device's backing shared by its logical devices, with what the backing can do.
   struct Shared {
     std::unique_ptr<runtime::SharedBacking> backing;
@@ -65,12 +78,51 @@ struct Runtime::Impl {
 
   const cuda_driver::Api* driver_or_null() const { return driver ? &*driver : nullptr; }
 
+  /// The GPU's place in its ledger when PLIMSOLL_SHARE names it (joined at its first device), else null. Null too
+  /// when plimsoll's interposer governs this process: every driver allocation of the engine passes through it and
+  /// is charged there already, to the process's one entry.
+  runtime::GpuSharing* sharing_for(const runtime::PhysicalDevice& physical) {
+    if (physical.memory.kind != DeviceKind::cuda) return nullptr;
+    if (!share_specs) share_specs = parsed_share_specs();
+    const std::optional<ShareSpec> spec = runtime::share_for(*share_specs, physical.driver_ordinal);
+    if (!spec || (driver && sharing::interposer_governs(*driver))) return nullptr;
+    const std::string key = physical.name.str();
+    if (const auto found = gpu_sharing.find(key); found != gpu_sharing.end()) return found->second.get();
+    auto joined = std::make_unique<runtime::GpuSharing>(key, physical.uuid, physical.memory.total_bytes, *spec,
+                                                        ledger_directory());
+    return gpu_sharing.emplace(key, std::move(joined)).first->second.get();
+  }
+
+  std::vector<ShareSpec> parsed_share_specs() const {
+    if (!config.gpu_shares) return {};
+    try {
+      return parse_share_specs(*config.gpu_shares);
+    } catch (const InvalidArgument& error) {
+      throw InvalidArgument(fmt::format("PLIMSOLL_SHARE=\"{}\": {}", *config.gpu_shares, error.what()));
+    }
+  }
+
+  /// `physical` as this process may use it: under a GPU share, its cap and what the ledger would charge it.
+  runtime::PhysicalDevice as_seen(runtime::PhysicalDevice physical) {
+    if (const auto found = gpu_sharing.find(physical.name.str()); found != gpu_sharing.end())
+      physical.memory = found->second->as_seen(physical.memory);
+    return physical;
+  }
+
+  /// A fresh backing for `physical`, charged to its GPU share when it has one.
+  runtime::DeviceBacking make_backing(const runtime::PhysicalDevice& physical, runtime::GpuSharing* sharing) {
+    runtime::DeviceBacking made = runtime::make_backing(physical, driver_or_null());
+    if (sharing != nullptr) made.backing = sharing->charged(std::move(made.backing));
+    return made;
+  }
+
   /// The backing for `physical`, shared by its logical devices when `logical`.
-  runtime::DeviceBacking backing_for(const runtime::PhysicalDevice& physical, bool logical) {
-    if (!logical) return runtime::make_backing(physical, driver_or_null());
+  runtime::DeviceBacking backing_for(const runtime::PhysicalDevice& physical, bool logical,
+                                     runtime::GpuSharing* sharing) {
+    if (!logical) return make_backing(physical, sharing);
     Shared& shared = shared_backings[physical.name.str()];
     if (!shared.backing) {
-      runtime::DeviceBacking made = runtime::make_backing(physical, driver_or_null());
+      runtime::DeviceBacking made = make_backing(physical, sharing);
       shared.backing = std::make_unique<runtime::SharedBacking>(std::move(made.backing));
       shared.growable = made.growable;
       shared.fallback_reason = std::move(made.fallback_reason);
@@ -97,8 +149,10 @@ struct Runtime::Impl {
     }
     if (!missing.empty()) return fall_back_or_throw(key, missing, gpus);
 
-    runtime::DevicePlan plan = runtime::plan_device(config, *physical, name);
-    runtime::DeviceBacking backing = backing_for(*physical, plan.logical);
+    runtime::GpuSharing* sharing = sharing_for(*physical);
+    const runtime::PhysicalDevice seen = as_seen(*physical);
+    runtime::DevicePlan plan = runtime::plan_device(config, seen, name);
+    runtime::DeviceBacking backing = backing_for(seen, plan.logical, sharing);
     std::string note;
     if (!backing.growable) {
       plan.description.policy =
@@ -109,6 +163,7 @@ struct Runtime::Impl {
     if (config.log_device_creation) fmt::print(stderr, "{}{}\n", allocator->description().summary(), note);
     Allocator& created = *allocator;
     devices.emplace(key, std::move(allocator));
+    if (sharing != nullptr) sharing->add(created);
     if (!backing.growable) fixed_size_devices.emplace(key, backing.fallback_reason);
     return created;
   }
@@ -181,7 +236,7 @@ void Runtime::configure(std::string_view device, const Policy& policy) {
                                      "changing PLIMSOLL_VISIBLE_DEVICES",
                                      key));
     }
-    const DeviceDescription planned = runtime::plan_device(changed, *physical, name).description;
+    const DeviceDescription planned = runtime::plan_device(changed, impl_->as_seen(*physical), name).description;
     // The limit is worked out here, once (runtime/budget.hpp); the allocator takes it as it is.
     DeviceLimits limits{planned.policy, planned.limit_bytes};
     if (const auto fixed = impl_->fixed_size_devices.find(key); fixed != impl_->fixed_size_devices.end()) {

@@ -1,0 +1,34 @@
+#pragma once
+// The allocators of one GPU (its logical devices, or the one physical device), seen by the GPU's shared ledger as one
+// process: a trim, a pause or a resume asked by the ledger applies to all of them, and their in-use bytes add up.
+#include <mutex>
+#include <vector>
+
+#include "plimsoll/allocator.hpp"
+#include "plimsoll/sharing.hpp"
+
+namespace plimsoll::runtime {
+
+class AllocatorGroup {
+ public:
+  /// `allocator` must outlive the group's hooks (the runtime stops its responder before destroying allocators).
+  void add(Allocator& allocator);
+
+  /// For a TrimResponder (the group must outlive it): trim, in_use, pause, resume and paused over every member.
+  /// A pause pauses every member not paused yet, all or nothing (a member that fails resumes the ones it paused);
+  /// a resume resumes every paused member and stops at the first that fails (that one stays paused with nothing
+  /// lost; the next resume takes up the rest).
+  ShareHooks hooks();
+
+ private:
+  void trim();
+  std::uint64_t in_use();
+  std::uint64_t pause(bool keep_contents);
+  void resume();
+  std::optional<std::uint64_t> paused();
+
+  std::mutex mutex_;  // held while a hook runs: a device created meanwhile joins before or after it, never during
+  std::vector<Allocator*> members_;
+};
+
+}  // namespace plimsoll::runtime

@@ -1,0 +1,61 @@
+#include "runtime/gpu_sharing.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "plimsoll/error.hpp"
+#include "sharing/gpu_share.hpp"
+#include "sharing/shared_gpu_backing.hpp"
+
+namespace plimsoll::runtime {
+
+std::optional<ShareSpec> share_for(const std::vector<ShareSpec>& specs, int driver_ordinal) {
+  const auto found =
+      std::find_if(specs.begin(), specs.end(), [&](const ShareSpec& spec) { return spec.device == driver_ordinal; });
+  if (found == specs.end()) return std::nullopt;
+  return *found;
+}
+
+GpuSharing::GpuSharing(const std::string& device, const std::string& uuid, std::uint64_t device_bytes,
+                       const ShareSpec& spec, const std::string& ledger_dir) {
+  // The ledger's own message says what is wrong and how to fix it; the prefix says which device and share met it.
+  const auto context = [&] { return fmt::format("{} cannot join its GPU's shared ledger as {} (PLIMSOLL_SHARE): ",
+                                                device, spec.str()); };
+  try {
+    share_ = std::make_unique<GpuShare>(uuid, device_bytes, spec, ledger_dir);
+  } catch (const InvalidArgument& error) {
+    throw InvalidArgument(context() + error.what());
+  } catch (const DeviceUnavailable& error) {
+    throw DeviceUnavailable(context() + error.what());
+  } catch (const InvalidState& error) {
+    throw InvalidState(context() + error.what());
+  } catch (const Error& error) {
+    throw Error(context() + error.what());
+  }
+  auto& impl = share_->impl();
+  headroom_at_join_ = impl.ledger.headroom(impl.slot);
+}
+
+GpuSharing::~GpuSharing() { stop(); }
+
+PhysicalMemory GpuSharing::as_seen(PhysicalMemory memory) const {
+  const std::uint64_t cap = share_->cap_bytes();
+  memory.total_bytes = std::min(memory.total_bytes, cap);
+  memory.ceiling_bytes = std::min(memory.ceiling_bytes, cap);
+  memory.free_bytes = std::min(memory.free_bytes, headroom_at_join_);
+  return memory;
+}
+
+std::unique_ptr<backings::Backing> GpuSharing::charged(std::unique_ptr<backings::Backing> upstream) {
+  return make_shared_gpu_backing(*share_, std::move(upstream));
+}
+
+void GpuSharing::add(Allocator& allocator) {
+  group_.add(allocator);
+  if (!responder_) responder_ = std::make_unique<TrimResponder>(*share_, group_.hooks());
+}
+
+void GpuSharing::stop() noexcept { responder_.reset(); }
+
+}  // namespace plimsoll::runtime

@@ -1,0 +1,16 @@
+#pragma once
+// Whether libplimsoll_cuda_intercept.so governs this process: it is preloaded (the driver's memory calls resolve to
+// its wrappers) and PLIMSOLL_SHARE is set. A Runtime then leaves its GPUs' ledger entries to it (docs/sharing.md,
+// "Runtime devices and the interposer"): every cuMemCreate of the engine already passes through the interposer.
+#include "devices/cuda_driver.hpp"
+
+namespace plimsoll::sharing {
+
+/// True when `api`'s allocation entry points live in another object than its cuInit: something (plimsoll's
+/// interposer) stands between this code and the driver.
+bool memory_calls_interposed(const cuda_driver::Api& api);
+
+/// memory_calls_interposed(api) and PLIMSOLL_SHARE is set (not empty), which the interposer reads.
+bool interposer_governs(const cuda_driver::Api& api);
+
+}  // namespace plimsoll::sharing
