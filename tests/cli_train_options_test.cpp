@@ -1,7 +1,7 @@
 // `plimsoll train`'s whole-number options (--epochs, --limit-batches, --batch-size, --nproc, --world-size) given a
 // bad value: bad input like every other option of the CLI, exit status 2 and a message naming the option, the value
 // and the fix, not CLI11's range message and its status 105. Checked before the job needs libtorch or data, so this
-// runs in every build.
+// runs in every build. Other commands' usage errors (CLI11's own checks) exit 2 as well: CliUsageErrors.
 #include <string>
 
 #include <gmock/gmock.h>
@@ -44,6 +44,27 @@ TEST(CliTrainOptions, GoodCountsPassTheCheck) {
   EXPECT_THAT(run.err, HasSubstr("plimsoll: error: "));
   for (const char* option : {"--epochs", "--limit-batches", "--batch-size", "--world-size"})
     EXPECT_THAT(run.err, Not(HasSubstr(option))) << run.err;
+}
+
+}  // namespace
+
+namespace {
+
+// Every command's options checked by CLI11 itself (a range, an unknown option, a missing argument, an unknown command): its message,
+// and the status of any bad input, 2, whatever CLI11's own status for that error would be (105, 106, 109, 114, ...).
+TEST(CliUsageErrors, EveryCommandsUsageErrorsExitTwo) {
+  for (const char* args : {"plan --batch 0 x.trace", "replay --limit-over-live 0 x.trace", "top --interval 0",
+                           "pause 1 --timeout 0", "replay --no-such-option x.trace", "pause",
+                           "nosuchcommand"}) {
+    const plimsoll::testing::CliRun run = plimsoll::testing::run_plimsoll(args);
+    EXPECT_EQ(run.status, 2) << args << ": " << run.err;
+    EXPECT_FALSE(run.err.empty()) << args;
+  }
+}
+
+TEST(CliUsageErrors, HelpStillExitsZero) {
+  const plimsoll::testing::CliRun run = plimsoll::testing::run_plimsoll("replay --help");
+  EXPECT_EQ(run.status, 0) << run.err;
 }
 
 }  // namespace

@@ -31,10 +31,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(arguments);
   } catch (const CLI::ParseError& error) {
-    const int status = app.exit(error);
+    // CLI11 prints the message; its own statuses (105 for a value out of range, 106 for a wrong type, ...) would
+    // make every usage error look different to a script, so all of them are bad input: 2, as elsewhere.
+    if (app.exit(error) == 0) return 0;  // --help
     // `run` passes its child's status on, so its own usage errors need a status no program gives by accident.
     const bool in_run = app.get_subcommand("run")->parsed() > 0;
-    return in_run && status != 0 ? plimsoll::cli::kRunUsageStatus : status;
+    return in_run ? plimsoll::cli::kRunUsageStatus : 2;
   } catch (const plimsoll::Error& error) {
     // Bad input (a trace line, a size, a device string): the message already says what to fix.
     std::fflush(stdout);
