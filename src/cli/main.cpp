@@ -30,6 +30,9 @@ int main(int argc, char** argv) {
   std::reverse(arguments.begin(), arguments.end());
   try {
     app.parse(arguments);
+  } catch (const CLI::RuntimeError& error) {
+    // A command's own status (out of memory 3, a refused pause 1, ...), its reason already printed.
+    return app.exit(error);
   } catch (const CLI::ParseError& error) {
     // CLI11 prints the message; its own statuses (105 for a value out of range, 106 for a wrong type, ...) would
     // make every usage error look different to a script, so all of them are bad input: 2, as elsewhere.
