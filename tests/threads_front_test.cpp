@@ -600,6 +600,79 @@ TEST(ThreadsFront, PauseAndResumeBetweenWorkingRoundsKeepStatsExact) {
   EXPECT_EQ(s.allocations, s.frees);
 }
 
+// Requests up to 4 MiB are served by the front too, so a thread's cache can hold a large part of a device's limit.
+// A device must still never refuse what it could serve without caches: at the limit, with 48 of 64 MiB cached in
+// another (live, idle) thread, a 56 MiB request past the front and then 4 MiB requests through this thread's own
+// front (whose heap takes fail) both flush every cache and succeed; stats count only what the program holds.
+TEST(ThreadsFront, LargeBlocksCachedInAnotherThreadAreGivenBackAtTheLimit) {
+  Allocator device(sim_device(64 * MiB), std::make_unique<backings::SimBacking>(4ull << 30));
+  device.set_thread_cache(64 * MiB);
+  std::atomic<int> stage{0};
+  std::thread hoarder([&] {
+    std::vector<void*> blocks;
+    for (int i = 0; i < 12; ++i) blocks.push_back(device.allocate(4 * MiB - 100));  // rounded: 4 MiB
+    for (void* p : blocks) device.deallocate(p);  // all twelve kept in this thread's cache
+    stage = 1;
+    while (stage.load() != 2) std::this_thread::yield();
+  });
+  struct Release {  // lets the hoarder go even when an allocation below throws (a failure, not an abort)
+    std::atomic<int>& stage;
+    std::thread& thread;
+    ~Release() {
+      stage = 2;
+      thread.join();
+    }
+  } release{stage, hoarder};
+  while (stage.load() != 1) std::this_thread::yield();
+  Stats s = device.stats();
+  EXPECT_EQ(s.in_use_bytes, 0u) << "cached blocks are free for the program";
+  EXPECT_GE(s.reserved_bytes, 48 * MiB) << "the twelve 4 MiB blocks were not cached (served past the front?)";
+  void* big = device.allocate(56 * MiB);
+  EXPECT_EQ(device.stats().in_use_bytes, 56 * MiB);
+  device.deallocate(big);
+  std::vector<void*> mine;
+  for (int i = 0; i < 12; ++i) mine.push_back(device.allocate(4 * MiB));
+  device.deallocate(mine.back());  // now cached here
+  mine.pop_back();
+  void* refill = device.allocate(4 * MiB);  // this thread's cached block, handed out again
+  mine.push_back(refill);
+  for (int i = 0; i < 4; ++i) mine.push_back(device.allocate(4 * MiB));  // 16 x 4 MiB: the whole limit
+  s = device.stats();
+  EXPECT_EQ(s.in_use_bytes, 64 * MiB);
+  EXPECT_EQ(s.live_allocations, 16u);
+  EXPECT_THROW((void)device.allocate(4 * MiB), OutOfMemory) << "past the limit";
+  for (void* p : mine) device.deallocate(p);
+  device.trim();
+  s = device.stats();
+  EXPECT_EQ(s.in_use_bytes, 0u);
+  EXPECT_EQ(s.allocations, s.frees);
+}
+
+// Large sizes have a few keyed bins per cache and in the depot; a job asking for more distinct large sizes than
+// that gets the rest straight from the heap. Forty sizes, each allocated and freed twice over, round trip exactly.
+TEST(ThreadsFront, MoreLargeSizesThanBinsRoundTrip) {
+  backings::SimBacking backing(4ull << 30);
+  engine::Heap heap(backing, engine::HeapOptions{.limit = 1ull << 30});
+  HeapUpstream upstream(heap);
+  engine::ThreadCaches front(upstream, 64 * MiB);
+  for (int pass = 0; pass < 2; ++pass) {
+    std::vector<std::uint64_t> blocks;
+    for (std::uint64_t i = 0; i < 40; ++i) {
+      blocks.push_back(front.allocate(64 * 1024 + (i + 1) * 4096, 1));
+      ASSERT_NE(blocks.back(), 0u);
+    }
+    EXPECT_EQ(front.totals().handed_live, 40u);
+    for (std::uint64_t addr : blocks) ASSERT_TRUE(front.deallocate(addr));
+    EXPECT_EQ(front.totals().handed_live, 0u);
+    EXPECT_EQ(front.totals().cached_blocks, heap.live_allocations()) << "a large block was lost or kept twice";
+    EXPECT_LE(front.totals().cached_blocks, 40u);
+    EXPECT_GE(front.totals().cached_blocks, 32u) << "large blocks were not cached";
+  }
+  front.flush();
+  EXPECT_EQ(heap.live_allocations(), 0u);
+  EXPECT_EQ(heap.counters().in_use, 0u);
+}
+
 // The same through a device, where trim, turning the caches off and on, and stats() run beside the owners.
 TEST(ThreadsFront, TrimAndToggleBesideWorkingOwnersKeepStatsExact) {
   Allocator device(sim_device(512 * MiB), std::make_unique<backings::SimBacking>(4ull << 30));
