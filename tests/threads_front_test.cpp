@@ -610,8 +610,8 @@ TEST(ThreadsFront, LargeBlocksCachedInAnotherThreadAreGivenBackAtTheLimit) {
   std::atomic<int> stage{0};
   std::thread hoarder([&] {
     std::vector<void*> blocks;
-    for (int i = 0; i < 48; ++i) blocks.push_back(device.allocate(MiB - 100));  // rounded: 1 MiB
-    for (void* p : blocks) device.deallocate(p);  // all 48 kept in this thread's cache
+    for (int i = 0; i < 12; ++i) blocks.push_back(device.allocate(4 * MiB - 100));  // rounded: 4 MiB
+    for (void* p : blocks) device.deallocate(p);  // all twelve kept in this thread's cache
     stage = 1;
     while (stage.load() != 2) std::this_thread::yield();
   });
@@ -626,7 +626,7 @@ TEST(ThreadsFront, LargeBlocksCachedInAnotherThreadAreGivenBackAtTheLimit) {
   while (stage.load() != 1) std::this_thread::yield();
   Stats s = device.stats();
   EXPECT_EQ(s.in_use_bytes, 0u) << "cached blocks are free for the program";
-  EXPECT_GE(s.reserved_bytes, 48 * MiB) << "the 48 1 MiB blocks were not cached (served past the front?)";
+  EXPECT_GE(s.reserved_bytes, 48 * MiB) << "the twelve 4 MiB blocks were not cached (served past the front?)";
   void* big = device.allocate(56 * MiB);
   EXPECT_EQ(device.stats().in_use_bytes, 56 * MiB);
   device.deallocate(big);

@@ -5,11 +5,6 @@
 // holding words of handed-out blocks are ever touched), under a middle level of 2^18 leaves and a top of 2^9
 // middles: 57 bits of address, which covers host pointers and the simulated devices' addresses.
 //
-// Each leaf ends with a summary: a bit per 128 KiB of addresses, set (never cleared) once the front took a block
-// from the heap starting there. A free of a heap block, whose word would sit on a page of the leaf nobody writes,
-// reads the small, cache-resident summary instead (measured: with blocks up to 4 MiB in the front, the free of a
-// large heap block reading its word cost a TLB miss and made the GPT trace's mean operation 50% slower).
-//
 // A word is written only by the thread that owns the block at that moment: the allocating thread sets it (the block
 // came out of its own cache), the freeing thread clears it. Relaxed atomics: the block's handover between threads
 // is the program's (it passed the pointer), and the word needs no more ordering than the pointer had. Two threads
@@ -48,21 +43,8 @@ class HandedTable {
   std::uint64_t get(std::uint64_t addr) const {
     if (!addressable(addr)) return 0;
     const std::uint64_t* leaf = find_leaf(addr);
-    if (leaf == nullptr) return 0;
-    const std::uint64_t summary =
-        std::atomic_ref<const std::uint64_t>(leaf[summary_word(addr)]).load(std::memory_order_relaxed);
-    if ((summary & summary_bit(addr)) == 0) return 0;
-    return std::atomic_ref<const std::uint64_t>(leaf[slot(addr)]).load(std::memory_order_relaxed);
-  }
-  /// Marks addr as a block the front holds (before it is first handed out; the pointer's handover to a freeing
-  /// thread carries the mark); false when no leaf could be made.
-  bool note(std::uint64_t addr) {
-    std::uint64_t* leaf = addressable(addr) ? leaf_for(addr) : nullptr;
-    if (leaf == nullptr) return false;
-    std::atomic_ref<std::uint64_t> summary(leaf[summary_word(addr)]);
-    if ((summary.load(std::memory_order_relaxed) & summary_bit(addr)) == 0)
-      summary.fetch_or(summary_bit(addr), std::memory_order_relaxed);
-    return true;
+    return leaf != nullptr ? std::atomic_ref<const std::uint64_t>(leaf[slot(addr)]).load(std::memory_order_relaxed)
+                           : 0;
   }
   /// Sets addr's word; false when no leaf could be made (out of memory for the table; the caller declines).
   bool set(std::uint64_t addr, std::uint64_t w) {
@@ -85,15 +67,7 @@ class HandedTable {
   using Leaf = std::uint64_t;
   using Middle = std::atomic<Leaf*>;
 
-  static constexpr int kWindowShift = 17;  // a summary bit per 128 KiB of addresses
-  static constexpr std::size_t kSummaryWords = std::size_t{1} << (kLeafShift - kWindowShift - 6);
-  static constexpr std::size_t kLeafBytes = (kLeafWords + kSummaryWords) * sizeof(std::uint64_t);
-
   static std::size_t slot(std::uint64_t addr) { return (addr >> kQuantumShift) & (kLeafWords - 1); }
-  static std::size_t summary_word(std::uint64_t addr) {
-    return kLeafWords + ((addr >> (kWindowShift + 6)) & (kSummaryWords - 1));
-  }
-  static std::uint64_t summary_bit(std::uint64_t addr) { return std::uint64_t{1} << ((addr >> kWindowShift) & 63); }
   static std::size_t leaf_index(std::uint64_t addr) { return (addr >> kLeafShift) & (kMiddleLeaves - 1); }
 
   const std::uint64_t* find_leaf(std::uint64_t addr) const {

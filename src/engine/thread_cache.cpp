@@ -202,20 +202,18 @@ class ThreadCache {
     if (bin == nullptr || bin->empty()) return 0;
     const std::uint64_t addr = bin->back();
     bin->pop_back();
-    count_cached(size, 0 - std::uint64_t{1});
+    bump(cached_bytes_, 0 - size);
+    bump(cached_blocks_, 0 - std::uint64_t{1});
     return addr;
   }
   bool push(std::uint64_t addr, std::uint64_t size, std::uint64_t cap) {
-    // Blocks up to 64 KiB and larger ones each have `cap` bytes: large blocks filling the cache must not make
-    // every small free shed bins (measured: that cost more than the large hits saved).
-    if (size <= kSmallMax ? read(cached_bytes_) - read(cached_large_bytes_) + size > cap
-                          : read(cached_large_bytes_) + size > cap)
-      return false;
+    if (read(cached_bytes_) + size > cap) return false;
     std::vector<std::uint64_t>* bin = bins_.make(size);
     if (bin == nullptr || bin->size() >= kDepth) return false;
     if (bin->capacity() == 0) bin->reserve(kDepth);  // once per size: no allocation on later pushes
     bin->push_back(addr);
-    count_cached(size, 1);
+    bump(cached_bytes_, size);
+    bump(cached_blocks_, 1);
     return true;
   }
   /// Moves up to `count` blocks of `size` out of the cache (the oldest: the bin's bottom) into `out`.
@@ -226,7 +224,8 @@ class ThreadCache {
     count = std::min(count, bin.size());
     out.insert(out.end(), bin.begin(), bin.begin() + static_cast<std::ptrdiff_t>(count));
     bin.erase(bin.begin(), bin.begin() + static_cast<std::ptrdiff_t>(count));
-    count_cached(size, 0 - std::uint64_t{count});
+    bump(cached_bytes_, 0 - count * size);
+    bump(cached_blocks_, 0 - std::uint64_t{count});
   }
   /// Whether the cache has (or can key) a bin for `size`.
   bool can_hold(std::uint64_t size) { return bins_.make(size) != nullptr; }
@@ -237,13 +236,13 @@ class ThreadCache {
     if (bin == nullptr) [[unlikely]] return false;
     if (bin->capacity() == 0) bin->reserve(kDepth);
     bin->insert(bin->end(), addrs, addrs + count);
-    count_cached(size, count);
+    bump(cached_bytes_, count * size);
+    bump(cached_blocks_, count);
     return true;
   }
   std::vector<std::uint64_t> take_all() {
     std::vector<std::uint64_t> all = bins_.take_all();
     cached_bytes_.store(0, std::memory_order_relaxed);
-    cached_large_bytes_.store(0, std::memory_order_relaxed);
     cached_blocks_.store(0, std::memory_order_relaxed);
     return all;
   }
@@ -299,14 +298,6 @@ class ThreadCache {
   std::atomic<bool> in_op_{false};
   std::atomic<bool> steal_{false};
   std::atomic<std::uint64_t> cached_bytes_{0}, cached_blocks_{0};
-  std::atomic<std::uint64_t> cached_large_bytes_{0};  // of cached_bytes_, in blocks over kSmallMax
-
-  /// `blocks` (modular: negative to take away) of `size` came into the cache.
-  void count_cached(std::uint64_t size, std::uint64_t blocks) {
-    bump(cached_bytes_, blocks * size);
-    bump(cached_blocks_, blocks);
-    if (size > kSmallMax) bump(cached_large_bytes_, blocks * size);
-  }
   std::atomic<std::uint64_t> handed_bytes_{0}, handed_requested_{0}, allocations_{0}, frees_{0};
   SizeBins bins_;
   TagCounts tags_;
@@ -462,7 +453,7 @@ std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size
   if (!cache.can_hold(size)) [[unlikely]] {
     // Every large slot holds other sizes: one block straight from the heap, not cached when freed here either.
     if (upstream_.take_blocks(size, 1, batch.data()) == 0) return 0;
-    if (!handed_.note(batch[0]) || !handed_.set(batch[0], HandedTable::word(bytes, tag))) {
+    if (!handed_.set(batch[0], HandedTable::word(bytes, tag))) {
       upstream_.give_back({batch[0]});
       return 0;
     }
@@ -488,12 +479,6 @@ std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size
     // one cache line of the handed-out table, and the blocks' own lines, mostly belong to one thread.
     count = upstream_.take_blocks(size, std::min<std::uint64_t>(most, (2048 + size - 1) / size), batch.data());
     std::reverse(batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(count));  // handed out in address order
-    std::size_t noted = 0;
-    while (noted < count && handed_.note(batch[noted])) ++noted;
-    if (noted < count) {  // no room for the table's leaf: the device's own path serves this one
-      upstream_.give_back(std::vector<std::uint64_t>(batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(count)));
-      return 0;
-    }
   }
   if (!cache.refill(size, batch.data(), count)) {
     if (count != 0) upstream_.give_back(std::vector<std::uint64_t>(batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(count)));
@@ -537,9 +522,7 @@ bool ThreadCaches::keep_in_full_cache(ThreadCache& cache, std::uint64_t addr, st
     if (cache.held(size) >= kDepth) {
       depot_->accept(cache, size, kBatch);
     } else {
-      for (const auto& [held_size, held] : cache.held_sizes()) {
-        if (held_size <= kSmallMax) depot_->accept(cache, held_size, (held + 1) / 2);
-      }
+      for (const auto& [held_size, held] : cache.held_sizes()) depot_->accept(cache, held_size, (held + 1) / 2);
     }
     if (depot_->bytes > kDepotPerThread * bytes_per_thread()) to_heap = depot_->take_all();
   }
@@ -562,7 +545,7 @@ bool ThreadCaches::deallocate(std::uint64_t addr, bool keep) {
   cache.count_free(size, HandedTable::requested(word), HandedTable::tag(word));
   keep = keep && serving();  // inside the operation, as in allocate: a block kept past a pause's flush would stay
   if (keep && cache.push(addr, size, bytes_per_thread())) [[likely]] return true;
-  if (keep && size <= kSmallMax && keep_in_full_cache(cache, addr, size)) return true;
+  if (keep && keep_in_full_cache(cache, addr, size)) return true;
   upstream_.give_back({addr});
   return true;
 }
