@@ -11,9 +11,7 @@ namespace plimsoll::engine {
 
 namespace {
 
-constexpr std::uint64_t kSmallMax = ThreadCaches::kSmallMax;
-constexpr std::size_t kClasses = kSmallMax / ThreadCaches::kQuantum;  // indexed bins, one per 256 bytes
-constexpr std::size_t kLargeBins = 32;  // keyed bins for sizes past kSmallMax, per cache and in the depot
+constexpr std::size_t kClasses = ThreadCaches::kMaxSize / ThreadCaches::kQuantum;
 static_assert(ThreadCaches::kQuantum == std::uint64_t{1} << HandedTable::kQuantumShift,
               "the handed-out table keeps one word per quantum: a block's start");
 static_assert(ThreadCaches::kMaxSize < (std::uint64_t{1} << 32), "a table word keeps requested bytes in 32 bits");
@@ -28,64 +26,6 @@ std::uint64_t rounded(std::uint64_t bytes) {
 std::size_t class_of(std::uint64_t size) { return static_cast<std::size_t>(size / ThreadCaches::kQuantum) - 1; }
 
 std::atomic<std::uint64_t> next_front_id{1};
-
-// Blocks by rounded size: an indexed bin per 256-byte class up to 64 KiB (the hot path: most requests), and a few
-// keyed slots for the larger sizes, of which a job asks for few (5-22 distinct sizes between 64 KiB and 4 MiB on
-// each shared trace). A keyed slot is taken over by another size once it is empty.
-class SizeBins {
- public:
-  using Bin = std::vector<std::uint64_t>;
-  /// The bin of `size`, or null when no slot is keyed to it.
-  Bin* find(std::uint64_t size) {
-    if (size <= kSmallMax) [[likely]] return &small_[class_of(size)];
-    for (Large& large : large_) {
-      if (large.size == size) return &large.blocks;
-    }
-    return nullptr;
-  }
-  /// The bin of `size`, keying an empty slot to it when needed; null when every slot holds blocks of other sizes.
-  Bin* make(std::uint64_t size) {
-    if (Bin* bin = find(size)) return bin;
-    for (Large& large : large_) {
-      if (large.blocks.empty()) {
-        large.size = size;
-        return &large.blocks;
-      }
-    }
-    return nullptr;
-  }
-  /// Every bin holding blocks, with its size.
-  std::vector<std::pair<std::uint64_t, std::size_t>> held() const {
-    std::vector<std::pair<std::uint64_t, std::size_t>> out;
-    for (std::size_t c = 0; c < kClasses; ++c) {
-      if (!small_[c].empty()) out.emplace_back((c + 1) * ThreadCaches::kQuantum, small_[c].size());
-    }
-    for (const Large& large : large_) {
-      if (!large.blocks.empty()) out.emplace_back(large.size, large.blocks.size());
-    }
-    return out;
-  }
-  std::vector<std::uint64_t> take_all() {
-    std::vector<std::uint64_t> all;
-    for (Bin& bin : small_) {
-      all.insert(all.end(), bin.begin(), bin.end());
-      bin.clear();
-    }
-    for (Large& large : large_) {
-      all.insert(all.end(), large.blocks.begin(), large.blocks.end());
-      large.blocks.clear();
-    }
-    return all;
-  }
-
- private:
-  struct Large {
-    std::uint64_t size = 0;
-    Bin blocks;
-  };
-  std::array<Bin, kClasses> small_;
-  std::array<Large, kLargeBins> large_;
-};
 
 // A counter only one thread writes at a time, read by others (totals()): a relaxed load and store, no locked
 // instruction. Modular: a cache may count the free of another cache's allocation.
@@ -198,60 +138,52 @@ class ThreadCache {
   void disown() PLIMSOLL_REQUIRES(lock) { owner_ = nullptr; }
 
   std::uint64_t pop(std::uint64_t size) {
-    std::vector<std::uint64_t>* bin = bins_.find(size);
-    if (bin == nullptr || bin->empty()) return 0;
-    const std::uint64_t addr = bin->back();
-    bin->pop_back();
+    std::vector<std::uint64_t>& bin = bins_[class_of(size)];
+    if (bin.empty()) return 0;
+    const std::uint64_t addr = bin.back();
+    bin.pop_back();
     bump(cached_bytes_, 0 - size);
     bump(cached_blocks_, 0 - std::uint64_t{1});
     return addr;
   }
   bool push(std::uint64_t addr, std::uint64_t size, std::uint64_t cap) {
-    if (read(cached_bytes_) + size > cap) return false;
-    std::vector<std::uint64_t>* bin = bins_.make(size);
-    if (bin == nullptr || bin->size() >= kDepth) return false;
-    if (bin->capacity() == 0) bin->reserve(kDepth);  // once per size: no allocation on later pushes
-    bin->push_back(addr);
+    std::vector<std::uint64_t>& bin = bins_[class_of(size)];
+    if (read(cached_bytes_) + size > cap || bin.size() >= kDepth) return false;
+    if (bin.capacity() == 0) bin.reserve(kDepth);  // once per size: no allocation on later pushes
+    bin.push_back(addr);
     bump(cached_bytes_, size);
     bump(cached_blocks_, 1);
     return true;
   }
   /// Moves up to `count` blocks of `size` out of the cache (the oldest: the bin's bottom) into `out`.
   void take(std::uint64_t size, std::size_t count, std::vector<std::uint64_t>& out) {
-    std::vector<std::uint64_t>* found = bins_.find(size);
-    if (found == nullptr) return;
-    std::vector<std::uint64_t>& bin = *found;
+    std::vector<std::uint64_t>& bin = bins_[class_of(size)];
     count = std::min(count, bin.size());
     out.insert(out.end(), bin.begin(), bin.begin() + static_cast<std::ptrdiff_t>(count));
     bin.erase(bin.begin(), bin.begin() + static_cast<std::ptrdiff_t>(count));
     bump(cached_bytes_, 0 - count * size);
     bump(cached_blocks_, 0 - std::uint64_t{count});
   }
-  /// Whether the cache has (or can key) a bin for `size`.
-  bool can_hold(std::uint64_t size) { return bins_.make(size) != nullptr; }
-  /// Adds blocks of `size` the depot handed over (at most kBatch, into an empty bin can_hold() made).
-  /// False (nothing added) when there is no bin for it after all.
-  bool refill(std::uint64_t size, const std::uint64_t* addrs, std::size_t count) {
-    std::vector<std::uint64_t>* bin = bins_.make(size);
-    if (bin == nullptr) [[unlikely]] return false;
-    if (bin->capacity() == 0) bin->reserve(kDepth);
-    bin->insert(bin->end(), addrs, addrs + count);
+  /// Adds blocks of `size` the depot handed over (at most kBatch, into an empty bin).
+  void refill(std::uint64_t size, const std::uint64_t* addrs, std::size_t count) {
+    std::vector<std::uint64_t>& bin = bins_[class_of(size)];
+    if (bin.capacity() == 0) bin.reserve(kDepth);
+    bin.insert(bin.end(), addrs, addrs + count);
     bump(cached_bytes_, count * size);
     bump(cached_blocks_, count);
-    return true;
   }
   std::vector<std::uint64_t> take_all() {
-    std::vector<std::uint64_t> all = bins_.take_all();
+    std::vector<std::uint64_t> all;
+    all.reserve(read(cached_blocks_));
+    for (std::vector<std::uint64_t>& bin : bins_) {
+      all.insert(all.end(), bin.begin(), bin.end());
+      bin.clear();
+    }
     cached_bytes_.store(0, std::memory_order_relaxed);
     cached_blocks_.store(0, std::memory_order_relaxed);
     return all;
   }
-  std::size_t held(std::uint64_t size) {
-    const std::vector<std::uint64_t>* bin = bins_.find(size);
-    return bin != nullptr ? bin->size() : 0;
-  }
-  /// Each size held, with how many blocks.
-  std::vector<std::pair<std::uint64_t, std::size_t>> held_sizes() const { return bins_.held(); }
+  std::size_t held(std::size_t cls) const { return bins_[cls].size(); }
 
   /// What the program took from or gave back to the front through this thread.
   void count_allocation(std::uint64_t size, std::uint64_t requested, std::uint16_t tag) {
@@ -299,7 +231,7 @@ class ThreadCache {
   std::atomic<bool> steal_{false};
   std::atomic<std::uint64_t> cached_bytes_{0}, cached_blocks_{0};
   std::atomic<std::uint64_t> handed_bytes_{0}, handed_requested_{0}, allocations_{0}, frees_{0};
-  SizeBins bins_;
+  std::array<std::vector<std::uint64_t>, kClasses> bins_;
   TagCounts tags_;
   ThreadCaches* owner_ PLIMSOLL_GUARDED_BY(lock);
 };
@@ -308,26 +240,28 @@ class ThreadCache {
 // batches, so neither takes the device lock per block.
 struct ThreadCaches::Depot {
   util::SpinLock lock;
-  SizeBins bins PLIMSOLL_GUARDED_BY(lock);
+  std::array<std::vector<std::uint64_t>, kClasses> bins PLIMSOLL_GUARDED_BY(lock);
   std::uint64_t bytes PLIMSOLL_GUARDED_BY(lock) = 0;
   std::uint64_t blocks PLIMSOLL_GUARDED_BY(lock) = 0;
 
-  /// Moves the `count` oldest blocks of `size` from `cache` to this depot (none when no depot slot is free for a
-  /// large size: the cache then gives them to the heap).
-  void accept(ThreadCache& cache, std::uint64_t size, std::size_t count) PLIMSOLL_REQUIRES(lock);
+  /// Moves the `count` oldest blocks of size class `cls` from `cache` to this depot.
+  void accept(ThreadCache& cache, std::size_t cls, std::size_t count) PLIMSOLL_REQUIRES(lock);
 
   std::vector<std::uint64_t> take_all() PLIMSOLL_REQUIRES(lock) {
-    std::vector<std::uint64_t> all = bins.take_all();
+    std::vector<std::uint64_t> all;
+    for (std::vector<std::uint64_t>& bin : bins) {
+      all.insert(all.end(), bin.begin(), bin.end());
+      bin.clear();
+    }
     bytes = 0;
     blocks = 0;
     return all;
   }
 };
 
-void ThreadCaches::Depot::accept(ThreadCache& cache, std::uint64_t size, std::size_t count) {
-  std::vector<std::uint64_t>* found = bins.make(size);
-  if (found == nullptr) return;
-  std::vector<std::uint64_t>& bin = *found;
+void ThreadCaches::Depot::accept(ThreadCache& cache, std::size_t cls, std::size_t count) {
+  const std::uint64_t size = (cls + 1) * ThreadCaches::kQuantum;
+  std::vector<std::uint64_t>& bin = bins[cls];
   const std::size_t before = bin.size();
   cache.take(size, count, bin);
   bytes += (bin.size() - before) * size;
@@ -450,40 +384,22 @@ std::size_t ThreadCaches::steal_all(ThreadCache& cache) {
 std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes, std::uint16_t tag) {
   std::array<std::uint64_t, kBatch> batch;
   std::size_t count = 0;
-  if (!cache.can_hold(size)) [[unlikely]] {
-    // Every large slot holds other sizes: one block straight from the heap, not cached when freed here either.
-    if (upstream_.take_blocks(size, 1, batch.data()) == 0) return 0;
-    if (!handed_.set(batch[0], HandedTable::word(bytes, tag))) {
-      upstream_.give_back({batch[0]});
-      return 0;
-    }
-    return batch[0];
-  }
-  // Large blocks move a few at a time: a batch holds at most half a cache's bytes (and at least one block).
-  const std::size_t most = size <= kSmallMax ? kBatch
-                                             : static_cast<std::size_t>(std::clamp<std::uint64_t>(
-                                                   bytes_per_thread() / 2 / size, 1, kBatch));
   {
     util::SpinGuard depot_guard(depot_->lock);
-    std::vector<std::uint64_t>* bin = depot_->bins.find(size);
-    count = bin != nullptr ? std::min(most, bin->size()) : 0;
-    if (count != 0) {
-      std::copy(bin->end() - static_cast<std::ptrdiff_t>(count), bin->end(), batch.begin());
-      bin->resize(bin->size() - count);
-    }
+    std::vector<std::uint64_t>& bin = depot_->bins[class_of(size)];
+    count = std::min(kBatch, bin.size());
+    std::copy(bin.end() - static_cast<std::ptrdiff_t>(count), bin.end(), batch.begin());
+    bin.resize(bin.size() - count);
     depot_->bytes -= count * size;
     depot_->blocks -= count;
   }
   if (count == 0) {
     // From the heap: blocks under 2 KiB in a run filling 2 KiB (adjacent in a fresh small page), so the words of
     // one cache line of the handed-out table, and the blocks' own lines, mostly belong to one thread.
-    count = upstream_.take_blocks(size, std::min<std::uint64_t>(most, (2048 + size - 1) / size), batch.data());
+    count = upstream_.take_blocks(size, std::min<std::uint64_t>(kBatch, (2048 + size - 1) / size), batch.data());
     std::reverse(batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(count));  // handed out in address order
   }
-  if (!cache.refill(size, batch.data(), count)) {
-    if (count != 0) upstream_.give_back(std::vector<std::uint64_t>(batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(count)));
-    return 0;
-  }
+  cache.refill(size, batch.data(), count);
   const std::uint64_t addr = cache.pop(size);
   if (addr != 0 && !handed_.set(addr, HandedTable::word(bytes, tag))) {
     upstream_.give_back({addr});  // no room for the table's leaf: the device's own path serves this one
@@ -515,14 +431,14 @@ std::uint64_t ThreadCaches::allocate(std::uint64_t bytes, std::uint16_t tag) {
 // goes, so sizes the job no longer asks for do not hold the cache forever. A depot past its bytes goes back to the
 // heap whole: what nobody took back since it last emptied is not wanted.
 bool ThreadCaches::keep_in_full_cache(ThreadCache& cache, std::uint64_t addr, std::uint64_t size) {
-  if (!cache.can_hold(size)) return false;  // every large slot holds other sizes: not full, just no bin for it
   std::vector<std::uint64_t> to_heap;
   {
     util::SpinGuard depot_guard(depot_->lock);
-    if (cache.held(size) >= kDepth) {
-      depot_->accept(cache, size, kBatch);
+    const std::size_t cls = class_of(size);
+    if (cache.held(cls) >= kDepth) {
+      depot_->accept(cache, cls, kBatch);
     } else {
-      for (const auto& [held_size, held] : cache.held_sizes()) depot_->accept(cache, held_size, (held + 1) / 2);
+      for (std::size_t c = 0; c < kClasses; ++c) depot_->accept(cache, c, (cache.held(c) + 1) / 2);
     }
     if (depot_->bytes > kDepotPerThread * bytes_per_thread()) to_heap = depot_->take_all();
   }

@@ -72,8 +72,7 @@ class ThreadCache;
 
 class ThreadCaches {
  public:
-  static constexpr std::uint64_t kMaxSize = 4ull << 20;  // requests served by the front, rounded
-  static constexpr std::uint64_t kSmallMax = 64ull << 10;  // sizes with an indexed bin; larger ones keyed bins
+  static constexpr std::uint64_t kMaxSize = 64ull << 10;  // requests served by the front, rounded
   static constexpr std::uint64_t kQuantum = 256;          // Heap::kQuantum
 
   /// `serving`, when given, says whether the front may hand out and keep blocks; whoever turns it off flushes after.
