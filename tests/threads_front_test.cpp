@@ -511,6 +511,95 @@ TEST(ThreadsFront, AFlushWaitsForTheOwnerToLeaveItsOperation) {
   EXPECT_EQ(heap.live_allocations(), 0u);
 }
 
+// The pause window: a thread that read the device's `front_on` just before pause() turned it off reaches the front
+// after the pause's flush has passed its cache. Inside its operation the front reads the flag again, so the freed
+// block goes back to the heap (not into a cache, where it would sit on unmapped memory) and the allocation steps
+// aside to the device's path (which refuses on a paused device) instead of handing that block out.
+TEST(ThreadsFront, AThreadLateForAPauseNeitherKeepsNorHandsOutABlock) {
+  backings::SimBacking backing(4ull << 30);
+  engine::Heap heap(backing, engine::HeapOptions{.limit = 1ull << 30});
+  HeapUpstream upstream(heap);
+  std::atomic<bool> serving{true};
+  engine::ThreadCaches front(upstream, 1 * MiB, &serving);
+  std::atomic<int> stage{0};
+  std::uint64_t block = 0, late_allocation = 1;
+  bool freed_by_front = false;
+  std::thread late([&] {
+    block = front.allocate(1024, 1);  // the front is on: from this thread's cache
+    stage = 1;
+    while (stage.load() != 2) std::this_thread::yield();  // "read front_on == true", then stalled here
+    freed_by_front = front.deallocate(block, /*keep=*/true);
+    late_allocation = front.allocate(1024, 1);
+    stage = 3;
+    while (stage.load() != 4) std::this_thread::yield();  // alive, so its cache stays registered
+  });
+  while (stage.load() != 1) std::this_thread::yield();
+  serving = false;  // pause(): the front off, then every cache flushed, then the heap paused
+  front.flush();
+  const std::uint64_t live_at_pause = heap.live_allocations();
+  stage = 2;
+  while (stage.load() != 3) std::this_thread::yield();
+  EXPECT_NE(block, 0u);
+  EXPECT_EQ(live_at_pause, 1u) << "the flush left the thread's other cached blocks in the heap";
+  EXPECT_TRUE(freed_by_front) << "the block was the front's: it must take the free";
+  EXPECT_EQ(late_allocation, 0u) << "the front handed out a block after the pause's flush";
+  const engine::FrontTotals totals = front.totals();
+  EXPECT_EQ(totals.cached_blocks, 0u) << "a block freed after the pause's flush was kept in a cache";
+  EXPECT_EQ(totals.handed_live, 0u);
+  EXPECT_EQ(heap.live_allocations(), 0u) << "the late free did not go back to the heap";
+  stage = 4;
+  late.join();
+  serving = true;  // resume(): the front serves again
+  const std::uint64_t again = front.allocate(1024, 1);
+  EXPECT_NE(again, 0u);
+  EXPECT_TRUE(front.deallocate(again));
+  front.flush();
+  EXPECT_EQ(heap.live_allocations(), 0u);
+}
+
+// Through a device: pause and resume between rounds of threads working through their caches (cross-thread frees
+// included); after each pause nothing is cached, allocations are refused until resume, and stats stay exact.
+TEST(ThreadsFront, PauseAndResumeBetweenWorkingRoundsKeepStatsExact) {
+  Allocator device(sim_device(256 * MiB), std::make_unique<backings::SimBacking>(4ull << 30));
+  device.set_thread_cache(MiB);
+  for (int round = 0; round < 3; ++round) {
+    std::vector<void*> handed(4 * 200);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < 200; ++i) {
+          void* p = device.allocate(256 + static_cast<std::size_t>((i * 97 + t * 31) % 8192));
+          if (i % 2 == 0) {
+            device.deallocate(p);
+          } else {
+            handed[static_cast<std::size_t>(t * 200 + i)] = p;
+          }
+        }
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    threads.clear();
+    for (int t = 0; t < 4; ++t) {  // each thread frees another's blocks
+      threads.emplace_back([&, t] {
+        const int other = (t + 1) % 4;
+        for (int i = 1; i < 200; i += 2) device.deallocate(handed[static_cast<std::size_t>(other * 200 + i)]);
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    device.pause();
+    EXPECT_THROW(device.allocate(512), InvalidState) << "a paused device served a small request";
+    const Stats paused = device.stats();
+    EXPECT_EQ(paused.in_use_bytes, 0u);
+    EXPECT_EQ(paused.live_allocations, 0u);
+    device.resume();
+    void* p = device.allocate(512);
+    device.deallocate(p);
+  }
+  const Stats s = device.stats();
+  EXPECT_EQ(s.in_use_bytes, 0u);
+  EXPECT_EQ(s.allocations, s.frees);
+}
+
 // The same through a device, where trim, turning the caches off and on, and stats() run beside the owners.
 TEST(ThreadsFront, TrimAndToggleBesideWorkingOwnersKeepStatsExact) {
   Allocator device(sim_device(512 * MiB), std::make_unique<backings::SimBacking>(4ull << 30));

@@ -527,7 +527,7 @@ void Allocator::set_thread_cache(std::uint64_t bytes_per_thread) {
     caches = impl_->front.load(std::memory_order_acquire);
     impl_->front_wanted = bytes_per_thread > 0;
     if (caches == nullptr && bytes_per_thread > 0) {
-      impl_->front_owner = std::make_unique<engine::ThreadCaches>(*impl_, bytes_per_thread);
+      impl_->front_owner = std::make_unique<engine::ThreadCaches>(*impl_, bytes_per_thread, &impl_->front_on);
       caches = impl_->front_owner.get();
       impl_->front.store(caches, std::memory_order_release);
     }

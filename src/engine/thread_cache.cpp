@@ -294,8 +294,9 @@ ThreadSlots::~ThreadSlots() {
 
 }  // namespace
 
-ThreadCaches::ThreadCaches(FrontUpstream& upstream, std::uint64_t bytes_per_thread)
+ThreadCaches::ThreadCaches(FrontUpstream& upstream, std::uint64_t bytes_per_thread, const std::atomic<bool>* serving)
     : upstream_(upstream),
+      serving_(serving),
       bytes_per_thread_(bytes_per_thread),
       id_(next_front_id.fetch_add(1, std::memory_order_relaxed)),
       asymmetric_(util::AsymmetricFence::asymmetric()),
@@ -412,6 +413,9 @@ std::uint64_t ThreadCaches::allocate(std::uint64_t bytes, std::uint16_t tag) {
   const std::uint64_t size = rounded(bytes);
   ThreadCache& cache = mine();
   const ThreadCache::Operation operation(cache, asymmetric_);
+  // Read again inside the operation: the caller saw the front on, but a pause may have turned it off and flushed
+  // since; what this cache holds now may be on memory the device gave back.
+  if (!serving()) [[unlikely]] return 0;
   std::uint64_t addr = cache.pop(size);
   if (addr == 0) [[unlikely]] {
     addr = allocate_slow(cache, size, bytes, tag);
@@ -455,6 +459,7 @@ bool ThreadCaches::deallocate(std::uint64_t addr, bool keep) {
   ThreadCache& cache = mine();
   const ThreadCache::Operation operation(cache, asymmetric_);
   cache.count_free(size, HandedTable::requested(word), HandedTable::tag(word));
+  keep = keep && serving();  // inside the operation, as in allocate: a block kept past a pause's flush would stay
   if (keep && cache.push(addr, size, bytes_per_thread())) [[likely]] return true;
   if (keep && keep_in_full_cache(cache, addr, size)) return true;
   upstream_.give_back({addr});

@@ -23,6 +23,10 @@
 //  - Counters are kept per cache, written by the owner alone (relaxed atomics, no read-modify-write) and summed
 //    by totals(): exact whenever no operation is under way. A thread's exit folds its cache's counts into the
 //    front's retired counts, under the registry lock totals() also holds.
+//  - A front that may be turned off (`serving`: the device's pause, a recording attaching, set_thread_cache(0)) is
+//    read again by the owner inside its operation, after the barrier's hot side: a thread that saw it on before it
+//    went off neither hands out a block nor keeps a freed one once the flush that follows has passed its cache
+//    (the flush's barrier orders the flag's store before the owner's next read, or waits for the operation).
 //  - A thread's exit empties its own cache; flush() every thread's and the depot; the front's destruction all of
 //    them. Lock order: a cache's operation or lock, then the depot, then the device (upstream); the registry lock
 //    is never held while taking another.
@@ -71,18 +75,19 @@ class ThreadCaches {
   static constexpr std::uint64_t kMaxSize = 64ull << 10;  // requests served by the front, rounded
   static constexpr std::uint64_t kQuantum = 256;          // Heap::kQuantum
 
-  ThreadCaches(FrontUpstream& upstream, std::uint64_t bytes_per_thread);
+  /// `serving`, when given, says whether the front may hand out and keep blocks; whoever turns it off flushes after.
+  ThreadCaches(FrontUpstream& upstream, std::uint64_t bytes_per_thread, const std::atomic<bool>* serving = nullptr);
   /// Gives every cached block back; blocks still handed out stay live in the heap.
   ~ThreadCaches();
   ThreadCaches(const ThreadCaches&) = delete;
   ThreadCaches& operator=(const ThreadCaches&) = delete;
 
-  /// A block for `bytes` (at most kMaxSize), 0 when the heap cannot place one (the caller takes the slow path,
-  /// which flushes and reports).
+  /// A block for `bytes` (at most kMaxSize), 0 when the heap cannot place one or the front is not serving (the
+  /// caller takes the slow path, which flushes and reports).
   std::uint64_t allocate(std::uint64_t bytes, std::uint16_t tag);
   /// False when addr is not a block the front handed out (the caller's slow path decides: a heap block, or a
-  /// bad free). Otherwise the block goes to this thread's cache, or back to the heap when the cache is full or
-  /// `keep` is false.
+  /// bad free). Otherwise the block goes to this thread's cache, or back to the heap when the cache is full,
+  /// `keep` is false or the front is not serving.
   bool deallocate(std::uint64_t addr, bool keep = true);
   /// Whether addr is handed out by the front, with its requested bytes and tag.
   bool handed_out(std::uint64_t addr, std::uint64_t& requested, std::uint16_t& tag) const;
@@ -111,7 +116,11 @@ class ThreadCaches {
   std::size_t steal_all(ThreadCache& cache);
   void count_free_elsewhere(std::uint64_t word);
 
+  /// Read by the owner inside its operation only (see the class comment).
+  bool serving() const { return serving_ == nullptr || serving_->load(std::memory_order_relaxed); }
+
   FrontUpstream& upstream_;
+  const std::atomic<bool>* const serving_;
   std::atomic<std::uint64_t> bytes_per_thread_;
   const std::uint64_t id_;  // never reused, so a thread's slot for a dead device cannot match a new one
   const bool asymmetric_;  // util::AsymmetricFence::asymmetric(), read once
