@@ -35,7 +35,8 @@ PlanCost plan_cost(const StepPlan& plan, const Heap& heap) {
   heap.walk([&](const BlockView& block) {
     if (!block.free && !block.small) mark(used, map, block.addr, block.size);
   });
-  for (const StepPlan::Entry& e : plan.entries) mark(used, map, e.addr, e.size);
+  for (const StepPlan::Entry& e : plan.entries)
+    if (e.addr != 0) mark(used, map, e.addr, e.size);
   PlanCost cost;
   for (std::uint64_t g = 0; g < used.size(); ++g) {
     if (!used[g]) continue;

@@ -58,6 +58,7 @@ class PlanFollower {
 
  private:
   std::uint64_t fall_back(std::uint64_t bytes, std::uint16_t tag, std::uint64_t StepPlanStats::*reason);
+  std::uint64_t place_above_plan(std::uint64_t bytes, std::uint16_t tag);
   void observe(std::uint64_t addr, std::uint64_t size);
   void build_plan();
 

@@ -87,6 +87,7 @@ std::string replay_result_json(const ReplayResult& result) {
   const StepPlanStats& plan = result.step_plan;
   line["step_plan"] = {{"steps", plan.steps},         {"plans", plan.plans}, {"unfit", plan.unfit},
                        {"learning", plan.learning},   {"followed", plan.followed},
+                       {"growth", plan.growth},
                        {"fallbacks", plan.fallbacks()}, {"not_in_plan", plan.not_in_plan},
                        {"occupied", plan.occupied},   {"over_limit", plan.over_limit},
                        {"past_plan", plan.past_plan}, {"skipped", plan.skipped},
