@@ -8,7 +8,13 @@
 
 namespace plimsoll::engine {
 
+void PackJob::pack() {
+  if (void (*hook)() = while_packing.load()) hook();
+  plan = best_plan({as_obstacles, obstacles}, {pinned, around_pinned}, heap);
+}
+
 std::uint64_t PlanFollower::allocate(std::uint64_t bytes, std::uint16_t tag) {
+  ++events_;
   if (heap_.paused()) [[unlikely]] return heap_.allocate(bytes, tag);  // refused (HeapFailure::paused), not a fallback
   if (plan_.entries.empty()) {
     const std::uint64_t addr = heap_.allocate(bytes, tag);
@@ -91,26 +97,49 @@ void PlanFollower::observe(std::uint64_t addr, std::uint64_t size) {
 }
 
 void PlanFollower::step_boundary() {
+  std::unique_ptr<PackJob> job = begin_boundary();
+  if (job == nullptr) return;
+  job->pack();
+  finish_boundary(std::move(job));
+}
+
+std::unique_ptr<PackJob> PlanFollower::begin_boundary() {
   ++stats_.steps;
   if (!observing_) {  // the first boundary (what came before, model building, is not a step), or a step too long
     observing_ = true;
     observation_.clear();
     cursor_ = 0;
-    return;
+    return nullptr;
   }
   const bool fell_back = step_fallbacks_ > 0;
   const bool pack = plan_.entries.empty() || (fell_back && (first_plan_ || previous_step_fell_back_));
-  if (pack && !observation_.requests.empty() && stats_.steps >= next_try_) {
+  std::unique_ptr<PackJob> job;
+  if (pack && !packing_ && !observation_.requests.empty() && stats_.steps >= next_try_) {
     first_plan_ = stats_.plans + stats_.unfit == 0;
-    build_plan();
+    job = prepare_pack();
+    packing_ = true;
   }
   previous_step_fell_back_ = fell_back;
   step_fallbacks_ = 0;
   cursor_ = 0;
   observation_.clear();
+  return job;
 }
 
-void PlanFollower::build_plan() {
+void PlanFollower::finish_boundary(std::unique_ptr<PackJob> job) {
+  packing_ = false;
+  // Anything allocated or freed since the copy may lie in the plan's ranges, and the step it belongs to has begun
+  // without the plan: installing it now would start its cursor mid-step. Best fit goes on; the next boundary
+  // packs again (no plan, or a step that falls back).
+  if (job->events != events_ || heap_.paused()) {
+    ++stats_.stale;
+    return;
+  }
+  if (job->plan.entries.empty()) return;  // does not fit the address space: keep what there was
+  install(std::move(job->plan));
+}
+
+std::unique_ptr<PackJob> PlanFollower::prepare_pack() {
   // Memory that was live before the observed step began and still is stays where it is, for the whole step.
   std::vector<Obstacle> obstacles;
   std::unordered_set<std::uint64_t> in_pages;  // leftovers inside small pages: the plan cannot reuse their place
@@ -146,9 +175,15 @@ void PlanFollower::build_plan() {
   // Two ways to carry the step's leftovers into the plan (plan_candidates.hpp tries both). Pinned: each stays
   // where it is, and its next copy shares its range (StepObservation::pair_leftovers); those in small pages are
   // packed like any request instead, their page being an obstacle.
-  StepObservation pinned = observation_;
+  auto job = std::make_unique<PackJob>();
+  job->follower = serial_;
+  job->events = events_;
+  job->heap = HeapSnapshot::of(heap_);
+  StepObservation& pinned = job->pinned;
+  pinned = observation_;
   pinned.pair_leftovers();
-  std::vector<Obstacle> around_pinned = obstacles;
+  std::vector<Obstacle>& around_pinned = job->around_pinned;
+  around_pinned = obstacles;
   for (StepObservation::Request& request : pinned.requests) {
     if (request.growth) {  // not pinned: it stays where it is, and the plan around it
       if (in_pages.count(request.pinned) == 0) around_pinned.push_back(Obstacle{request.pinned, request.size});
@@ -165,8 +200,12 @@ void PlanFollower::build_plan() {
   // small pages are covered by their page.
   for (const Obstacle& o : observation_.leftovers_as_obstacles())
     if (in_pages.count(o.addr) == 0) obstacles.push_back(o);
-  StepPlan plan = best_plan({observation_, obstacles}, {pinned, around_pinned}, heap_);
-  if (plan.entries.empty()) return;  // does not fit the address space: keep what there was
+  job->as_obstacles = std::move(observation_);
+  job->obstacles = std::move(obstacles);
+  return job;
+}
+
+void PlanFollower::install(StepPlan plan) {
   // Mapped once, here. A plan whose ranges cannot all be mapped under the limit is not followed: half a plan
   // would scatter planned blocks through the space best fit needs for the rest. The next step runs best fit,
   // is observed, and is packed again (with its leftovers paired, the next plan is usually smaller).
