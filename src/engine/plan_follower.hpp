@@ -13,6 +13,8 @@
 //    data-dependent shape) falls back and leaves the plan's cursor where it is, so the step resynchronises with
 //    the plan at the next request that matches;
 //  - a request that matches a planned one further on skips the ones between (the step did not make them);
+//  - a request matching a growth entry (a block the step keeps without freeing an older copy: a kept batch) is not
+//    planned: it goes above the plan (place_above_plan), so it never stays live inside the plan's space;
 //  - a matched request whose planned range is not wholly free (a block placed there by a fallback, or left by an
 //    earlier step and not freed yet) or cannot be mapped under the limit falls back too.
 // Safety does not rest on the plan being right: the heap places a request at its planned address only when the
@@ -60,8 +62,8 @@ class PlanFollower {
   static constexpr std::size_t kLookahead = 64;
   // A "step" with more requests than this is not one (a program that called plimsoll::step() once and runs on):
   // the follower stops recording it, so its memory stays bounded, and starts again at the next boundary. Packing
-  // runs under the device's lock at the boundary and costs up to the square of the step's requests, so the cap
-  // also bounds that pause; the shared traces' steps have at most 28,126 requests (MobileNetV2).
+  // costs up to the square of the step's requests (off the device's lock, but in the thread calling step()), so
+  // the cap also bounds that pause; the shared traces' steps have at most 28,126 requests (MobileNetV2).
   static constexpr std::size_t kMaxStepRequests = std::size_t{1} << 16;
 
   explicit PlanFollower(Heap& heap) : heap_(heap), serial_(next_serial_.fetch_add(1) + 1) {}
