@@ -474,12 +474,12 @@ TEST(EngineStepPlan, KeptBlocksGoAboveThePlanAndStepsKeepFollowingIt) {
   auto& [sim, heap, follower, check, loop] = planned;
   const StepShape shape = training_like_shape();
   std::vector<std::uint64_t> kept;
-  const auto step_keeping_a_batch = [&] {
-    const std::uint64_t batch = follower.allocate(6 * MiB + 512, 1);  // made first, never freed
+  const auto step_keeping_a_batch = [&] {  // (structured bindings cannot be captured before C++20's Clang 16)
+    const std::uint64_t batch = planned.follower.allocate(6 * MiB + 512, 1);  // made first, never freed
     ASSERT_NE(batch, 0u);
-    ASSERT_NO_FATAL_FAILURE(check.allocated(batch, 6 * MiB + 512));
+    ASSERT_NO_FATAL_FAILURE(planned.check.allocated(batch, 6 * MiB + 512));
     kept.push_back(batch);
-    ASSERT_NO_FATAL_FAILURE(loop.step(shape));
+    ASSERT_NO_FATAL_FAILURE(planned.loop.step(shape));
   };
   follower.step_boundary();
   for (int s = 0; s < 4; ++s) ASSERT_NO_FATAL_FAILURE(step_keeping_a_batch()) << "step " << s;
