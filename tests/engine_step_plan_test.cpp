@@ -49,6 +49,10 @@ void expect_valid_plan(const StepObservation& step, const StepPlan& plan, const 
   for (std::size_t i = 0; i < plan.entries.size(); ++i) {
     const StepPlan::Entry& a = plan.entries[i];
     ASSERT_EQ(a.size, step.requests[i].size);
+    if (step.requests[i].growth) {  // not planned: placed by the follower outside the plan
+      ASSERT_EQ(a.addr, 0u) << "growth entry " << i;
+      continue;
+    }
     ASSERT_EQ(a.addr % 256, 0u);
     ASSERT_GE(a.addr, base);
     ASSERT_LE(a.addr + a.size, base + span);
@@ -62,6 +66,7 @@ void expect_valid_plan(const StepObservation& step, const StepPlan& plan, const 
     }
     for (std::size_t j = i + 1; j < plan.entries.size(); ++j) {
       const StepPlan::Entry& b = plan.entries[j];
+      if (step.requests[j].growth) continue;
       if (a.addr + a.size <= b.addr || b.addr + b.size <= a.addr) continue;
       // Overlapping in space: they must never be live at the same tick.
       const bool meet = (step.requests[i].born < ends(j) && step.requests[j].born < ends(i)) ||
@@ -113,6 +118,26 @@ TEST(EngineStepPlan, PairsLeftoversWithTheFreesOfTheirPreviousCopies) {
   EXPECT_EQ(step.requests[2].pinned, 0x400000u);
   EXPECT_EQ(step.requests[2].held_until, step.ticks) << "unpaired: holds its range for the whole step";
   EXPECT_EQ(step.requests[0].pinned, 0u);
+}
+
+TEST(EngineStepPlan, GrowthRequestsTakeNoPlaceInThePlan) {
+  StepObservation step;
+  const std::uint64_t base = 0x100000;
+  step.allocated(base, 4 * MiB);               // a kept batch: growth
+  step.allocated(base + 4 * MiB, 2 * MiB);     // a step-local tensor
+  step.freed(base + 4 * MiB, 2 * MiB);
+  step.allocated(base + 4 * MiB, 2 * MiB);     // another
+  step.freed(base + 4 * MiB, 2 * MiB);
+  step.requests[0].growth = true;
+  const StepPlan plan = pack_step(step, {}, base, 64 * MiB);
+  ASSERT_NO_FATAL_FAILURE(expect_valid_plan(step, plan, {}, base, 64 * MiB));
+  EXPECT_EQ(plan.entries[0].addr, 0u);
+  EXPECT_EQ(plan.entries[1].addr, base) << "the plan's space starts where growth would have been";
+  EXPECT_EQ(plan.footprint, 2 * MiB);
+  const auto ranges = covered_ranges(plan);
+  ASSERT_EQ(ranges.size(), 1u) << "growth maps nothing for the plan";
+  EXPECT_EQ(ranges[0], std::make_pair(base, 2 * MiB));
+  EXPECT_EQ(plan.below[1][0], UINT32_MAX) << "nor serves as a search hint";
 }
 
 TEST(EngineStepPlan, LeftoversBecomeObstaclesUntilTheirPreviousCopyIsFreed) {
@@ -438,6 +463,45 @@ TEST(EngineStepPlan, RepeatedStepsFollowThePlanWithoutMappingAgain) {
   // The plan packs the step near its live peak.
   EXPECT_LE(after.plan_bytes, after.plan_peak_bytes * 9 / 8);
   EXPECT_GE(after.plan_bytes, after.plan_peak_bytes);
+  loop.finish();
+}
+
+// A job that keeps one batch of every step (leak-retained-batches-resnet18.trace): the kept blocks are not placed
+// at planned addresses, where each would stay live inside the plan's space, but above the plan, and the steps
+// keep following it without falling back.
+TEST(EngineStepPlan, KeptBlocksGoAboveThePlanAndStepsKeepFollowingIt) {
+  PlannedHeap planned(1 * GiB);
+  auto& [sim, heap, follower, check, loop] = planned;
+  const StepShape shape = training_like_shape();
+  std::vector<std::uint64_t> kept;
+  const auto step_keeping_a_batch = [&] {  // (structured bindings cannot be captured before C++20's Clang 16)
+    const std::uint64_t batch = planned.follower.allocate(6 * MiB + 512, 1);  // made first, never freed
+    ASSERT_NE(batch, 0u);
+    ASSERT_NO_FATAL_FAILURE(planned.check.allocated(batch, 6 * MiB + 512));
+    kept.push_back(batch);
+    ASSERT_NO_FATAL_FAILURE(planned.loop.step(shape));
+  };
+  follower.step_boundary();
+  for (int s = 0; s < 4; ++s) ASSERT_NO_FATAL_FAILURE(step_keeping_a_batch()) << "step " << s;
+  ASSERT_GE(follower.stats().plans, 1u);
+  ASSERT_FALSE(follower.plan().entries.empty());
+  EXPECT_EQ(follower.plan().entries[0].addr, 0u) << "the kept batch is not planned";
+  const StepPlanStats before = follower.stats();
+  const std::size_t kept_before = kept.size();
+  for (int s = 0; s < 4; ++s) ASSERT_NO_FATAL_FAILURE(step_keeping_a_batch()) << "steady step " << s;
+  const StepPlanStats after = follower.stats();
+  EXPECT_EQ(after.growth - before.growth, 4u);
+  EXPECT_EQ(after.fallbacks(), before.fallbacks()) << "growth never scatters into the plan's ranges";
+  EXPECT_EQ(after.plans, before.plans) << "so the plan holds";
+  EXPECT_EQ(after.followed - before.followed, 4 * shape.sizes.size());
+  const std::uint64_t top = heap.base() + follower.plan().footprint;
+  for (std::size_t k = kept_before; k < kept.size(); ++k) EXPECT_GE(kept[k], top) << "kept batch " << k;
+  for (std::uint64_t batch : kept) {
+    Heap::Freed freed;
+    ASSERT_TRUE(heap.deallocate(batch, freed));
+    follower.freed(batch, freed.size);
+    check.freed(batch);
+  }
   loop.finish();
 }
 

@@ -3,12 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <thread>
 #include <vector>
 
 #include "backings/sim_backing.hpp"
+#include "engine/plan_follower.hpp"
 #include "plimsoll/allocator.hpp"
 #include "plimsoll/device.hpp"
 #include "plimsoll/recording.hpp"
@@ -61,6 +63,94 @@ TEST(ThreadsStepPlan, StepsWhileThreadsAllocateAndDevicesComeAndGo) {
   for (std::thread& worker : workers) worker.join();
   const Stats stats = shared->stats();
   EXPECT_EQ(stats.step_plan.steps, announced);
+  EXPECT_EQ(stats.in_use_bytes, 0u);
+  EXPECT_EQ(stats.live_allocations, 0u);
+}
+
+// Packing runs off the device's lock: a pack that waits until another thread has allocated and freed on the same
+// device finishes (were the lock held, the other thread could not, and the pack would give up after a minute and
+// fail the test). The plan it made is stale then (the device changed while packing) and not followed; the next
+// boundary, with nothing in between, installs one.
+std::atomic<bool> pack_started{false};
+std::atomic<bool> allocated_meanwhile{false};
+std::atomic<bool> pack_waited_in_vain{false};
+
+void wait_for_an_allocation() {
+  pack_started = true;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  while (!allocated_meanwhile.load()) {
+    if (std::chrono::steady_clock::now() > give_up) {
+      pack_waited_in_vain = true;
+      return;
+    }
+    std::this_thread::yield();
+  }
+}
+
+TEST(ThreadsStepPlan, AllocationsGoOnWhileAStepIsPacked) {
+  auto device = sim_device(512 * MiB);
+  const auto one_step = [&] {
+    std::vector<void*> held;
+    for (int i = 0; i < 40; ++i) {
+      held.push_back(device->allocate(static_cast<std::size_t>(static_cast<std::uint64_t>(i % 5 + 1) * MiB + 4096)));
+      if (i % 3 == 2) {
+        device->deallocate(held.front());
+        held.erase(held.begin());
+      }
+    }
+    for (void* block : held) device->deallocate(block);
+  };
+  device->step();  // observation starts
+  one_step();
+  engine::PackJob::while_packing = &wait_for_an_allocation;
+  std::thread other([&] {
+    while (!pack_started.load()) std::this_thread::yield();
+    void* block = device->allocate(3 * MiB);  // takes the device's lock
+    device->deallocate(block);
+    allocated_meanwhile = true;
+  });
+  device->step();  // packs the observed step, waiting inside the pack for the other thread
+  other.join();
+  engine::PackJob::while_packing = nullptr;
+  EXPECT_FALSE(pack_waited_in_vain.load()) << "the pack held the device's lock";
+  Stats stats = device->stats();
+  EXPECT_EQ(stats.step_plan.stale, 1u) << "the device changed while packing: that plan is not followed";
+  EXPECT_EQ(stats.step_plan.plans, 0u);
+  one_step();
+  device->step();
+  stats = device->stats();
+  EXPECT_EQ(stats.step_plan.plans, 1u) << "a pack with nothing in between is installed";
+  one_step();
+  EXPECT_GT(device->stats().step_plan.followed, 0u);
+  EXPECT_EQ(device->stats().in_use_bytes, 0u);
+}
+
+// Steps on one device from two threads at once while a third allocates: at most one pack is out at a time, and the
+// device stays sound (TSan watches the copies the packs read).
+TEST(ThreadsStepPlan, ConcurrentStepsAndAllocationsOnOneDevice) {
+  auto device = sim_device(512 * MiB);
+  std::atomic<bool> done{false};
+  std::thread allocating([&] {
+    std::vector<void*> held;
+    for (int i = 0; i < 20'000; ++i) {
+      held.push_back(device->allocate(static_cast<std::size_t>((i % 9 + 1) * 128 * 1024)));
+      if (held.size() > 16) {
+        device->deallocate(held.front());
+        held.erase(held.begin());
+      }
+    }
+    for (void* block : held) device->deallocate(block);
+    done = true;
+  });
+  std::vector<std::thread> stepping;
+  for (int t = 0; t < 2; ++t)
+    stepping.emplace_back([&] {
+      for (int s = 0; s < 100 || !done.load(); ++s) device->step();
+    });
+  allocating.join();
+  for (std::thread& thread : stepping) thread.join();
+  const Stats stats = device->stats();
+  EXPECT_GE(stats.step_plan.steps, 200u);
   EXPECT_EQ(stats.in_use_bytes, 0u);
   EXPECT_EQ(stats.live_allocations, 0u);
 }

@@ -24,8 +24,10 @@ struct StepPlanStats {
   std::uint64_t steps = 0;        // step boundaries the device saw (Allocator::step)
   std::uint64_t plans = 0;        // plans followed (the first after one observed step; again when steps change)
   std::uint64_t unfit = 0;        // plans packed but not followed: their ranges could not be mapped under the limit
+  std::uint64_t stale = 0;        // plans packed but not followed: the device allocated or freed while packing
   std::uint64_t learning = 0;     // requests of an observed step while no plan was active: best fit
   std::uint64_t followed = 0;     // requests placed at their planned address
+  std::uint64_t growth = 0;       // matched requests the plan leaves to best fit: kept without an older copy freed
   // Requests that fell back to best fit, and why:
   std::uint64_t not_in_plan = 0;  // size and order match no planned request (an extra tensor, another shape)
   std::uint64_t occupied = 0;     // matched, but a block was still live in the planned range

@@ -553,12 +553,23 @@ void Allocator::reset_peaks() {
 }
 
 void Allocator::step() {
+  std::unique_ptr<engine::PackJob> job;
+  {
+    util::SpinGuard guard(impl_->lock);
+    // A paused device maps nothing until resume(): its plan waits for the next boundary after that.
+    if (!impl_->step_plan_enabled || impl_->streams != nullptr || impl_->heap->paused()) return;
+    if (impl_->plan == nullptr) impl_->plan = std::make_unique<engine::PlanFollower>(*impl_->heap);
+    job = impl_->plan->begin_boundary();
+    if (job == nullptr) return;
+  }
+  // Packing costs up to the square of the step's requests (about a second on ResNet-50): other threads allocate
+  // and free on this device meanwhile. The job reads only its own copies.
+  job->pack();
   util::SpinGuard guard(impl_->lock);
-  // A paused device maps nothing until resume(): its plan waits for the next boundary after that.
-  if (!impl_->step_plan_enabled || impl_->streams != nullptr || impl_->heap->paused()) return;
-  if (impl_->plan == nullptr) impl_->plan = std::make_unique<engine::PlanFollower>(*impl_->heap);
+  // The follower may have been dropped (set_step_plan(false), the heap made again) while packing.
+  if (impl_->plan == nullptr || impl_->plan->serial() != job->follower) return;
   const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
-  impl_->plan->step_boundary();
+  impl_->plan->finish_boundary(std::move(job));
   if (impl_->observer != nullptr) impl_->record_mapping_change(mapped_before);
 }
 

@@ -29,27 +29,41 @@ void mark(std::vector<bool>& granules, const GranuleMap& map, std::uint64_t addr
 
 }  // namespace
 
-PlanCost plan_cost(const StepPlan& plan, const Heap& heap) {
-  const GranuleMap& map = heap.granules();
-  std::vector<bool> used(heap.span_bytes() / map.granule(), false);
+HeapSnapshot HeapSnapshot::of(const Heap& heap) {
+  HeapSnapshot snapshot{heap.base(), heap.span_bytes(), heap.options().limit, heap.granules(), {}};
+  snapshot.live_granules.assign(heap.span_bytes() / heap.granules().granule(), false);
   heap.walk([&](const BlockView& block) {
-    if (!block.free && !block.small) mark(used, map, block.addr, block.size);
+    if (!block.free && !block.small) mark(snapshot.live_granules, snapshot.granules, block.addr, block.size);
   });
-  for (const StepPlan::Entry& e : plan.entries) mark(used, map, e.addr, e.size);
+  return snapshot;
+}
+
+PlanCost plan_cost(const StepPlan& plan, const Heap& heap) { return plan_cost(plan, HeapSnapshot::of(heap)); }
+
+PlanCost plan_cost(const StepPlan& plan, const HeapSnapshot& heap) {
+  const GranuleMap& map = heap.granules;
+  std::vector<bool> used = heap.live_granules;
+  for (const StepPlan::Entry& e : plan.entries)
+    if (e.addr != 0) mark(used, map, e.addr, e.size);
   PlanCost cost;
   for (std::uint64_t g = 0; g < used.size(); ++g) {
     if (!used[g]) continue;
     ++cost.granules;
     if (!map.is_mapped(g)) ++cost.new_granules;
   }
-  cost.fits = cost.granules * map.granule() <= heap.options().limit;
+  cost.fits = cost.granules * map.granule() <= heap.limit;
   return cost;
 }
 
 StepPlan best_plan(const PreparedStep& as_obstacles, const PreparedStep& pinned, const Heap& heap,
                    std::size_t* chosen) {
-  const GranuleMap& map = heap.granules();
-  std::vector<bool> live(heap.span_bytes() / map.granule(), false);  // the granules live blocks cover
+  return best_plan(as_obstacles, pinned, HeapSnapshot::of(heap), chosen);
+}
+
+StepPlan best_plan(const PreparedStep& as_obstacles, const PreparedStep& pinned, const HeapSnapshot& heap,
+                   std::size_t* chosen) {
+  const GranuleMap& map = heap.granules;
+  std::vector<bool> live(heap.span / map.granule(), false);  // the granules live blocks cover
   for (const Obstacle& o : as_obstacles.obstacles) mark(live, map, o.addr, o.size);
 
   StepPlan best;
@@ -69,7 +83,7 @@ StepPlan best_plan(const PreparedStep& as_obstacles, const PreparedStep& pinned,
       pack.granule = map.granule();
       pack.paid = &live;
     }
-    StepPlan plan = pack_step(prepared.step, prepared.obstacles, heap.base(), heap.span_bytes(), pack);
+    StepPlan plan = pack_step(prepared.step, prepared.obstacles, heap.base, heap.span, pack);
     if (plan.entries.empty()) continue;  // not in the address space
     const PlanCost cost = plan_cost(plan, heap);
     if (best.entries.empty() || better(cost, best_cost)) {

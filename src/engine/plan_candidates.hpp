@@ -9,13 +9,14 @@
 // Safety does not rest on the choice: every candidate is a valid plan (StepPlan's invariants), and the follower
 // places a request at its planned address only inside a free block.
 //
-// Cost: each candidate is one pack_step, O(requests^2); kCandidates of them run under the device's lock at the
-// boundary (bounded by PlanFollower::kMaxStepRequests).
+// Cost: each candidate is one pack_step, O(requests^2); kCandidates of them run at the boundary (bounded by
+// PlanFollower::kMaxStepRequests), off the device's lock: they read a HeapSnapshot, never the heap itself.
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "engine/granule_map.hpp"
 #include "engine/step_plan.hpp"
 
 namespace plimsoll::engine {
@@ -30,12 +31,21 @@ struct PlanCandidate {
 inline constexpr std::size_t kCandidates = 4;
 extern const std::array<PlanCandidate, kCandidates> kPlanCandidates;
 
+/// What the packer and plan_cost read of the heap, copied under the device's lock so packing can run without it.
+struct HeapSnapshot {
+  std::uint64_t base = 0, span = 0, limit = 0;
+  GranuleMap granules;              // which granules were mapped
+  std::vector<bool> live_granules;  // granules covered by live blocks (small pages whole)
+  static HeapSnapshot of(const Heap& heap);
+};
+
 /// What a plan would cost on this heap, in granules.
 struct PlanCost {
   std::uint64_t granules = 0;      // live blocks' granules united with the entries'
   std::uint64_t new_granules = 0;  // of those, not mapped now
   bool fits = false;               // granules x granule size within the heap's limit
 };
+PlanCost plan_cost(const StepPlan& plan, const HeapSnapshot& heap);
 PlanCost plan_cost(const StepPlan& plan, const Heap& heap);
 
 /// One observed step as the packer takes it, with the live blocks it must keep clear of.
@@ -50,6 +60,8 @@ struct PreparedStep {
 /// requests in the same order; `as_obstacles.obstacles` must hold every live block. Stops at the first candidate
 /// that fits and maps nothing new (no later one could save a map call). `chosen`, when not null, gets the index of
 /// the candidate kept.
+StepPlan best_plan(const PreparedStep& as_obstacles, const PreparedStep& pinned, const HeapSnapshot& heap,
+                   std::size_t* chosen = nullptr);
 StepPlan best_plan(const PreparedStep& as_obstacles, const PreparedStep& pinned, const Heap& heap,
                    std::size_t* chosen = nullptr);
 

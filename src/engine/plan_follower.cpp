@@ -8,7 +8,13 @@
 
 namespace plimsoll::engine {
 
+void PackJob::pack() {
+  if (void (*hook)() = while_packing.load()) hook();
+  plan = best_plan({as_obstacles, obstacles}, {pinned, around_pinned}, heap);
+}
+
 std::uint64_t PlanFollower::allocate(std::uint64_t bytes, std::uint16_t tag) {
+  ++events_;
   if (heap_.paused()) [[unlikely]] return heap_.allocate(bytes, tag);  // refused (HeapFailure::paused), not a fallback
   if (plan_.entries.empty()) {
     const std::uint64_t addr = heap_.allocate(bytes, tag);
@@ -26,6 +32,14 @@ std::uint64_t PlanFollower::allocate(std::uint64_t bytes, std::uint16_t tag) {
   if (match == end) return fall_back(bytes, tag, &StepPlanStats::not_in_plan);
   stats_.skipped += match - cursor_;
   cursor_ = match + 1;
+  if (plan_.entries[match].addr == 0) {  // growth: above the plan, where it never takes a planned range
+    const std::uint64_t addr = place_above_plan(bytes, tag);
+    if (addr != 0) {
+      ++stats_.growth;
+      observe(addr, size);
+    }
+    return addr;
+  }
   std::uint64_t hint = 0;
   for (const std::uint32_t j : plan_.below[match]) {
     if (j == UINT32_MAX) break;
@@ -41,6 +55,27 @@ std::uint64_t PlanFollower::allocate(std::uint64_t bytes, std::uint16_t tag) {
   }
   return fall_back(bytes, tag,
                    heap_.last_failure() == HeapFailure::occupied ? &StepPlanStats::occupied : &StepPlanStats::over_limit);
+}
+
+std::uint64_t PlanFollower::place_above_plan(std::uint64_t bytes, std::uint16_t tag) {
+  // Best fit among the free space above the plan's highest byte: growth packs together there, and the plan's
+  // space below stays whole for the steps to come. Growth is a few requests a step: a walk of the heap each is
+  // cheap next to the step.
+  const std::uint64_t size = Heap::round(bytes);
+  const std::uint64_t top = heap_.base() + plan_.footprint;
+  std::uint64_t best_addr = 0, best_room = UINT64_MAX;
+  heap_.walk([&](const BlockView& block) {
+    if (!block.free || block.small || block.addr + block.size <= top) return;
+    const std::uint64_t start = std::max(block.addr, top);
+    const std::uint64_t room = block.addr + block.size - start;
+    if (room >= size && room < best_room) {
+      best_room = room;
+      best_addr = start;
+    }
+  });
+  if (best_addr != 0)
+    if (const std::uint64_t addr = heap_.allocate_at(best_addr, bytes, tag); addr != 0) return addr;
+  return heap_.allocate(bytes, tag);  // no room above, or not under the limit there: best fit, which may
 }
 
 std::uint64_t PlanFollower::fall_back(std::uint64_t bytes, std::uint16_t tag, std::uint64_t StepPlanStats::*reason) {
@@ -62,26 +97,49 @@ void PlanFollower::observe(std::uint64_t addr, std::uint64_t size) {
 }
 
 void PlanFollower::step_boundary() {
+  std::unique_ptr<PackJob> job = begin_boundary();
+  if (job == nullptr) return;
+  job->pack();
+  finish_boundary(std::move(job));
+}
+
+std::unique_ptr<PackJob> PlanFollower::begin_boundary() {
   ++stats_.steps;
   if (!observing_) {  // the first boundary (what came before, model building, is not a step), or a step too long
     observing_ = true;
     observation_.clear();
     cursor_ = 0;
-    return;
+    return nullptr;
   }
   const bool fell_back = step_fallbacks_ > 0;
   const bool pack = plan_.entries.empty() || (fell_back && (first_plan_ || previous_step_fell_back_));
-  if (pack && !observation_.requests.empty() && stats_.steps >= next_try_) {
+  std::unique_ptr<PackJob> job;
+  if (pack && !packing_ && !observation_.requests.empty() && stats_.steps >= next_try_) {
     first_plan_ = stats_.plans + stats_.unfit == 0;
-    build_plan();
+    job = prepare_pack();
+    packing_ = true;
   }
   previous_step_fell_back_ = fell_back;
   step_fallbacks_ = 0;
   cursor_ = 0;
   observation_.clear();
+  return job;
 }
 
-void PlanFollower::build_plan() {
+void PlanFollower::finish_boundary(std::unique_ptr<PackJob> job) {
+  packing_ = false;
+  // Anything allocated or freed since the copy may lie in the plan's ranges, and the step it belongs to has begun
+  // without the plan: installing it now would start its cursor mid-step. Best fit goes on; the next boundary
+  // packs again (no plan, or a step that falls back).
+  if (job->events != events_ || heap_.paused()) {
+    ++stats_.stale;
+    return;
+  }
+  if (job->plan.entries.empty()) return;  // does not fit the address space: keep what there was
+  install(std::move(job->plan));
+}
+
+std::unique_ptr<PackJob> PlanFollower::prepare_pack() {
   // Memory that was live before the observed step began and still is stays where it is, for the whole step.
   std::vector<Obstacle> obstacles;
   std::unordered_set<std::uint64_t> in_pages;  // leftovers inside small pages: the plan cannot reuse their place
@@ -94,24 +152,60 @@ void PlanFollower::build_plan() {
     if (!block.page && observation_.live.count(block.addr) != 0) return;
     obstacles.push_back(Obstacle{block.addr, block.size});
   });
+  // Growth: what the step keeps without freeing an older copy of it (a job that keeps every batch). Placed at
+  // planned addresses, each step's copy would stay live inside the plan's space and scatter the next plans
+  // around it; left out of the plan, it goes above the plan (place_above_plan). A step counts as growing when it
+  // leaves more bytes live than it freed of older blocks: a step after a change of shapes leaves unpaired
+  // leftovers too, but frees the old shapes' copies, and its leftovers are gradients to plan like any. The first
+  // observed step is not judged: its leftovers (gradients, optimizer state) have no older copies yet either.
+  if (!first_plan_) {
+    std::uint64_t kept = 0, freed_older = 0;
+    for (const auto& [addr, index] : observation_.live) kept += observation_.requests[index].size;
+    for (const StepObservation::OlderFree& f : observation_.older_frees) freed_older += f.size;
+    if (kept > freed_older) {
+      StepObservation paired = observation_;
+      paired.pair_leftovers();
+      for (std::size_t i = 0; i < paired.requests.size(); ++i) {
+        const StepObservation::Request& request = paired.requests[i];
+        if (request.died == StepObservation::kOutlives && request.held_until == paired.ticks)
+          observation_.requests[i].growth = true;
+      }
+    }
+  }
   // Two ways to carry the step's leftovers into the plan (plan_candidates.hpp tries both). Pinned: each stays
   // where it is, and its next copy shares its range (StepObservation::pair_leftovers); those in small pages are
   // packed like any request instead, their page being an obstacle.
-  StepObservation pinned = observation_;
+  auto job = std::make_unique<PackJob>();
+  job->follower = serial_;
+  job->events = events_;
+  job->heap = HeapSnapshot::of(heap_);
+  StepObservation& pinned = job->pinned;
+  pinned = observation_;
   pinned.pair_leftovers();
+  std::vector<Obstacle>& around_pinned = job->around_pinned;
+  around_pinned = obstacles;
   for (StepObservation::Request& request : pinned.requests) {
+    if (request.growth) {  // not pinned: it stays where it is, and the plan around it
+      if (in_pages.count(request.pinned) == 0) around_pinned.push_back(Obstacle{request.pinned, request.size});
+      request.pinned = 0;
+      request.held_until = 0;
+      continue;
+    }
     if (request.pinned != 0 && in_pages.count(request.pinned) != 0) {
       request.pinned = 0;
       request.held_until = 0;
     }
   }
-  const std::vector<Obstacle> around_pinned = obstacles;
   // As obstacles: each stays where it is until its pair's free (StepObservation::leftovers_as_obstacles); those in
   // small pages are covered by their page.
   for (const Obstacle& o : observation_.leftovers_as_obstacles())
     if (in_pages.count(o.addr) == 0) obstacles.push_back(o);
-  StepPlan plan = best_plan({observation_, obstacles}, {pinned, around_pinned}, heap_);
-  if (plan.entries.empty()) return;  // does not fit the address space: keep what there was
+  job->as_obstacles = std::move(observation_);
+  job->obstacles = std::move(obstacles);
+  return job;
+}
+
+void PlanFollower::install(StepPlan plan) {
   // Mapped once, here. A plan whose ranges cannot all be mapped under the limit is not followed: half a plan
   // would scatter planned blocks through the space best fit needs for the rest. The next step runs best fit,
   // is observed, and is packed again (with its leftovers paired, the next plan is usually smaller).
@@ -127,7 +221,8 @@ void PlanFollower::build_plan() {
   ++stats_.plans;
   stats_.plan_bytes = plan_.footprint == 0 ? 0 : [&] {
     std::uint64_t lo = UINT64_MAX;
-    for (const StepPlan::Entry& e : plan_.entries) lo = std::min(lo, e.addr);
+    for (const StepPlan::Entry& e : plan_.entries)
+      if (e.addr != 0) lo = std::min(lo, e.addr);
     return heap_.base() + plan_.footprint - lo;
   }();
   stats_.plan_peak_bytes = plan_.peak_live;

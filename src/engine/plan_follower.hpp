@@ -13,6 +13,8 @@
 //    data-dependent shape) falls back and leaves the plan's cursor where it is, so the step resynchronises with
 //    the plan at the next request that matches;
 //  - a request that matches a planned one further on skips the ones between (the step did not make them);
+//  - a request matching a growth entry (a block the step keeps without freeing an older copy: a kept batch) is not
+//    planned: it goes above the plan (place_above_plan), so it never stays live inside the plan's space;
 //  - a matched request whose planned range is not wholly free (a block placed there by a fallback, or left by an
 //    earlier step and not freed yet) or cannot be mapped under the limit falls back too.
 // Safety does not rest on the plan being right: the heap places a request at its planned address only when the
@@ -22,44 +24,79 @@
 // fell back although the plan came from the first observed step (the first step of a training job allocates its
 // optimizer state and warm-up buffers, which later steps do not, and its leftovers cannot be paired yet), or when
 // two steps in a row fell back (the workload changed). One odd step (a short last batch) keeps the plan.
-// Not thread-safe: plimsoll::Allocator holds the lock.
+// Packing runs off the device's lock (PackJob): begin_boundary() copies what the packer needs under the lock,
+// PackJob::pack() runs without it, finish_boundary() installs the plan under the lock again only when nothing was
+// allocated or freed meanwhile (StepPlanStats::stale otherwise: best fit goes on and the next boundary packs
+// again). Not thread-safe otherwise: plimsoll::Allocator holds the lock for every other call.
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "engine/heap.hpp"
+#include "engine/plan_candidates.hpp"
 #include "engine/step_plan.hpp"
 #include "plimsoll/stats.hpp"
 
 namespace plimsoll::engine {
+
+/// One boundary's packing, copied out of the follower and the heap so that it runs without the device's lock.
+struct PackJob {
+  StepObservation as_obstacles;  // the step, leftovers carried as obstacles until a tick
+  std::vector<Obstacle> obstacles;
+  StepObservation pinned;        // the step, leftovers pinned where they are
+  std::vector<Obstacle> around_pinned;
+  HeapSnapshot heap;
+  std::uint64_t follower = 0;  // PlanFollower::serial() of the follower that made it
+  std::uint64_t events = 0;    // the follower's allocations and frees when it was made
+  StepPlan plan;               // pack()'s result
+
+  /// The cheapest candidate plan (best_plan). Touches nothing shared: call it without the lock.
+  void pack();
+  /// For tests of the lock-free window: called at the start of every pack() when set (threads_step_plan_test).
+  static inline std::atomic<void (*)()> while_packing{nullptr};
+};
 
 class PlanFollower {
  public:
   static constexpr std::size_t kLookahead = 64;
   // A "step" with more requests than this is not one (a program that called plimsoll::step() once and runs on):
   // the follower stops recording it, so its memory stays bounded, and starts again at the next boundary. Packing
-  // runs under the device's lock at the boundary and costs up to the square of the step's requests, so the cap
-  // also bounds that pause; the shared traces' steps have at most 28,126 requests (MobileNetV2).
+  // costs up to the square of the step's requests (off the device's lock, but in the thread calling step()), so
+  // the cap also bounds that pause; the shared traces' steps have at most 28,126 requests (MobileNetV2).
   static constexpr std::size_t kMaxStepRequests = std::size_t{1} << 16;
 
-  explicit PlanFollower(Heap& heap) : heap_(heap) {}
+  explicit PlanFollower(Heap& heap) : heap_(heap), serial_(next_serial_.fetch_add(1) + 1) {}
 
   /// Planned placement when the request matches the plan, best fit otherwise; 0 when both fail (heap's
   /// last_failure() says why).
   std::uint64_t allocate(std::uint64_t bytes, std::uint16_t tag);
   /// After the heap freed addr.
   void freed(std::uint64_t addr, std::uint64_t size) {
+    ++events_;
     if (observing_) observation_.freed(addr, size);
   }
-  /// A training step ended and the next begins.
+  /// A training step ended and the next begins: begin_boundary, the pack and finish_boundary in one (under the
+  /// caller's lock throughout).
   void step_boundary();
+  /// The boundary's bookkeeping, and the packing to do when one is due (null otherwise, or while another
+  /// boundary's pack is still running).
+  std::unique_ptr<PackJob> begin_boundary();
+  /// Installs a packed job's plan (maps its ranges) unless the heap saw allocations or frees since the job was
+  /// made: then it counts StepPlanStats::stale and changes nothing.
+  void finish_boundary(std::unique_ptr<PackJob> job);
+  /// Unique per follower for the process: tells a job's follower from a newer one made at the same address.
+  std::uint64_t serial() const { return serial_; }
 
   const StepPlanStats& stats() const { return stats_; }
   const StepPlan& plan() const { return plan_; }
 
  private:
   std::uint64_t fall_back(std::uint64_t bytes, std::uint16_t tag, std::uint64_t StepPlanStats::*reason);
+  std::uint64_t place_above_plan(std::uint64_t bytes, std::uint16_t tag);
   void observe(std::uint64_t addr, std::uint64_t size);
-  void build_plan();
+  std::unique_ptr<PackJob> prepare_pack();
+  void install(StepPlan plan);
 
   Heap& heap_;
   StepObservation observation_;
@@ -71,6 +108,10 @@ class PlanFollower {
   bool previous_step_fell_back_ = false;
   std::uint64_t next_try_ = 0;  // the boundary (stats_.steps) from which packing is tried again after unfit plans
   StepPlanStats stats_;
+  std::uint64_t events_ = 0;  // allocations and frees seen: a pack made at one count is stale at another
+  bool packing_ = false;      // a job is out (between begin_boundary and finish_boundary)
+  std::uint64_t serial_;
+  static inline std::atomic<std::uint64_t> next_serial_{0};
 };
 
 }  // namespace plimsoll::engine

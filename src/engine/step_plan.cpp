@@ -162,7 +162,8 @@ struct Packing {
 void finish_plan(const StepObservation& step, std::uint64_t base, StepPlan& plan) {
   const std::size_t n = plan.entries.size();
   plan.footprint = 0;
-  for (const StepPlan::Entry& e : plan.entries) plan.footprint = std::max(plan.footprint, e.addr + e.size - base);
+  for (const StepPlan::Entry& e : plan.entries)
+    if (e.addr != 0) plan.footprint = std::max(plan.footprint, e.addr + e.size - base);
 
   // Nearest entries below each one, for the follower's search hints.
   std::vector<std::uint32_t> by_addr(n);
@@ -173,9 +174,11 @@ void finish_plan(const StepObservation& step, std::uint64_t base, StepPlan& plan
   for (auto& slots : plan.below) slots.fill(UINT32_MAX);
   for (std::size_t k = 0; k < n; ++k) {
     const std::uint32_t i = by_addr[k];
+    if (plan.entries[i].addr == 0) continue;
     std::size_t found = 0;
     for (std::size_t back = k; back > 0 && found < StepPlan::kNeighbours; --back) {
       const std::uint32_t j = by_addr[back - 1];
+      if (plan.entries[j].addr == 0) break;  // growth entries sort first: none below this one is planned
       if (plan.entries[j].addr + plan.entries[j].size <= plan.entries[i].addr) plan.below[i][found++] = j;
     }
   }
@@ -244,6 +247,10 @@ StepPlan pack_step(const StepObservation& step, std::vector<Obstacle> obstacles,
   }
   for (const std::uint32_t i : order) {
     const auto& request = step.requests[i];
+    if (request.growth) {  // placed by best fit at run time: it never meets a planned entry
+      plan.entries[i] = StepPlan::Entry{request.size, 0};
+      continue;
+    }
     if (request.pinned != 0) {
       plan.entries[i] = StepPlan::Entry{request.size, request.pinned};
       placed.push_back(i);
@@ -282,7 +289,8 @@ StepPlan pack_step(const StepObservation& step, std::vector<Obstacle> obstacles,
 std::vector<std::pair<std::uint64_t, std::uint64_t>> covered_ranges(const StepPlan& plan) {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;  // (addr, end) while merging
   ranges.reserve(plan.entries.size());
-  for (const StepPlan::Entry& e : plan.entries) ranges.emplace_back(e.addr, e.addr + e.size);
+  for (const StepPlan::Entry& e : plan.entries)
+    if (e.addr != 0) ranges.emplace_back(e.addr, e.addr + e.size);
   std::sort(ranges.begin(), ranges.end());
   std::vector<std::pair<std::uint64_t, std::uint64_t>> merged;
   for (const auto& [addr, end] : ranges) {

@@ -39,6 +39,7 @@ struct StepObservation {
     std::uint32_t died = kOutlives;
     std::uint32_t held_until = 0;  // outliving requests: the previous step's copy lives [0, held_until)
     std::uint64_t pinned = 0;      // outliving requests: the address both copies share (0: the packer chooses)
+    bool growth = false;  // outlives the step with no copy freed in it (a kept batch): not planned (Entry::addr 0)
   };
   struct OlderFree {
     std::uint64_t size = 0;
@@ -69,6 +70,7 @@ struct StepObservation {
 /// The packed step.
 /// Invariants (checked by pack_step's callers in tests/engine_step_plan_test.cpp, and relied on by the follower):
 ///  - entries are the observation's requests, in order, with the same sizes;
+///  - growth requests' entries have addr 0 and take no place in the plan; the rules below are about the others;
 ///  - every entry lies inside [base, base + span) and is quantum-aligned;
 ///  - two entries whose lifetimes overlap never overlap in addresses, and no entry overlaps an obstacle (a
 ///    request that outlives the step is live over [born, ticks) and [0, held_until));
@@ -77,7 +79,7 @@ struct StepObservation {
 struct StepPlan {
   struct Entry {
     std::uint64_t size = 0;
-    std::uint64_t addr = 0;
+    std::uint64_t addr = 0;  // 0: not planned (a growth request): the follower places it by best fit
   };
   std::vector<Entry> entries;
   /// For each entry, up to kNeighbours entries that end at or below its address, nearest first: when one of them

@@ -85,8 +85,9 @@ std::string replay_result_json(const ReplayResult& result) {
   line["steady_maps"] = result.steady_maps;
   line["steady_unmaps"] = result.steady_unmaps;
   const StepPlanStats& plan = result.step_plan;
-  line["step_plan"] = {{"steps", plan.steps},         {"plans", plan.plans}, {"unfit", plan.unfit},
+  line["step_plan"] = {{"steps", plan.steps},         {"plans", plan.plans}, {"unfit", plan.unfit}, {"stale", plan.stale},
                        {"learning", plan.learning},   {"followed", plan.followed},
+                       {"growth", plan.growth},
                        {"fallbacks", plan.fallbacks()}, {"not_in_plan", plan.not_in_plan},
                        {"occupied", plan.occupied},   {"over_limit", plan.over_limit},
                        {"past_plan", plan.past_plan}, {"skipped", plan.skipped},
