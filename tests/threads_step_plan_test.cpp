@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -153,6 +154,31 @@ TEST(ThreadsStepPlan, ConcurrentStepsAndAllocationsOnOneDevice) {
   EXPECT_GE(stats.step_plan.steps, 200u);
   EXPECT_EQ(stats.in_use_bytes, 0u);
   EXPECT_EQ(stats.live_allocations, 0u);
+}
+
+void fail_to_pack() { throw std::bad_alloc(); }
+
+// A pack that throws (out of host memory) is the plan's loss, not the program's: step() returns, the device goes on
+// with best fit, and the next boundary packs again (a pack left marked as running would stop planning for good).
+TEST(ThreadsStepPlan, APackThatThrowsLeavesBestFitAndTheNextBoundaryPacks) {
+  auto device = sim_device(512 * MiB);
+  const auto one_step = [&] {
+    std::vector<void*> held;
+    for (std::size_t i = 0; i < 30; ++i) held.push_back(device->allocate((i % 4 + 1) * MiB));
+    for (void* block : held) device->deallocate(block);
+  };
+  device->step();
+  one_step();
+  engine::PackJob::while_packing = &fail_to_pack;
+  EXPECT_NO_THROW(device->step());
+  engine::PackJob::while_packing = nullptr;
+  EXPECT_EQ(device->stats().step_plan.plans, 0u);
+  one_step();
+  device->step();
+  EXPECT_EQ(device->stats().step_plan.plans, 1u) << "the boundary after a failed pack packs again";
+  one_step();
+  EXPECT_GT(device->stats().step_plan.followed, 0u);
+  EXPECT_EQ(device->stats().in_use_bytes, 0u);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <exception>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -563,8 +564,13 @@ void Allocator::step() {
     if (job == nullptr) return;
   }
   // Packing costs up to the square of the step's requests (about a second on ResNet-50): other threads allocate
-  // and free on this device meanwhile. The job reads only its own copies.
-  job->pack();
+  // and free on this device meanwhile. The job reads only its own copies. A plan is an optimisation: a pack that
+  // fails (out of host memory) leaves the device on best fit, and finish_boundary still ends the boundary.
+  try {
+    job->pack();
+  } catch (const std::exception&) {
+    job->plan = engine::StepPlan{};
+  }
   util::SpinGuard guard(impl_->lock);
   // The follower may have been dropped (set_step_plan(false), the heap made again) while packing.
   if (impl_->plan == nullptr || impl_->plan->serial() != job->follower) return;
