@@ -354,6 +354,46 @@ TEST(RuntimeShare, TwoLogicalDevicesOfOneGpuShareOneEntryAndPauseTogether) {
   second.deallocate(b);
 }
 
+// A GPU's devices pause together or not at all: one that cannot pause (preallocated) is found before any is paused,
+// since a device paused without its contents and resumed by the rollback would go on over fresh, undefined memory.
+TEST(RuntimeShare, APauseOneDeviceOfTheGpuCannotTakePausesNone) {
+  const LedgerDirectory dir;
+  plimsoll::fake_cuda::Driver driver(fake_gpu());
+  Config config = shared_config("cuda:0=128MiB:192MiB");
+  config.logical_devices["cuda:0"] = {plimsoll::LogicalDeviceConfig::sized(48 * kMiB),
+                                      plimsoll::LogicalDeviceConfig::sized(48 * kMiB)};
+  config.device_policies["cuda:0/1"].growth = plimsoll::Growth::preallocate;
+  auto runtime = runtime_on(driver, config);
+  Allocator& first = runtime->device("cuda:0/0");
+  Allocator& second = runtime->device("cuda:0/1");
+  void* a = first.allocate(4 * kMiB);
+  const auto paused = plimsoll::request_pause(::getpid(), false, kPatience, dir.path());
+  ASSERT_EQ(paused.size(), 1u);
+  EXPECT_FALSE(paused[0].done);
+  EXPECT_THAT(paused[0].message, HasSubstr("cuda:0/1"));
+  EXPECT_THAT(paused[0].message, HasSubstr("nothing was paused"));
+  EXPECT_FALSE(first.paused()) << "the device that could pause was never paused";
+  EXPECT_FALSE(second.paused());
+  EXPECT_GT(my_entry(dir).charged, 0u);
+  first.deallocate(a);
+}
+
+// A GPU's first device that fails after joining the ledger (here a limit over the share's cap) leaves it again: an
+// entry with no device would keep the share promised to a process that answers nothing.
+TEST(RuntimeShare, AFirstDeviceThatFailsLeavesTheLedger) {
+  const LedgerDirectory dir;
+  plimsoll::fake_cuda::Driver driver(fake_gpu());
+  Config config = shared_config("cuda:0=64MiB:96MiB");
+  config.device_policies["cuda:0"].memory_limit = 200 * kMiB;
+  auto runtime = runtime_on(driver, config);
+  EXPECT_THROW(runtime->device("cuda:0"), plimsoll::Error);
+  EXPECT_TRUE(entries_of(dir.ledger(), ::getpid()).empty()) << "the failed device's process is still in the ledger";
+  // With a limit that fits, the same runtime joins again.
+  runtime->configure("cuda:0", plimsoll::Policy{});
+  EXPECT_NO_THROW(runtime->device("cuda:0"));
+  EXPECT_EQ(entries_of(dir.ledger(), ::getpid()).size(), 1u);
+}
+
 TEST(RuntimeShare, ADevicePausedByItselfShowsPausedInTheLedger) {
   const LedgerDirectory dir;
   plimsoll::fake_cuda::Driver driver(fake_gpu());

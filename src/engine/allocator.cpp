@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
-#include <exception>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -568,7 +567,7 @@ void Allocator::step() {
   // fails (out of host memory) leaves the device on best fit, and finish_boundary still ends the boundary.
   try {
     job->pack();
-  } catch (const std::exception&) {
+  } catch (...) {
     job->plan = engine::StepPlan{};
   }
   util::SpinGuard guard(impl_->lock);

@@ -133,6 +133,9 @@ void PlanFollower::finish_boundary(std::unique_ptr<PackJob> job) {
   // packs again (no plan, or a step that falls back).
   if (job->events != events_ || heap_.paused()) {
     ++stats_.stale;
+    // A job whose other threads allocate at every boundary would otherwise pay a whole pack per step for plans it
+    // never follows: after stale packs, try again after 1, 3, 7, ... boundaries, as after unfit ones.
+    next_try_ = stats_.steps + (std::uint64_t{1} << std::min<std::uint64_t>(stats_.stale, 10)) - 1;
     return;
   }
   if (job->plan.entries.empty()) return;  // does not fit the address space: keep what there was

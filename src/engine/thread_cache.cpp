@@ -420,8 +420,11 @@ std::uint64_t ThreadCaches::allocate(std::uint64_t bytes, std::uint16_t tag) {
   if (addr == 0) [[unlikely]] {
     addr = allocate_slow(cache, size, bytes, tag);
     if (addr == 0) return 0;
-  } else {
-    handed_.set(addr, HandedTable::word(bytes, tag));  // a cached block was handed out before: its leaf exists
+  } else if (!handed_.set(addr, HandedTable::word(bytes, tag))) [[unlikely]] {
+    // A block cached without ever being handed out (the rest of a run, or from the depot) may lie under a leaf not
+    // made yet, and making it can fail (mmap refused): the device's own path serves this one.
+    upstream_.give_back({addr});
+    return 0;
   }
   cache.count_allocation(size, bytes, tag);
   return addr;
@@ -440,7 +443,7 @@ bool ThreadCaches::keep_in_full_cache(ThreadCache& cache, std::uint64_t addr, st
     } else {
       for (std::size_t c = 0; c < kClasses; ++c) depot_->accept(cache, c, (cache.held(c) + 1) / 2);
     }
-    if (depot_->bytes > kDepotPerThread * bytes_per_thread()) to_heap = depot_->take_all();
+    if (depot_->bytes / kDepotPerThread > bytes_per_thread()) to_heap = depot_->take_all();  // no overflow
   }
   if (!to_heap.empty()) upstream_.give_back(to_heap);
   return cache.push(addr, size, bytes_per_thread());

@@ -1,5 +1,10 @@
 #include "runtime/allocator_group.hpp"
 
+#include <exception>
+#include <string>
+
+#include <fmt/format.h>
+
 #include "plimsoll/error.hpp"
 
 namespace plimsoll::runtime {
@@ -39,6 +44,16 @@ std::uint64_t AllocatorGroup::pause(bool keep_contents) {
     if (!member->paused()) running.push_back(member);
   // Nothing left to pause: the first member's own refusal ("paused already") is the answer.
   if (running.empty()) return members_.front()->pause(PauseOptions{.keep_contents = keep_contents});
+  // A device that cannot pause is found before any is paused: a rollback maps fresh granules back, so a device paused
+  // without its contents and then resumed would go on with undefined memory under its live blocks.
+  for (const Allocator* member : running) {
+    const DeviceDescription device = member->description();
+    if (device.policy.growth == Growth::preallocate)
+      throw InvalidState(fmt::format(
+          "cannot pause {} with the other devices of its GPU: it is preallocated (one segment held for the "
+          "process's life); nothing was paused. Give every logical device of the GPU the on_demand policy",
+          device.name));
+  }
   std::uint64_t bytes = 0;
   std::vector<Allocator*> paused_here;
   try {
@@ -46,15 +61,20 @@ std::uint64_t AllocatorGroup::pause(bool keep_contents) {
       bytes += member->pause(PauseOptions{.keep_contents = keep_contents});
       paused_here.push_back(member);
     }
-  } catch (...) {
+  } catch (const std::exception& error) {
     // All or nothing: the GPU's devices are paused together or not at all.
+    std::string left_paused;
     for (Allocator* member : paused_here) {
       try {
         member->resume();
-      } catch (...) {  // it stays paused and resumable; the pause's own error is the one to report
+      } catch (const std::exception&) {  // it stays paused and resumable: say so beside the pause's own error
+        left_paused += (left_paused.empty() ? "" : ", ") + member->description().name;
       }
     }
-    throw;
+    if (left_paused.empty()) throw;
+    throw PauseError(fmt::format("{}; and {} could not be resumed, so it stays paused: resume it (plimsoll resume PID "
+                                 "or plimsoll.resume) once the GPU has room",
+                                 error.what(), left_paused));
   }
   return bytes;
 }

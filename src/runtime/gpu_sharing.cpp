@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include "plimsoll/error.hpp"
@@ -33,11 +35,16 @@ GpuSharing::GpuSharing(const std::string& device, const std::string& uuid, std::
   } catch (const Error& error) {
     throw Error(context() + error.what());
   }
+  joined_by_ = ::getpid();
   auto& impl = share_->impl();
   headroom_at_join_ = impl.ledger.headroom(impl.slot);
 }
 
-GpuSharing::~GpuSharing() { stop(); }
+GpuSharing::~GpuSharing() {
+  stop();
+  // A forked child (CUDA does not follow a fork) destroying its copy must not take the parent's entry out.
+  if (::getpid() != joined_by_) static_cast<void>(share_.release());
+}
 
 PhysicalMemory GpuSharing::as_seen(PhysicalMemory memory) const {
   const std::uint64_t cap = share_->cap_bytes();
@@ -56,6 +63,10 @@ void GpuSharing::add(Allocator& allocator) {
   if (!responder_) responder_ = std::make_unique<TrimResponder>(*share_, group_.hooks());
 }
 
-void GpuSharing::stop() noexcept { responder_.reset(); }
+void GpuSharing::stop() noexcept {
+  // In a forked child the responder's thread does not exist: joining it would wait for ever.
+  if (::getpid() != joined_by_) static_cast<void>(responder_.release());
+  responder_.reset();
+}
 
 }  // namespace plimsoll::runtime

@@ -45,6 +45,7 @@ class GpuSharing {
  private:
   std::unique_ptr<GpuShare> share_;
   std::uint64_t headroom_at_join_ = 0;
+  int joined_by_ = 0;  // the pid that joined: a forked child's copy leaves the parent's entry and thread alone
   AllocatorGroup group_;
   std::unique_ptr<TrimResponder> responder_;
 };

@@ -149,23 +149,43 @@ struct Runtime::Impl {
     }
     if (!missing.empty()) return fall_back_or_throw(key, missing, gpus);
 
-    runtime::GpuSharing* sharing = sharing_for(*physical);
-    const runtime::PhysicalDevice seen = as_seen(*physical);
-    runtime::DevicePlan plan = runtime::plan_device(config, seen, name);
-    runtime::DeviceBacking backing = backing_for(seen, plan.logical, sharing);
-    std::string note;
-    if (!backing.growable) {
-      plan.description.policy =
-          runtime::fit_fixed_size(key, plan.description.policy, config, backing.fallback_reason);
-      note = runtime::fixed_size_note(backing.fallback_reason);
+    const std::string physical_key = physical->name.str();
+    const bool had_sharing = gpu_sharing.count(physical_key) != 0;
+    const bool had_shared_backing = shared_backings.count(physical_key) != 0;
+    try {
+      runtime::GpuSharing* sharing = sharing_for(*physical);
+      const runtime::PhysicalDevice seen = as_seen(*physical);
+      runtime::DevicePlan plan = runtime::plan_device(config, seen, name);
+      runtime::DeviceBacking backing = backing_for(seen, plan.logical, sharing);
+      std::string note;
+      if (!backing.growable) {
+        plan.description.policy =
+            runtime::fit_fixed_size(key, plan.description.policy, config, backing.fallback_reason);
+        note = runtime::fixed_size_note(backing.fallback_reason);
+      }
+      auto allocator = std::make_unique<Allocator>(plan.description, std::move(backing.backing));
+      if (config.log_device_creation) fmt::print(stderr, "{}{}\n", allocator->description().summary(), note);
+      Allocator& created = *allocator;
+      devices.emplace(key, std::move(allocator));
+      if (!backing.growable) fixed_size_devices.emplace(key, backing.fallback_reason);
+      if (sharing != nullptr) sharing->add(created);
+      return created;
+    } catch (...) {
+      // A GPU's first device that fails after joining its ledger (a split over the cap, a limit the share cannot
+      // hold, a driver error) leaves it again: a member-less entry would keep the share promised, answering nothing.
+      if (!had_sharing && !devices_on(physical_key)) {
+        if (!had_shared_backing) shared_backings.erase(physical_key);
+        gpu_sharing.erase(physical_key);
+      }
+      throw;
     }
-    auto allocator = std::make_unique<Allocator>(plan.description, std::move(backing.backing));
-    if (config.log_device_creation) fmt::print(stderr, "{}{}\n", allocator->description().summary(), note);
-    Allocator& created = *allocator;
-    devices.emplace(key, std::move(allocator));
-    if (sharing != nullptr) sharing->add(created);
-    if (!backing.growable) fixed_size_devices.emplace(key, backing.fallback_reason);
-    return created;
+  }
+
+  /// Whether a device of the physical device `physical_key` (its logical devices included) was created.
+  bool devices_on(const std::string& physical_key) const {
+    for (const auto& [key, allocator] : devices)
+      if (DeviceName::parse(key).physical().str() == physical_key) return true;
+    return false;
   }
 
   Allocator& fall_back_or_throw(const std::string& requested, const std::string& reason,
@@ -266,6 +286,7 @@ void Runtime::replace_config(Config config) {
         names));
   }
   impl_->config = std::move(config);
+  impl_->share_specs.reset();  // read again from the new config's gpu_shares at the next GPU device
 }
 
 void Runtime::inject_hardware(GpuScan gpus, HostInfo host) {

@@ -168,8 +168,11 @@ int Ledger::join(const Member& member) {
     for (int slot = 0; slot < static_cast<int>(kLedgerEntries); ++slot) {
       const LedgerEntry& e = entry(slot);
       if (e.pid.load(relaxed) == member.who.pid && e.start_time.load(relaxed) == member.who.start_time)
-        throw InvalidState(fmt::format("process {} already has an entry in the GPU ledger {}", member.who.pid,
-                                       file_.path()));
+        throw InvalidState(fmt::format(
+            "process {} already has an entry in the GPU ledger {}: a process joins a GPU's ledger once, and another "
+            "part of it (a second plimsoll Runtime or GpuShare, or a second copy of the library) joined first; "
+            "create this GPU's devices through that one",
+            member.who.pid, file_.path()));
       if (free_slot < 0 && e.pid.load(relaxed) == 0) free_slot = slot;
     }
     if (shares + member.share > limit) {
