@@ -31,6 +31,7 @@
 #include "plimsoll/sharing.hpp"
 #include "runtime/runtime_access.hpp"
 #include "sanitized.hpp"
+#include "sharing_support.hpp"
 #include "sharing/ledger.hpp"
 #include "sharing/ledger_file.hpp"
 #include "sharing/ledger_snapshot.hpp"
@@ -134,38 +135,6 @@ std::string error_of(const std::function<void()>& action) {
   return "no error of the expected type";
 }
 
-// A child that sleeps until killed: a running process another ledger member can stand for.
-class SleepingProcess {
- public:
-  SleepingProcess() {
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      for (;;) ::pause();
-    }
-    for (int i = 0; i < 1000 && !sharing::is_running(identity()); ++i) ::usleep(1000);
-  }
-  ~SleepingProcess() {
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-  }
-  SleepingProcess(const SleepingProcess&) = delete;
-  SleepingProcess& operator=(const SleepingProcess&) = delete;
-  sharing::ProcessIdentity identity() const {
-    sharing::ProcessIdentity who{.pid = pid_, .start_time = 0};
-    const std::string path = "/proc/" + std::to_string(pid_) + "/stat";
-    if (FILE* file = std::fopen(path.c_str(), "r")) {
-      char text[1024] = {};
-      const std::size_t got = std::fread(text, 1, sizeof text - 1, file);
-      std::fclose(file);
-      if (const auto stat = sharing::parse_proc_stat(std::string_view(text, got))) who.start_time = stat->start_time;
-    }
-    return who;
-  }
-
- private:
-  pid_t pid_ = -1;
-};
-
 TEST(RuntimeShare, ACudaDeviceJoinsTheLedgerWithItsInUseBytesAndTakesItsCapAsItsGpu) {
   const LedgerDirectory dir;
   plimsoll::fake_cuda::Driver driver(fake_gpu());
@@ -248,7 +217,7 @@ TEST(RuntimeShare, BadSharesAreRefusedWithTheReasonAndNoLedgerIsJoined) {
   }
   {
     // The others' shares already promise the GPU: the device is refused, naming the share.
-    const SleepingProcess other;
+    const plimsoll::testing::LiveProcess other;  // a running process another ledger member can stand for
     sharing::Ledger ledger(sharing::LedgerFile::open_or_create(dir.path(), kFakeUuid, kGpuBytes));
     const int slot = ledger.join(sharing::Member{.who = other.identity(), .share = 200 * kMiB, .cap = 200 * kMiB,
                                                  .can_trim = false, .interposed = false, .command = "other"});
@@ -275,7 +244,7 @@ TEST(RuntimeShare, ItsCacheIsTrimmedWhenAnotherProcessNeedsItsShareBack) {
   ASSERT_GE(cached, 150 * kMiB);
 
   // Another process, within its 160 MiB share, needs 150 MiB: only this one's cache stands in the way.
-  const SleepingProcess other;
+  const plimsoll::testing::LiveProcess other;  // a running process another ledger member can stand for
   sharing::Ledger ledger(sharing::LedgerFile::open_or_create(dir.path(), kFakeUuid, kGpuBytes));
   const int slot = ledger.join(sharing::Member{.who = other.identity(), .share = 160 * kMiB, .cap = 160 * kMiB,
                                                .can_trim = false, .interposed = false, .command = "other"});
@@ -452,6 +421,12 @@ std::vector<std::pair<std::string, std::string>> fake_gpu_environment(const Ledg
           {"PLIMSOLL_LOG", "0"}};
 }
 
+// Why the tests running the client program skip in sanitized builds.
+[[maybe_unused]] constexpr const char* kClientUnderSanitizers =
+    "the client runs over the fake libcuda.so.1, whose entry points are declared with opaque types of its own "
+    "(UBSan's -fsanitize=function stops at the first driver call), with the interposer preloaded in some runs; like "
+    "the interposer's own tests (label integrations) it runs in unsanitized builds";
+
 std::vector<std::string> lines_starting(const std::string& text, const std::string& prefix) {
   std::vector<std::string> found;
   std::size_t start = 0;
@@ -467,9 +442,7 @@ std::vector<std::string> lines_starting(const std::string& text, const std::stri
 
 TEST(RuntimeShare, AProcessGetsItsShareFromTheEnvironmentWithoutTheInterposer) {
 #ifdef PLIMSOLL_SANITIZED
-  GTEST_SKIP() << "the client runs over the fake libcuda.so.1, whose entry points are declared with opaque types of "
-                  "its own (UBSan's -fsanitize=function stops at the first driver call), with the interposer preloaded "
-                  "in some runs; like the interposer's own tests (label integrations) it runs in unsanitized builds";
+  GTEST_SKIP() << kClientUnderSanitizers;
 #endif
   const LedgerDirectory dir;
   const ClientRun run = run_client({PLIMSOLL_RUNTIME_CLIENT, "cuda:0", "8MiB"}, fake_gpu_environment(dir));
@@ -485,9 +458,7 @@ TEST(RuntimeShare, AProcessGetsItsShareFromTheEnvironmentWithoutTheInterposer) {
 
 TEST(RuntimeShare, UnderTheInterposerTheProcessKeepsOneEntryChargedOnce) {
 #ifdef PLIMSOLL_SANITIZED
-  GTEST_SKIP() << "the client runs over the fake libcuda.so.1, whose entry points are declared with opaque types of "
-                  "its own (UBSan's -fsanitize=function stops at the first driver call), with the interposer preloaded "
-                  "in some runs; like the interposer's own tests (label integrations) it runs in unsanitized builds";
+  GTEST_SKIP() << kClientUnderSanitizers;
 #endif
   // `plimsoll run --device cuda:0=SHARE:CAP` preloads the interposer and sets PLIMSOLL_SHARE; the PyTorch library's
   // Runtime device then allocates through the interposer, which charges it: the Runtime does not join again.
@@ -556,9 +527,7 @@ class HeldClient {
 
 TEST(RuntimeShare, PlimsollPauseReachesARuntimeProcessButNotOneUnderTheInterposer) {
 #ifdef PLIMSOLL_SANITIZED
-  GTEST_SKIP() << "the client runs over the fake libcuda.so.1, whose entry points are declared with opaque types of "
-                  "its own (UBSan's -fsanitize=function stops at the first driver call), with the interposer preloaded "
-                  "in some runs; like the interposer's own tests (label integrations) it runs in unsanitized builds";
+  GTEST_SKIP() << kClientUnderSanitizers;
 #endif
   const LedgerDirectory dir;
   const std::vector<std::string> client = {PLIMSOLL_RUNTIME_CLIENT, "cuda:0", "8MiB", "hold"};
