@@ -35,9 +35,11 @@ if [[ "${WHAT:-replay}" == threads ]]; then
     for mode in cross own; do
       for threads in 2 4; do
         args=(--trace "$trace" --rounds 5000 --reps 3 --mode "$mode" --threads "$threads")
-        LD_PRELOAD="$jemalloc" "$B/bench/plimsoll_cross_thread_bench" --allocator malloc "${args[@]}" --label jemalloc >>"$results"
-        "$A/bench/plimsoll_cross_thread_bench" --allocator plimsoll --thread-cache $((8 << 20)) "${args[@]}" --label A >>"$results"
-        "$B/bench/plimsoll_cross_thread_bench" --allocator plimsoll --thread-cache $((8 << 20)) "${args[@]}" --label B >>"$results"
+        {
+          LD_PRELOAD="$jemalloc" "$B/bench/plimsoll_cross_thread_bench" --allocator malloc "${args[@]}" --label jemalloc
+          "$A/bench/plimsoll_cross_thread_bench" --allocator plimsoll --thread-cache $((8 << 20)) "${args[@]}" --label A
+          "$B/bench/plimsoll_cross_thread_bench" --allocator plimsoll --thread-cache $((8 << 20)) "${args[@]}" --label B
+        } >>"$results"
       done
     done
   done
