@@ -490,8 +490,10 @@ void Allocator::deallocate(void* ptr) {
   const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
   engine::Heap::Freed freed;
   // A front block not handed out (cached in some thread) is free for the program: freeing it is a double free,
-  // refused by the heap in the lookup that frees (the program's own blocks never carry kFrontTag).
-  if (!impl_->heap->deallocate(addr, freed, engine::kFrontTag)) impl_->throw_bad_free(addr);
+  // refused by the heap in the lookup that frees. Only while front blocks exist: a Tag is a plain number, so a
+  // program's own block may carry kFrontTag's value when no front ever ran.
+  const std::uint32_t refused = impl_->front_heap_blocks != 0 ? engine::kFrontTag : engine::Heap::kNoRefusedTag;
+  if (!impl_->heap->deallocate(addr, freed, refused)) impl_->throw_bad_free(addr);
   if (impl_->plan != nullptr) impl_->plan->freed(addr, freed.size);
   if (impl_->observer != nullptr) impl_->record_free(addr, mapped_before);
   Impl::TagCounter& counter = impl_->tags[freed.tag];
