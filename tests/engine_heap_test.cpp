@@ -239,6 +239,34 @@ TEST(EngineHeap, UnknownAndDoubleFreesChangeNothing) {
   f.check.walk();
 }
 
+// The allocator frees the program's blocks with kFrontTag refused (a block the per-thread caches hold is free for the
+// program): the refusal must leave the block live and everything else untouched, and other tags free as before.
+TEST(EngineHeap, AFreeOfARefusedTagChangesNothing) {
+  Fixture f(1 * GiB);
+  constexpr std::uint16_t kHeld = 0xFFFF;
+  const std::uint64_t small = f.heap.allocate(1000, kHeld), large = f.heap.allocate(3 * MiB, kHeld);
+  ASSERT_NE(small, 0u);
+  ASSERT_NE(large, 0u);
+  f.check.allocated(small, 1000);
+  f.check.allocated(large, 3 * MiB);
+  const std::uint64_t mine = f.alloc(5 * MiB);
+  const HeapCounters before = f.heap.counters();
+  Heap::Freed freed;
+  EXPECT_FALSE(f.heap.deallocate(small, freed, kHeld));
+  EXPECT_FALSE(f.heap.deallocate(large, freed, kHeld));
+  EXPECT_EQ(f.heap.counters().in_use, before.in_use);
+  EXPECT_EQ(f.heap.counters().frees, before.frees);
+  EXPECT_EQ(f.heap.live_allocations(), 3u);
+  f.check.walk();
+  ASSERT_TRUE(f.heap.deallocate(mine, freed, kHeld));  // another tag: freed, in the same call
+  f.check.freed(mine);
+  EXPECT_EQ(freed.size, 5 * MiB);
+  f.free(small);  // without a refused tag, the held blocks free as any other
+  f.free(large);
+  EXPECT_EQ(f.heap.live_allocations(), 0u);
+  f.check.walk();
+}
+
 TEST(EngineHeap, ARequestLargerThanTheAddressSpaceFails) {
   Fixture f(64 * MiB);
   EXPECT_EQ(f.heap.allocate(1ull << 62, 0), 0u);

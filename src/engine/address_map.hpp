@@ -30,12 +30,25 @@ class AddressMap {
 
   // Returns the block that was mapped, or kNoBlock when addr was not present.
   BlockIndex erase(std::uint64_t addr) {
-    std::size_t i = home(addr);
-    while (slots_[i].addr != addr) {
-      if (slots_[i].addr == 0) return kNoBlock;
-      i = (i + 1) & mask();
+    const std::size_t slot = slot_of(addr);
+    if (slot == kNoSlot) return kNoBlock;
+    const BlockIndex erased = slots_[slot].block;
+    erase_slot(slot);
+    return erased;
+  }
+
+  // Find, then erase, in one probe: the caller looks at the block before deciding to erase it.
+  static constexpr std::size_t kNoSlot = ~std::size_t{0};
+  std::size_t slot_of(std::uint64_t addr) const {
+    for (std::size_t i = home(addr);; i = (i + 1) & mask()) {
+      if (slots_[i].addr == addr) return i;
+      if (slots_[i].addr == 0) return kNoSlot;
     }
-    BlockIndex erased = slots_[i].block;
+  }
+  BlockIndex block_at(std::size_t slot) const { return slots_[slot].block; }
+  // slot must come from slot_of() with no insert or erase since.
+  void erase_slot(std::size_t slot) {
+    std::size_t i = slot;
     // Shift later members of the probe run back, so no lookup ever stops early at the hole.
     for (std::size_t j = (i + 1) & mask(); slots_[j].addr != 0; j = (j + 1) & mask()) {
       std::size_t want = home(slots_[j].addr);
@@ -47,7 +60,6 @@ class AddressMap {
     }
     slots_[i] = Slot{};
     --count_;
-    return erased;
   }
 
   std::size_t size() const { return count_; }

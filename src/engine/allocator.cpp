@@ -358,12 +358,6 @@ struct Allocator::Impl : engine::FrontUpstream {
     return d;
   }
 
-  // A front block not handed out (cached in some thread) is free for the program: freeing it is a double free.
-  void refuse_front_block(std::uint64_t addr) const PLIMSOLL_REQUIRES(lock) {
-    engine::BlockView block{};
-    if (heap->live_block(addr, block) && block.tag == engine::kFrontTag) throw_bad_free(addr);
-  }
-
   // What the program holds through the front, taken before the device lock (the front's locks come first).
   engine::FrontTotals front_totals() const PLIMSOLL_EXCLUDES(lock) {
     engine::ThreadCaches* caches = front.load(std::memory_order_acquire);
@@ -492,10 +486,13 @@ void Allocator::deallocate(void* ptr) {
   if (caches != nullptr && caches->deallocate(addr, impl_->front_on.load(std::memory_order_relaxed))) return;
   util::SpinGuard guard(impl_->lock);
   if (impl_->streams != nullptr) [[unlikely]] impl_->before_unordered_free(addr);
-  if (impl_->front_heap_blocks != 0) impl_->refuse_front_block(addr);  // only while a front block exists
   const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
   engine::Heap::Freed freed;
-  if (!impl_->heap->deallocate(addr, freed)) impl_->throw_bad_free(addr);
+  // A front block not handed out (cached in some thread) is free for the program: freeing it is a double free,
+  // refused by the heap in the lookup that frees. Only while front blocks exist: a Tag is a plain number, so a
+  // program's own block may carry kFrontTag's value when no front ever ran.
+  const std::uint32_t refused = impl_->front_heap_blocks != 0 ? engine::kFrontTag : engine::Heap::kNoRefusedTag;
+  if (!impl_->heap->deallocate(addr, freed, refused)) impl_->throw_bad_free(addr);
   if (impl_->plan != nullptr) impl_->plan->freed(addr, freed.size);
   if (impl_->observer != nullptr) impl_->record_free(addr, mapped_before);
   Impl::TagCounter& counter = impl_->tags[freed.tag];

@@ -29,19 +29,19 @@ class GranuleMap {
   std::uint64_t address_of(std::uint64_t granule_index) const { return base_ + (granule_index << shift_); }
   bool is_mapped(std::uint64_t g) const { return (words_[g >> 6] >> (g & 63)) & 1; }
 
-  // Counts unmapped granules in [first, last).
+  // Counts unmapped granules in [first, last): a masked popcount of each word the range touches, since every
+  // large allocation asks this of its range under the device lock (a bit at a time at both ends was a tenth of
+  // the lock-held work on GPT's trace).
   std::uint64_t count_unmapped(std::uint64_t first, std::uint64_t last) const {
-    std::uint64_t unmapped = 0;
-    for (std::uint64_t g = first; g < last;) {
-      if ((g & 63) == 0 && g + 64 <= last) {
-        unmapped += static_cast<std::uint64_t>(64 - std::popcount(words_[g >> 6]));
-        g += 64;
-      } else {
-        unmapped += is_mapped(g) ? 0u : 1u;
-        ++g;
-      }
-    }
-    return unmapped;
+    if (first >= last) return 0;
+    const std::uint64_t first_word = first >> 6, last_word = (last - 1) >> 6;
+    const std::uint64_t low = ~0ull << (first & 63);               // the first word's bits from `first` up
+    const std::uint64_t high = ~0ull >> (63 - ((last - 1) & 63));  // the last word's bits up to `last - 1`
+    const auto ones = [](std::uint64_t bits) { return static_cast<std::uint64_t>(std::popcount(bits)); };
+    if (first_word == last_word) return (last - first) - ones(words_[first_word] & low & high);
+    std::uint64_t mapped = ones(words_[first_word] & low) + ones(words_[last_word] & high);
+    for (std::uint64_t w = first_word + 1; w < last_word; ++w) mapped += ones(words_[w]);
+    return (last - first) - mapped;
   }
 
   // Calls run(first, count) for each maximal run of granules in [first, last) whose mapped state is

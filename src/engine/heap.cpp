@@ -203,10 +203,13 @@ BlockIndex Heap::take(FreeBins& bins, BlockIndex index, std::uint64_t addr, std:
   return index;
 }
 
-bool Heap::deallocate(std::uint64_t addr, Freed& freed) {
-  BlockIndex index = live_.erase(addr);
-  if (index == kNoBlock) return false;
+bool Heap::deallocate(std::uint64_t addr, Freed& freed, std::uint32_t refused_tag) {
+  const std::size_t slot = live_.slot_of(addr);
+  if (slot == AddressMap::kNoSlot) return false;
+  BlockIndex index = live_.block_at(slot);
   Block& block = blocks_[index];
+  if (block.tag == refused_tag) return false;
+  live_.erase_slot(slot);
   freed = Freed{block.size, block.requested, block.tag};
   counters_.in_use -= block.size;
   counters_.requested -= block.requested;

@@ -92,8 +92,11 @@ class Heap {
     std::uint64_t size = 0, requested = 0;
     std::uint16_t tag = 0;
   };
-  /// Frees a live allocation; false, with nothing changed, when addr is not one.
-  bool deallocate(std::uint64_t addr, Freed& freed);
+  /// Frees a live allocation; false, with nothing changed, when addr is not one, or is a live block tagged
+  /// `refused_tag` (a tag value, or kNoRefusedTag): the allocator refuses the program's free of a block the
+  /// per-thread caches hold (kFrontTag) in the same lookup that finds the block.
+  static constexpr std::uint32_t kNoRefusedTag = 0x10000;  // above every 16-bit tag
+  bool deallocate(std::uint64_t addr, Freed& freed, std::uint32_t refused_tag = kNoRefusedTag);
 
   // For stream-ordered reuse (src/engine/stream_order.hpp), which keeps freed blocks live in the heap while their
   // streams' work is pending and hands them out again itself. None of these changes placement.

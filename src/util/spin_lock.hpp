@@ -10,9 +10,17 @@ namespace plimsoll::util {
 
 class PLIMSOLL_CAPABILITY("spin lock") SpinLock {
  public:
+  // The uncontended exchange inline; the spin loop out of line, so callers (every device operation that takes
+  // the lock) do not pay a call and its saved registers for the common case.
   void lock() noexcept PLIMSOLL_ACQUIRE() {
+    if (!locked_.exchange(true, std::memory_order_acquire)) [[likely]] return;
+    wait_and_lock();
+  }
+  void unlock() noexcept PLIMSOLL_RELEASE() { locked_.store(false, std::memory_order_release); }
+
+ private:
+  [[gnu::noinline]] void wait_and_lock() noexcept {
     for (int spins = 0;; ++spins) {
-      if (!locked_.exchange(true, std::memory_order_acquire)) return;
       while (locked_.load(std::memory_order_relaxed)) {
         if (++spins > 64) {
           std::this_thread::yield();
@@ -22,11 +30,10 @@ class PLIMSOLL_CAPABILITY("spin lock") SpinLock {
 #endif
         }
       }
+      if (!locked_.exchange(true, std::memory_order_acquire)) return;
     }
   }
-  void unlock() noexcept PLIMSOLL_RELEASE() { locked_.store(false, std::memory_order_release); }
 
- private:
   std::atomic<bool> locked_{false};
 };
 
