@@ -27,7 +27,9 @@ Tag intern_tag(std::string_view name) {
   std::lock_guard lock(t.mutex);
   auto found = t.ids.find(std::string(name));
   if (found != t.ids.end()) return found->second;
-  if (t.names.size() > 0xFFFF) throw InvalidArgument("too many distinct tags (65535); reuse tag names");
+  // Tag 0xFFFF is the per-thread caches' own (engine::kFrontTag, thread_cache.hpp): the program's stop below it.
+  if (t.names.size() >= 0xFFFF)
+    throw InvalidArgument("too many distinct tags (65534, the most a process can name); reuse tag names");
   Tag tag = static_cast<Tag>(t.names.size());
   t.names.emplace_back(name);
   t.ids.emplace(std::string(name), tag);
