@@ -129,6 +129,24 @@ TEST(Pause, ContentsCannotBeKeptOnASimulatedDevice) {
   device.deallocate(block);
 }
 
+// check_pausable gives pause()'s refusals without touching the device: what a GPU's devices paused together ask of
+// each before pausing any (runtime/allocator_group.cpp).
+TEST(Pause, CheckPausableRefusesAsPauseWouldAndChangesNothing) {
+  Allocator device(description(64 * MiB), std::make_unique<backings::SimBacking>(64 * MiB));
+  void* block = device.allocate(8 * MiB);
+  const std::uint64_t reserved = device.stats().reserved_bytes;
+  EXPECT_NO_THROW(device.check_pausable());
+  EXPECT_THROW(device.check_pausable(PauseOptions{.keep_contents = true}), InvalidState) << "no contents to copy";
+  EXPECT_FALSE(device.paused());
+  EXPECT_EQ(device.stats().reserved_bytes, reserved) << "checking released nothing";
+  device.pause();
+  EXPECT_THROW(device.check_pausable(), InvalidState) << "paused already";
+  device.resume();
+  device.deallocate(block);
+  Allocator whole(description(32 * MiB, Growth::preallocate), std::make_unique<backings::SimBacking>(64 * MiB));
+  EXPECT_THROW(whole.check_pausable(), InvalidState);
+}
+
 TEST(Pause, AFailedResumeLeavesTheDevicePausedAndResumable) {
   auto owned = std::make_unique<backings::SimBacking>(64 * MiB);
   backings::SimBacking& sim = *owned;

@@ -340,7 +340,7 @@ TEST(RuntimeShare, APauseOneDeviceOfTheGpuCannotTakePausesNone) {
   ASSERT_EQ(paused.size(), 1u);
   EXPECT_FALSE(paused[0].done);
   EXPECT_THAT(paused[0].message, HasSubstr("cuda:0/1"));
-  EXPECT_THAT(paused[0].message, HasSubstr("nothing was paused"));
+  EXPECT_THAT(paused[0].message, HasSubstr("preallocated"));
   EXPECT_FALSE(first.paused()) << "the device that could pause was never paused";
   EXPECT_FALSE(second.paused());
   EXPECT_GT(my_entry(dir).charged, 0u);

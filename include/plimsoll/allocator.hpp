@@ -125,6 +125,9 @@ class Allocator {
   /// preallocated device (one segment, held for life: use the on_demand policy), or when the contents cannot be
   /// kept (a simulated device); Error when host memory or a copy is refused. Nothing is lost on a throw.
   std::uint64_t pause(PauseOptions options = {});
+  /// Throws the InvalidState pause(options) would refuse with for this device's kind (paused already, preallocated,
+  /// contents that cannot be kept), touching nothing: devices paused together check each before pausing any.
+  void check_pausable(PauseOptions options = {}) const;
   /// Maps the same granules back at the same addresses (and copies the contents back). Throws InvalidState when
   /// not paused; PauseError when the memory is not available again (other processes took it): the device stays
   /// paused, nothing lost, and resume() may be called again (Error when copying the contents back failed: the same).

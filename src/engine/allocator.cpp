@@ -785,6 +785,11 @@ std::uint64_t Allocator::pause(PauseOptions options) {
   return unmapped;
 }
 
+void Allocator::check_pausable(PauseOptions options) const {
+  util::SpinGuard guard(impl_->lock);
+  impl_->heap->check_pausable(options.keep_contents, impl_->description.name);
+}
+
 void Allocator::resume() {
   // Like an allocation: a backing that can wait for memory (a shared GPU whose borrowers were asked to give it back)
   // waits without the lock, and the resume is tried once more.

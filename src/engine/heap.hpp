@@ -123,6 +123,9 @@ class Heap {
   /// the bytes unmapped. Throws InvalidState (a preallocated heap, paused already, contents that cannot be kept
   /// on this backing) or Error (host memory or a copy refused); nothing but the cache is given back then.
   std::uint64_t pause(bool keep_contents, std::string_view device);
+  /// Throws what pause() would refuse with before it touches anything; returns backing's copier when keep_contents
+  /// (else null). Lets several devices paused together find a refusal before any is paused.
+  backings::DeviceCopy* check_pausable(bool keep_contents, std::string_view device) const;
   /// Maps back what pause() unmapped, at the same addresses, and copies the contents back. Throws InvalidState
   /// when not paused, PauseError when the memory cannot be mapped again (the device stays paused, contents
   /// kept).

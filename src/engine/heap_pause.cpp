@@ -25,7 +25,7 @@ std::string device_free_text(const backings::Backing& backing) {
 
 std::uint64_t Heap::paused_bytes() const { return paused_ != nullptr ? paused_->bytes() : 0; }
 
-std::uint64_t Heap::pause(bool keep_contents, std::string_view device) {
+backings::DeviceCopy* Heap::check_pausable(bool keep_contents, std::string_view device) const {
   if (options_.preallocate)
     throw InvalidState(fmt::format(
         "cannot pause {}: its memory is one preallocated segment (policy preallocate), held whole for the "
@@ -44,6 +44,11 @@ std::uint64_t Heap::pause(bool keep_contents, std::string_view device) {
           "memory to the host (a simulated device has no contents; a CUDA driver without cuMemcpyDtoH cannot copy)",
           device, backing_.describe()));
   }
+  return copy;
+}
+
+std::uint64_t Heap::pause(bool keep_contents, std::string_view device) {
+  backings::DeviceCopy* copy = check_pausable(keep_contents, device);
   release_cached();  // the cache holds nothing worth keeping or mapping back
   auto state = std::make_unique<PausedState>();
   state->copy = copy;

@@ -46,14 +46,7 @@ std::uint64_t AllocatorGroup::pause(bool keep_contents) {
   if (running.empty()) return members_.front()->pause(PauseOptions{.keep_contents = keep_contents});
   // A device that cannot pause is found before any is paused: a rollback maps fresh granules back, so a device paused
   // without its contents and then resumed would go on with undefined memory under its live blocks.
-  for (const Allocator* member : running) {
-    const DeviceDescription device = member->description();
-    if (device.policy.growth == Growth::preallocate)
-      throw InvalidState(fmt::format(
-          "cannot pause {} with the other devices of its GPU: it is preallocated (one segment held for the "
-          "process's life); nothing was paused. Give every logical device of the GPU the on_demand policy",
-          device.name));
-  }
+  for (const Allocator* member : running) member->check_pausable(PauseOptions{.keep_contents = keep_contents});
   std::uint64_t bytes = 0;
   std::vector<Allocator*> paused_here;
   try {
