@@ -37,16 +37,18 @@ class PLIMSOLL_CAPABILITY("spin lock") SpinLock {
   std::atomic<bool> locked_{false};
 };
 
-/// std::lock_guard for a SpinLock, visible to Clang's analysis (libstdc++'s guards carry no annotations).
+/// std::lock_guard for a SpinLock (or another of util's locks: BiasedLock), visible to Clang's analysis
+/// (libstdc++'s guards carry no annotations).
+template <class Lock = SpinLock>
 class PLIMSOLL_SCOPED_CAPABILITY SpinGuard {
  public:
-  explicit SpinGuard(SpinLock& lock) noexcept PLIMSOLL_ACQUIRE(lock) : lock_(lock) { lock_.lock(); }
+  explicit SpinGuard(Lock& lock) noexcept PLIMSOLL_ACQUIRE(lock) : lock_(lock) { lock_.lock(); }
   ~SpinGuard() PLIMSOLL_RELEASE() { lock_.unlock(); }
   SpinGuard(const SpinGuard&) = delete;
   SpinGuard& operator=(const SpinGuard&) = delete;
 
  private:
-  SpinLock& lock_;
+  Lock& lock_;
 };
 
 }  // namespace plimsoll::util
