@@ -20,7 +20,6 @@
 #include "engine/step_listeners.hpp"
 #include "engine/stream_order.hpp"
 #include "engine/thread_cache.hpp"
-#include "util/biased_lock.hpp"
 #include "util/spin_lock.hpp"
 #include "util/thread_annotations.hpp"
 #include "plimsoll/recording.hpp"
@@ -59,9 +58,7 @@ struct Allocator::Impl : engine::FrontUpstream {
   // limit_bytes change under the lock (set_limits), so they are read under it, and description() copies under it.
   DeviceDescription description;
   std::unique_ptr<backings::Backing> backing;
-  // The device lock: everything below marked GUARDED_BY(lock). Biased toward the thread that takes it most (a job's
-  // main thread, for the requests the caches do not serve): it enters without an atomic exchange.
-  mutable util::BiasedLock lock;
+  mutable util::SpinLock lock;  // the device lock: everything below marked GUARDED_BY(lock)
   std::unique_ptr<engine::Heap> heap PLIMSOLL_GUARDED_BY(lock) PLIMSOLL_PT_GUARDED_BY(lock);
   std::vector<TagCounter> tags PLIMSOLL_GUARDED_BY(lock);
   std::array<RecentFree, kRecentFrees> recent PLIMSOLL_GUARDED_BY(lock){};

@@ -37,18 +37,16 @@ class PLIMSOLL_CAPABILITY("spin lock") SpinLock {
   std::atomic<bool> locked_{false};
 };
 
-/// std::lock_guard for a SpinLock (or another of util's locks: BiasedLock), visible to Clang's analysis
-/// (libstdc++'s guards carry no annotations).
-template <class Lock = SpinLock>
+/// std::lock_guard for a SpinLock, visible to Clang's analysis (libstdc++'s guards carry no annotations).
 class PLIMSOLL_SCOPED_CAPABILITY SpinGuard {
  public:
-  explicit SpinGuard(Lock& lock) noexcept PLIMSOLL_ACQUIRE(lock) : lock_(lock) { lock_.lock(); }
+  explicit SpinGuard(SpinLock& lock) noexcept PLIMSOLL_ACQUIRE(lock) : lock_(lock) { lock_.lock(); }
   ~SpinGuard() PLIMSOLL_RELEASE() { lock_.unlock(); }
   SpinGuard(const SpinGuard&) = delete;
   SpinGuard& operator=(const SpinGuard&) = delete;
 
  private:
-  Lock& lock_;
+  SpinLock& lock_;
 };
 
 }  // namespace plimsoll::util
