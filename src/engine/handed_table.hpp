@@ -12,10 +12,10 @@
 // one, from any threads, is always caught: the second free finds the word clear).
 //
 // Beside each leaf, one *region* bit per 64 KiB of addresses (2 KiB per leaf, so the bits of a job's working set
-// stay in cache) says a block of the front ever started there. Bits are set when blocks enter the front (mark(),
-// before any of them can be handed out) and never cleared, so a word can be set only in a marked region, and get()
-// of an address in an unmarked region answers 0 without reading the word: a free of a large heap block (which no
-// cache ever serves) then costs a read of a hot summary line instead of a cold word (docs/engine.md, "Threads").
+// stay in cache) says a handed-out block ever started there. set() marks the region before it writes the word, and
+// bits are never cleared, so a word can be set only in a marked region, and get() of an address in an unmarked
+// region answers 0 without reading the word: a free of a large heap block (which no cache ever serves) then costs a
+// read of a hot summary line instead of a cold word (docs/engine.md, "Threads").
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -56,16 +56,6 @@ class HandedTable {
     if ((regions & region_bit(addr)) == 0) return 0;  // no front block ever started near addr: no cold word read
     return std::atomic_ref<const std::uint64_t>(leaf[slot(addr)]).load(std::memory_order_relaxed);
   }
-  /// Marks addr's region as one where front blocks start (making its leaf); false when no leaf could be made (out
-  /// of memory for the table: the caller declines the block). Every address passed to set() must be marked first.
-  bool mark(std::uint64_t addr) {
-    std::uint64_t* leaf = addressable(addr) ? leaf_for(addr) : nullptr;
-    if (leaf == nullptr) return false;
-    std::atomic_ref<std::uint64_t> regions(leaf[kLeafWords + region_word(addr)]);
-    if ((regions.load(std::memory_order_relaxed) & region_bit(addr)) == 0) [[unlikely]]
-      regions.fetch_or(region_bit(addr), std::memory_order_relaxed);  // threads mark one word from their own runs
-    return true;
-  }
   /// Whether addr's region is marked (for tests).
   bool marked(std::uint64_t addr) const {
     const std::uint64_t* leaf = addressable(addr) ? find_leaf(addr) : nullptr;
@@ -73,10 +63,12 @@ class HandedTable {
                                    .load(std::memory_order_relaxed) &
                                region_bit(addr)) != 0;
   }
-  /// Sets addr's word (its region marked: mark()); false when no leaf could be made (the caller declines).
+  /// Sets addr's word, marking its region first when it is not (a load of a hot summary word, so every path that
+  /// hands a block out keeps the invariant by itself); false when no leaf could be made (the caller declines).
   bool set(std::uint64_t addr, std::uint64_t w) {
     std::uint64_t* leaf = addressable(addr) ? leaf_for(addr) : nullptr;
     if (leaf == nullptr) return false;
+    mark_in(leaf, addr);
     std::atomic_ref<std::uint64_t>(leaf[slot(addr)]).store(w, std::memory_order_relaxed);
     return true;
   }
@@ -98,6 +90,11 @@ class HandedTable {
 
   static std::size_t slot(std::uint64_t addr) { return (addr >> kQuantumShift) & (kLeafWords - 1); }
   static std::size_t leaf_index(std::uint64_t addr) { return (addr >> kLeafShift) & (kMiddleLeaves - 1); }
+  static void mark_in(std::uint64_t* leaf, std::uint64_t addr) {
+    std::atomic_ref<std::uint64_t> regions(leaf[kLeafWords + region_word(addr)]);
+    if ((regions.load(std::memory_order_relaxed) & region_bit(addr)) == 0) [[unlikely]]
+      regions.fetch_or(region_bit(addr), std::memory_order_relaxed);  // threads mark one word from their own blocks
+  }
   static std::size_t region_word(std::uint64_t addr) { return (addr >> (kRegionShift + 6)) & (kRegionWords - 1); }
   static std::uint64_t region_bit(std::uint64_t addr) { return std::uint64_t{1} << ((addr >> kRegionShift) & 63); }
 

@@ -398,13 +398,6 @@ std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size
     // one cache line of the handed-out table, and the blocks' own lines, mostly belong to one thread.
     count = upstream_.take_blocks(size, std::min<std::uint64_t>(kBatch, (2048 + size - 1) / size), batch.data());
     std::reverse(batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(count));  // handed out in address order
-    // Their table regions marked before any is handed out, so a free finds their words (HandedTable::mark).
-    for (std::size_t i = 0; i < count; ++i) {
-      if (!handed_.mark(batch[i])) [[unlikely]] {
-        upstream_.give_back({batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(count)});
-        return 0;  // no room for the table's leaf: the device's own path serves this one
-      }
-    }
   }
   cache.refill(size, batch.data(), count);
   const std::uint64_t addr = cache.pop(size);
