@@ -1,4 +1,4 @@
-// GranuleMap::count_unmapped counts a word at a time; these tests hold it to a granule-at-a-time count.
+// GranuleMap::count_unmapped and all_mapped work a word at a time; these tests hold them to a granule-at-a-time count.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -30,6 +30,27 @@ TEST(EngineGranuleMap, CountUnmappedAtWordEdges) {
   EXPECT_EQ(map.count_unmapped(255, 256), 0u);
   EXPECT_EQ(map.count_unmapped(0, 1), 1u);
   EXPECT_EQ(map.count_unmapped(64, 128), 63u);  // granule 64 mapped, the rest of the second word not
+  EXPECT_TRUE(map.all_mapped(63, 65));
+  EXPECT_FALSE(map.all_mapped(62, 65));
+  EXPECT_FALSE(map.all_mapped(63, 66));
+  EXPECT_TRUE(map.all_mapped(64, 64));  // empty range
+  EXPECT_TRUE(map.all_mapped(128, 192));
+  EXPECT_FALSE(map.all_mapped(127, 192));
+  EXPECT_FALSE(map.all_mapped(128, 193));
+  EXPECT_TRUE(map.all_mapped(255, 256));
+  EXPECT_FALSE(map.all_mapped(0, kGranules));
+}
+
+TEST(EngineGranuleMap, AllMappedAcrossWholeWords) {
+  GranuleMap map(1ull << 30, 512ull << 21, 1ull << 21);
+  map.set(10, 300, true);  // four words: partial, whole, whole, whole, partial
+  EXPECT_TRUE(map.all_mapped(10, 310));
+  EXPECT_FALSE(map.all_mapped(9, 310));
+  EXPECT_FALSE(map.all_mapped(10, 311));
+  map.set(200, 1, false);  // a hole in a middle word
+  EXPECT_FALSE(map.all_mapped(10, 310));
+  EXPECT_TRUE(map.all_mapped(10, 200));
+  EXPECT_TRUE(map.all_mapped(201, 310));
 }
 
 TEST(EngineGranuleMap, CountUnmappedMatchesAGranuleAtATimeOnRandomMaps) {
@@ -48,6 +69,8 @@ TEST(EngineGranuleMap, CountUnmappedMatchesAGranuleAtATimeOnRandomMaps) {
       const std::uint64_t a = random() % (granules + 1), b = random() % (granules + 1);
       const std::uint64_t first = std::min(a, b), last = std::max(a, b);
       ASSERT_EQ(map.count_unmapped(first, last), count_one_by_one(map, first, last))
+          << "granules " << granules << ", range [" << first << ", " << last << ")";
+      ASSERT_EQ(map.all_mapped(first, last), count_one_by_one(map, first, last) == 0)
           << "granules " << granules << ", range [" << first << ", " << last << ")";
     }
   }

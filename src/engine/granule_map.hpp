@@ -44,6 +44,20 @@ class GranuleMap {
     return (last - first) - mapped;
   }
 
+  // Whether every granule in [first, last) is mapped: the question a warm job's every large allocation asks of its
+  // best fit. Masked compares, no popcount (without -mpopcnt, std::popcount is a call into libgcc).
+  bool all_mapped(std::uint64_t first, std::uint64_t last) const {
+    if (first >= last) return true;
+    const std::uint64_t first_word = first >> 6, last_word = (last - 1) >> 6;
+    const std::uint64_t low = ~0ull << (first & 63);
+    const std::uint64_t high = ~0ull >> (63 - ((last - 1) & 63));
+    if (first_word == last_word) return (words_[first_word] & low & high) == (low & high);
+    if ((words_[first_word] & low) != low || (words_[last_word] & high) != high) return false;
+    for (std::uint64_t w = first_word + 1; w < last_word; ++w)
+      if (words_[w] != ~0ull) return false;
+    return true;
+  }
+
   // Calls run(first, count) for each maximal run of granules in [first, last) whose mapped state is
   // `mapped`, so the backing gets one call per run rather than one per granule.
   template <class Run>

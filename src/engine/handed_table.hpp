@@ -10,6 +10,12 @@
 // is the program's (it passed the pointer), and the word needs no more ordering than the pointer had. Two threads
 // freeing the same block at the same moment race in the program; that double free may go unseen (a sequential
 // one, from any threads, is always caught: the second free finds the word clear).
+//
+// Beside each leaf, one *region* bit per 64 KiB of addresses (2 KiB per leaf, so the bits of a job's working set
+// stay in cache) says a handed-out block ever started there. set() marks the region before it writes the word, and
+// bits are never cleared, so a word can be set only in a marked region, and get() of an address in an unmarked
+// region answers 0 without reading the word: a free of a large heap block (which no cache ever serves) then costs a
+// read of a hot summary line instead of a cold word (docs/engine.md, "Threads").
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -22,6 +28,7 @@ class HandedTable {
   static constexpr int kLeafShift = 30;
   static constexpr int kMiddleShift = 48;
   static constexpr int kAddressBits = 57;
+  static constexpr int kRegionShift = 16;  // one summary bit per 64 KiB (ThreadCaches::kMaxSize)
 
   /// A handed-out block's word: its requested bytes and tag, and a bit that says it is handed out.
   static constexpr std::uint64_t word(std::uint64_t requested, std::uint16_t tag) {
@@ -43,13 +50,25 @@ class HandedTable {
   std::uint64_t get(std::uint64_t addr) const {
     if (!addressable(addr)) return 0;
     const std::uint64_t* leaf = find_leaf(addr);
-    return leaf != nullptr ? std::atomic_ref<const std::uint64_t>(leaf[slot(addr)]).load(std::memory_order_relaxed)
-                           : 0;
+    if (leaf == nullptr) return 0;
+    const std::uint64_t regions =
+        std::atomic_ref<const std::uint64_t>(leaf[kLeafWords + region_word(addr)]).load(std::memory_order_relaxed);
+    if ((regions & region_bit(addr)) == 0) return 0;  // no front block ever started near addr: no cold word read
+    return std::atomic_ref<const std::uint64_t>(leaf[slot(addr)]).load(std::memory_order_relaxed);
   }
-  /// Sets addr's word; false when no leaf could be made (out of memory for the table; the caller declines).
+  /// Whether addr's region is marked (for tests).
+  bool marked(std::uint64_t addr) const {
+    const std::uint64_t* leaf = addressable(addr) ? find_leaf(addr) : nullptr;
+    return leaf != nullptr && (std::atomic_ref<const std::uint64_t>(leaf[kLeafWords + region_word(addr)])
+                                   .load(std::memory_order_relaxed) &
+                               region_bit(addr)) != 0;
+  }
+  /// Sets addr's word, marking its region first when it is not (a load of a hot summary word, so every path that
+  /// hands a block out keeps the invariant by itself); false when no leaf could be made (the caller declines).
   bool set(std::uint64_t addr, std::uint64_t w) {
     std::uint64_t* leaf = addressable(addr) ? leaf_for(addr) : nullptr;
     if (leaf == nullptr) return false;
+    mark_in(leaf, addr);
     std::atomic_ref<std::uint64_t>(leaf[slot(addr)]).store(w, std::memory_order_relaxed);
     return true;
   }
@@ -62,6 +81,8 @@ class HandedTable {
   static constexpr std::uint64_t kHanded = 1ull << 63;
   static constexpr std::uint64_t kQuantumMask = (1ull << kQuantumShift) - 1;
   static constexpr std::size_t kLeafWords = std::size_t{1} << (kLeafShift - kQuantumShift);
+  // The region bits follow a leaf's words in the same mapping.
+  static constexpr std::size_t kRegionWords = std::size_t{1} << (kLeafShift - kRegionShift - 6);
   static constexpr std::size_t kMiddleLeaves = std::size_t{1} << (kMiddleShift - kLeafShift);
   static constexpr std::size_t kTopMiddles = std::size_t{1} << (kAddressBits - kMiddleShift);
   using Leaf = std::uint64_t;
@@ -69,6 +90,13 @@ class HandedTable {
 
   static std::size_t slot(std::uint64_t addr) { return (addr >> kQuantumShift) & (kLeafWords - 1); }
   static std::size_t leaf_index(std::uint64_t addr) { return (addr >> kLeafShift) & (kMiddleLeaves - 1); }
+  static void mark_in(std::uint64_t* leaf, std::uint64_t addr) {
+    std::atomic_ref<std::uint64_t> regions(leaf[kLeafWords + region_word(addr)]);
+    if ((regions.load(std::memory_order_relaxed) & region_bit(addr)) == 0) [[unlikely]]
+      regions.fetch_or(region_bit(addr), std::memory_order_relaxed);  // threads mark one word from their own blocks
+  }
+  static std::size_t region_word(std::uint64_t addr) { return (addr >> (kRegionShift + 6)) & (kRegionWords - 1); }
+  static std::uint64_t region_bit(std::uint64_t addr) { return std::uint64_t{1} << ((addr >> kRegionShift) & 63); }
 
   const std::uint64_t* find_leaf(std::uint64_t addr) const {
     const Middle* middle = top_[addr >> kMiddleShift].load(std::memory_order_acquire);

@@ -96,7 +96,7 @@ BlockIndex Heap::allocate_large(std::uint64_t size) {
     return kNoBlock;
   }
   const std::uint64_t addr = blocks_[best_fit].addr;
-  if (granules_.count_unmapped(granules_.first_covering(addr), granules_.end_covering(addr, size)) == 0)
+  if (granules_.all_mapped(granules_.first_covering(addr), granules_.end_covering(addr, size)))
     return take(large_bins_, best_fit, addr, size);
   // The growth path, rare once a job is warm. Mapped memory elsewhere beats the best fit: put the block
   // where it needs the fewest new granules (often none), so a step whose frees came in another order

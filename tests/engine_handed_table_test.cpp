@@ -1,0 +1,65 @@
+// The handed-out table's region summary (src/engine/handed_table.hpp): set() marks the 64 KiB region of the word it
+// writes, get() reads words only in marked regions, and no region is marked by another's word.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "engine/handed_table.hpp"
+
+namespace {
+
+using plimsoll::engine::HandedTable;
+
+constexpr std::uint64_t kBase = std::uint64_t{7} << 30;  // a leaf of its own
+constexpr std::uint64_t kRegion = std::uint64_t{1} << HandedTable::kRegionShift;
+constexpr std::uint64_t kLeafRegions = (std::uint64_t{1} << 30) / kRegion;
+
+TEST(EngineHandedTable, SetMarksItsRegionAndTheWordReadsBack) {
+  HandedTable table;
+  const std::uint64_t addr = kBase + 3 * kRegion + 512;
+  EXPECT_FALSE(table.marked(addr));
+  EXPECT_EQ(table.get(addr), 0u);
+  ASSERT_TRUE(table.set(addr, HandedTable::word(300, 5)));
+  EXPECT_TRUE(table.marked(addr));
+  EXPECT_TRUE(table.marked(kBase + 3 * kRegion));  // the whole 64 KiB region
+  const std::uint64_t w = table.get(addr);
+  ASSERT_TRUE(HandedTable::handed(w));
+  EXPECT_EQ(HandedTable::requested(w), 300u);
+  EXPECT_EQ(HandedTable::tag(w), 5u);
+  table.clear(addr);
+  EXPECT_EQ(table.get(addr), 0u);
+  EXPECT_TRUE(table.marked(addr));  // regions stay marked: a region's words may be set again at any time
+  ASSERT_TRUE(table.set(addr, HandedTable::word(256, 1)));
+  EXPECT_TRUE(HandedTable::handed(table.get(addr)));
+}
+
+TEST(EngineHandedTable, OneRegionsWordMarksNoOtherRegion) {
+  HandedTable table;
+  const std::uint64_t addr = kBase + 5 * kRegion;
+  ASSERT_TRUE(table.set(addr, HandedTable::word(256, 1)));
+  EXPECT_FALSE(table.marked(addr - 256));           // the region below
+  EXPECT_FALSE(table.marked(addr + kRegion));       // the region above, same summary word
+  EXPECT_FALSE(table.marked(addr + 64 * kRegion));  // the same bit of the next summary word
+  EXPECT_FALSE(table.marked(kBase + (std::uint64_t{1} << 30) + 5 * kRegion));  // the same region of the next leaf
+  EXPECT_EQ(table.get(addr + kRegion), 0u);
+  EXPECT_EQ(table.get(addr + 256), 0u);  // same region, another word: marked, and clear
+}
+
+TEST(EngineHandedTable, EveryRegionOfALeafHasItsOwnBit) {
+  HandedTable table;
+  for (std::uint64_t r = 0; r < kLeafRegions; r += 97) ASSERT_TRUE(table.set(kBase + r * kRegion, HandedTable::word(1, 0)));
+  for (std::uint64_t r = 0; r < kLeafRegions; ++r) {
+    ASSERT_EQ(table.marked(kBase + r * kRegion + kRegion - 256), r % 97 == 0) << "region " << r;
+    ASSERT_EQ(HandedTable::handed(table.get(kBase + r * kRegion)), r % 97 == 0) << "region " << r;
+  }
+}
+
+TEST(EngineHandedTable, AddressesOffTheQuantumAreNeverMarkedOrRead) {
+  HandedTable table;
+  EXPECT_FALSE(table.set(kBase + 1, HandedTable::word(1, 0)));
+  EXPECT_FALSE(table.marked(kBase + 1));
+  EXPECT_EQ(table.get(kBase + 1), 0u);
+  EXPECT_FALSE(table.set(std::uint64_t{1} << 60, HandedTable::word(1, 0)));
+}
+
+}  // namespace
