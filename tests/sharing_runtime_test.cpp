@@ -482,6 +482,25 @@ TEST(RuntimeShare, UnderTheInterposerTheProcessKeepsOneEntryChargedOnce) {
   EXPECT_LE(region, 128 * kMiB) << "the interposer's cuMemGetInfo says the cap";
 }
 
+TEST(RuntimeShare, AnotherShimWrappingTheDriverIsNotTakenForTheInterposer) {
+#ifdef PLIMSOLL_SANITIZED
+  GTEST_SKIP() << kClientUnderSanitizers;
+#endif
+  // A shim of someone else's (HAMi-core, a profiler) wraps cuMemAlloc_v2 and cuMemCreate but charges no ledger: the
+  // Runtime must join the ledger itself, or the process would run ungoverned.
+  const LedgerDirectory dir;
+  auto environment = fake_gpu_environment(dir);
+  environment.emplace_back("LD_PRELOAD", PLIMSOLL_FOREIGN_CUDA_SHIM);
+  const ClientRun run = run_client({PLIMSOLL_RUNTIME_CLIENT, "cuda:0", "8MiB"}, environment);
+  ASSERT_EQ(run.status, 0) << run.err;
+  const auto entries = lines_starting(run.out, "entry ");
+  ASSERT_EQ(entries.size(), 1u) << "the Runtime's own entry:\n" << run.out;
+  EXPECT_THAT(entries[0], HasSubstr("interposed=0 can_trim=1"));
+  const auto limit = lines_starting(run.out, "limit ");
+  ASSERT_EQ(limit.size(), 1u);
+  EXPECT_THAT(entries[0], HasSubstr("charged=" + limit[0].substr(6) + " ")) << run.out;
+}
+
 // The client holding its memory (its last argument `hold`) until destroyed, for `plimsoll pause PID`.
 class HeldClient {
  public:

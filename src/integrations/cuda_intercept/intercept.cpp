@@ -11,9 +11,11 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <string_view>
 
 #include "real_driver.hpp"
 #include "sharing/driver_governor.hpp"
+#include "sharing/interposer_presence.hpp"
 
 namespace plimsoll::cuda_intercept {
 
@@ -142,6 +144,11 @@ namespace sharing = plimsoll::sharing;
 #define PLIMSOLL_REAL(member)         \
   const auto real_call = real().member; \
   if (real_call == nullptr) return kErrorNotFound
+
+// Says "plimsoll's interposer is loaded" to a Runtime in this process (sharing::memory_calls_interposed), which then
+// leaves its GPUs' ledger entries to it; a shim of someone else's that wraps the same driver calls has no such name.
+PLIMSOLL_EXPORT int plimsoll_cuda_intercept_present() { return 1; }
+static_assert(std::string_view(sharing::kInterposerMarker) == "plimsoll_cuda_intercept_present");
 
 PLIMSOLL_EXPORT cu::Result cuMemAlloc_v2(cu::DevicePtr* pointer, std::size_t bytes) {
   PLIMSOLL_REAL(mem_alloc);
