@@ -164,6 +164,53 @@ TEST(RuntimeShare, ACudaDeviceJoinsTheLedgerWithItsInUseBytesAndTakesItsCapAsIts
   EXPECT_TRUE(entries_of(dir.ledger(), ::getpid()).empty()) << "a destroyed runtime leaves the ledger";
 }
 
+const plimsoll::DeviceListing& listed(const std::vector<plimsoll::DeviceListing>& rows, const std::string& name) {
+  for (const plimsoll::DeviceListing& row : rows)
+    if (row.name == name) return row;
+  throw std::runtime_error(name + " is not listed");
+}
+
+TEST(RuntimeShare, ListingPlansAGpuAgainstItsShareBeforeAndAfterItsDeviceIsCreated) {
+  const LedgerDirectory dir;
+  plimsoll::fake_cuda::Driver driver(fake_gpu());
+  auto runtime = runtime_on(driver, shared_config("cuda:0=64MiB:128MiB"));
+  // Not created yet: the budget rule over the GPU as the share shows it (the cap, 128 MiB, less the reserve of a
+  // GPU under 2 GiB, a quarter: 96 MiB), not over the whole 256 MiB GPU. Listing joins no ledger.
+  const plimsoll::DeviceListing before = listed(runtime->list_devices(), "cuda:0");
+  EXPECT_EQ(before.total_bytes, 128 * kMiB);
+  EXPECT_EQ(before.limit_bytes, 96 * kMiB);
+  EXPECT_TRUE(dir.empty()) << "listing must not take a share";
+
+  Allocator& gpu = runtime->device("cuda:0");
+  EXPECT_EQ(gpu.description().limit_bytes, before.limit_bytes) << "created with the limit it was listed with";
+  const plimsoll::DeviceListing after = listed(runtime->list_devices(), "cuda:0");
+  EXPECT_EQ(after.total_bytes, 128 * kMiB);
+  EXPECT_EQ(after.limit_bytes, 96 * kMiB);
+}
+
+TEST(RuntimeShare, ListingSaysWhyAShareCannotBeTaken) {
+  const LedgerDirectory dir;
+  plimsoll::fake_cuda::Driver driver(fake_gpu());
+  {
+    auto runtime = runtime_on(driver, shared_config("cuda:0=300MiB"));
+    const plimsoll::DeviceListing row = listed(runtime->list_devices(), "cuda:0");
+    EXPECT_THAT(row.details, HasSubstr("cannot be created: cuda:0 cannot join its GPU's shared ledger as cuda:0=300MiB"));
+    EXPECT_EQ(row.limit_bytes, 0u);
+  }
+  {
+    auto runtime = runtime_on(driver, shared_config("cuda:0=lots"));
+    const std::vector<plimsoll::DeviceListing> rows = runtime->list_devices();
+    EXPECT_THAT(listed(rows, "cuda:0").details, HasSubstr("PLIMSOLL_SHARE=\"cuda:0=lots\""));
+    EXPECT_GT(listed(rows, "cpu").limit_bytes, 0u) << "the host is listed as before";
+  }
+  {
+    // A share of another GPU leaves this one as the driver shows it.
+    auto runtime = runtime_on(driver, shared_config("cuda:1=64MiB"));
+    EXPECT_EQ(listed(runtime->list_devices(), "cuda:0").total_bytes, kGpuBytes);
+  }
+  EXPECT_TRUE(dir.empty());
+}
+
 TEST(RuntimeShare, ARuntimeWithoutAShareTouchesNoLedger) {
   const LedgerDirectory dir;
   plimsoll::fake_cuda::Driver driver(fake_gpu());
