@@ -233,32 +233,15 @@ class Holder {
  public:
   Holder(const std::vector<std::string>& operations, const Environment& environment, const TempDirectory& dir)
       : out_path_(dir.path() + "/holder.out") {
+    std::vector<std::string> argv = {PLIMSOLL_CUDA_CLIENT, "dlsym"};
+    argv.insert(argv.end(), operations.begin(), operations.end());
+    argv.push_back("hold");
     pid_ = ::fork();
-    if (pid_ == 0) {
-      for (const auto& [name, value] : environment) ::setenv(name.c_str(), value.c_str(), 1);
-      std::freopen(out_path_.c_str(), "w", stdout);
-      std::freopen((out_path_ + ".err").c_str(), "w", stderr);
-      std::vector<std::string> argv = {PLIMSOLL_CUDA_CLIENT, "dlsym"};
-      argv.insert(argv.end(), operations.begin(), operations.end());
-      argv.push_back("hold");
-      std::vector<char*> args;
-      for (std::string& arg : argv) args.push_back(arg.data());
-      args.push_back(nullptr);
-      ::execv(args[0], args.data());
-      ::_exit(127);
-    }
+    if (pid_ == 0) plimsoll::testing::exec_program(argv, environment, out_path_, out_path_ + ".err");
     for (int i = 0; i < 5000 && output().find("holding") == std::string::npos; ++i) ::usleep(1000);
   }
   ~Holder() { kill(); }
-  std::string output() const {
-    std::string text;
-    if (FILE* file = std::fopen(out_path_.c_str(), "r")) {
-      char buffer[4096];
-      for (std::size_t got; (got = std::fread(buffer, 1, sizeof buffer, file)) > 0;) text.append(buffer, got);
-      std::fclose(file);
-    }
-    return text;
-  }
+  std::string output() const { return plimsoll::testing::read_text(out_path_); }
   void kill() {
     if (pid_ <= 0) return;
     ::kill(pid_, SIGKILL);

@@ -28,10 +28,12 @@
 #include "plimsoll/size.hpp"
 
 namespace cu = plimsoll::cuda_driver;
-using CUdeviceptr = unsigned long long;
-using CUcontext = struct FakeContext*;
-using CUstream = struct FakeStream*;
-using CUmemoryPool = struct FakePool*;
+// The driver's types as the fake and the interposer define their entry points (devices/cuda_driver.hpp): a call
+// through a pointer of another type is undefined (UBSan's -fsanitize=function stops it).
+using CUdeviceptr = cu::DevicePtr;
+using CUcontext = cu::Context;
+using CUstream = cu::Stream;
+using CUmemoryPool = cu::MemPool;
 
 #ifdef PLIMSOLL_CLIENT_LINKED
 extern "C" {

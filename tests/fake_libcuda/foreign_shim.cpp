@@ -5,7 +5,6 @@
 
 #include <cstddef>
 #include <cstring>
-#include <initializer_list>
 
 namespace {
 
@@ -17,12 +16,16 @@ using MemAlloc = Result (*)(DevicePtr*, std::size_t);
 using MemCreate = Result (*)(MemHandle*, std::size_t, const AllocationProp*, unsigned long long);
 using Dlsym = void* (*)(void*, const char*);
 
-Dlsym real_dlsym() {
-  static const Dlsym found = [] {
-    for (const char* version : {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"})
-      if (void* symbol = dlvsym(RTLD_NEXT, "dlsym", version)) return reinterpret_cast<Dlsym>(symbol);
-    return Dlsym{nullptr};
-  }();
+// A sanitizer's runtime looks its interceptors up with dlsym while it starts, before instrumented code can run: the
+// dlsym path is left uninstrumented (a no-op in other builds).
+#define UNINSTRUMENTED __attribute__((no_sanitize("address", "undefined")))
+
+UNINSTRUMENTED Dlsym real_dlsym() {
+  // Found once; threads racing here find the same answer.
+  static Dlsym found = nullptr;
+  if (found == nullptr) found = reinterpret_cast<Dlsym>(dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34"));
+  if (found == nullptr) found = reinterpret_cast<Dlsym>(dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5"));
+  if (found == nullptr) found = reinterpret_cast<Dlsym>(dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.17"));
   return found;
 }
 
@@ -46,7 +49,7 @@ extern "C" __attribute__((visibility("default"))) Result cuMemCreate(MemHandle* 
 }
 
 // A lookup on the driver's handle never sees a preload, so shims export dlsym too and hand back their wrappers.
-extern "C" __attribute__((visibility("default"))) void* dlsym(void* handle, const char* symbol) {
+extern "C" __attribute__((visibility("default"))) UNINSTRUMENTED void* dlsym(void* handle, const char* symbol) {
   if (handle != RTLD_NEXT) {
     if (std::strcmp(symbol, "cuMemAlloc_v2") == 0) return reinterpret_cast<void*>(&cuMemAlloc_v2);
     if (std::strcmp(symbol, "cuMemCreate") == 0) return reinterpret_cast<void*>(&cuMemCreate);

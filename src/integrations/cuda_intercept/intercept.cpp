@@ -299,7 +299,7 @@ PLIMSOLL_EXPORT cu::Result cuGetProcAddress_v2(const char* symbol, void** functi
 // RTLD_NEXT means "after the object that called dlsym", and the caller glibc sees is now this library: asked as is,
 // it would hand a later preload (a profiler wrapping malloc) its own symbol back. So for RTLD_NEXT the objects
 // after the real caller are searched here, in load order.
-PLIMSOLL_EXPORT void* dlsym(void* handle, const char* symbol) {
+PLIMSOLL_EXPORT PLIMSOLL_UNINSTRUMENTED void* dlsym(void* handle, const char* symbol) {
   if (handle != RTLD_NEXT) return substitute_named(symbol, real_dlsym(handle, symbol));
   Dl_info info{};
   link_map* caller = nullptr;
