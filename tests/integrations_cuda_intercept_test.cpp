@@ -151,6 +151,18 @@ TEST(CudaIntercept, PreloadedWithoutAShareTheJobIsNotGoverned) {
   EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << "no ledger for an ungoverned job";
 }
 
+TEST(CudaIntercept, DlsymRtldNextFindsTheNextObjectsSymbol) {
+  // A library that wraps malloc finds the real one with dlsym(RTLD_NEXT, "malloc"), through our dlsym: it must get
+  // libc's, found after the caller (a link_map of an object loaded at start is no dlsym handle: it used to fault).
+  const TempDirectory dir;
+  for (const char* way : {"dlsym", "linked"}) {
+    const ProgramRun run = client(way, {"next", "init", "alloc", "1MiB"}, governed(dir, "cuda:0=256MiB"));
+    EXPECT_EQ(run.status, 0) << way << ": " << run.err;
+    EXPECT_THAT(run.out, HasSubstr("next 1")) << way;
+    EXPECT_THAT(run.out, HasSubstr("alloc 1048576 0")) << way;
+  }
+}
+
 TEST(CudaIntercept, EveryAllocationKindIsChargedAndCredited) {
   const TempDirectory dir;
   const ProgramRun run = client(

@@ -456,11 +456,11 @@ std::vector<std::string> lines_starting(const std::string& text, const std::stri
 
 // Why a client with plimsoll's interposer preloaded is not run in sanitized builds: ASan looks its interceptors up
 // with dlsym(RTLD_NEXT, ...) while it starts, the interposer's dlsym answers (uninstrumented, so that far it works),
-// and its RTLD_NEXT walk over the loaded objects' link maps faults inside glibc's lookup at that point (before
-// any constructor has run). The fake driver's types match its callers' (UBSan's -fsanitize=function), so every
+// and its RTLD_NEXT walk opens each object after the caller (dlopen RTLD_NOLOAD), which ASan wraps and cannot serve
+// before it has started. The fake driver's types match its callers' (UBSan's -fsanitize=function), so every
 // client run without the interposer runs here, sanitized.
 [[maybe_unused]] constexpr const char* kInterposerUnderSanitizers =
-    "the interposer's dlsym(RTLD_NEXT) walk faults when ASan calls it during its own start; the interposer's tests "
+    "the interposer's dlsym(RTLD_NEXT) walk needs dlopen, which ASan cannot serve while it starts; the interposer's tests "
     "(label integrations) run in unsanitized builds";
 
 TEST(RuntimeShare, AProcessGetsItsShareFromTheEnvironmentWithoutTheInterposer) {
