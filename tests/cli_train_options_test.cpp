@@ -62,6 +62,39 @@ TEST(CliUsageErrors, EveryCommandsUsageErrorsExitTwo) {
   }
 }
 
+// The other commands' numeric options are checked by plimsoll too (plimsoll::parse_count, cli::parse_number): the
+// message names the option, the value and the fix, where CLI11's range message named only the problem.
+TEST(CliUsageErrors, BadNumbersNameTheOptionAndTheFix) {
+  struct Case {
+    const char* args;
+    const char* message;
+  };
+  for (const Case& c :
+       {Case{"plan --batch 0 x.trace", "--batch 0 is too small; give --batch a whole number of at least 1"},
+        Case{"plan --batch two x.trace", "--batch \"two\" is not a whole number; give --batch a whole number"},
+        Case{"replay --limit-over-live 0 x.trace",
+             "--limit-over-live 0 is too small; give --limit-over-live a number above 0"},
+        Case{"replay --limit-over-live lots x.trace", "--limit-over-live \"lots\" is not a number"},
+        Case{"top --interval 0", "--interval 0 is too small; give --interval a number from 0.05 to 3600"},
+        Case{"top --once --interval 5000", "--interval 5000 is too large; give --interval a number from 0.05 to 3600"},
+        Case{"top --interval inf", "--interval inf is out of range"},
+        Case{"pause 1 --timeout 0", "--timeout 0 is too small; give --timeout a number from 0.01 to 3600"},
+        Case{"resume 1 --timeout 2s", "--timeout \"2s\" is not a number; give --timeout a number from 0.01 to 3600"}}) {
+    const CliRun run = run_plimsoll(c.args);
+    EXPECT_EQ(run.status, 2) << c.args << ": " << run.err;
+    EXPECT_THAT(run.err, HasSubstr(c.message)) << c.args;
+    EXPECT_THAT(run.err, Not(HasSubstr("not in range"))) << c.args;
+  }
+}
+
+TEST(CliUsageErrors, GoodNumbersPassTheCheck) {
+  // An empty ledger directory: top prints its snapshot and exits 0.
+  const std::string dir = ::testing::TempDir();
+  const CliRun run = run_plimsoll("top --once --interval 0.5 --ledger-dir " + dir);
+  EXPECT_EQ(run.status, 0) << run.err;
+  EXPECT_THAT(run.err, Not(HasSubstr("--interval")));
+}
+
 TEST(CliUsageErrors, HelpStillExitsZero) {
   const plimsoll::testing::CliRun run = plimsoll::testing::run_plimsoll("replay --help");
   EXPECT_EQ(run.status, 0) << run.err;

@@ -151,6 +151,18 @@ TEST(CudaIntercept, PreloadedWithoutAShareTheJobIsNotGoverned) {
   EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << "no ledger for an ungoverned job";
 }
 
+TEST(CudaIntercept, DlsymRtldNextFindsTheNextObjectsSymbol) {
+  // A library that wraps malloc finds the real one with dlsym(RTLD_NEXT, "malloc"), through our dlsym: it must get
+  // libc's, found after the caller (a link_map of an object loaded at start is no dlsym handle: it used to fault).
+  const TempDirectory dir;
+  for (const char* way : {"dlsym", "linked"}) {
+    const ProgramRun run = client(way, {"next", "init", "alloc", "1MiB"}, governed(dir, "cuda:0=256MiB"));
+    EXPECT_EQ(run.status, 0) << way << ": " << run.err;
+    EXPECT_THAT(run.out, HasSubstr("next 1")) << way;
+    EXPECT_THAT(run.out, HasSubstr("alloc 1048576 0")) << way;
+  }
+}
+
 TEST(CudaIntercept, EveryAllocationKindIsChargedAndCredited) {
   const TempDirectory dir;
   const ProgramRun run = client(
@@ -233,32 +245,15 @@ class Holder {
  public:
   Holder(const std::vector<std::string>& operations, const Environment& environment, const TempDirectory& dir)
       : out_path_(dir.path() + "/holder.out") {
+    std::vector<std::string> argv = {PLIMSOLL_CUDA_CLIENT, "dlsym"};
+    argv.insert(argv.end(), operations.begin(), operations.end());
+    argv.push_back("hold");
     pid_ = ::fork();
-    if (pid_ == 0) {
-      for (const auto& [name, value] : environment) ::setenv(name.c_str(), value.c_str(), 1);
-      std::freopen(out_path_.c_str(), "w", stdout);
-      std::freopen((out_path_ + ".err").c_str(), "w", stderr);
-      std::vector<std::string> argv = {PLIMSOLL_CUDA_CLIENT, "dlsym"};
-      argv.insert(argv.end(), operations.begin(), operations.end());
-      argv.push_back("hold");
-      std::vector<char*> args;
-      for (std::string& arg : argv) args.push_back(arg.data());
-      args.push_back(nullptr);
-      ::execv(args[0], args.data());
-      ::_exit(127);
-    }
+    if (pid_ == 0) plimsoll::testing::exec_program(argv, environment, out_path_, out_path_ + ".err");
     for (int i = 0; i < 5000 && output().find("holding") == std::string::npos; ++i) ::usleep(1000);
   }
   ~Holder() { kill(); }
-  std::string output() const {
-    std::string text;
-    if (FILE* file = std::fopen(out_path_.c_str(), "r")) {
-      char buffer[4096];
-      for (std::size_t got; (got = std::fread(buffer, 1, sizeof buffer, file)) > 0;) text.append(buffer, got);
-      std::fclose(file);
-    }
-    return text;
-  }
+  std::string output() const { return plimsoll::testing::read_text(out_path_); }
   void kill() {
     if (pid_ <= 0) return;
     ::kill(pid_, SIGKILL);

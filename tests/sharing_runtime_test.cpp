@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -162,6 +163,53 @@ TEST(RuntimeShare, ACudaDeviceJoinsTheLedgerWithItsInUseBytesAndTakesItsCapAsIts
   gpu.deallocate(block);
   runtime.reset();
   EXPECT_TRUE(entries_of(dir.ledger(), ::getpid()).empty()) << "a destroyed runtime leaves the ledger";
+}
+
+const plimsoll::DeviceListing& listed(const std::vector<plimsoll::DeviceListing>& rows, const std::string& name) {
+  for (const plimsoll::DeviceListing& row : rows)
+    if (row.name == name) return row;
+  throw std::runtime_error(name + " is not listed");
+}
+
+TEST(RuntimeShare, ListingPlansAGpuAgainstItsShareBeforeAndAfterItsDeviceIsCreated) {
+  const LedgerDirectory dir;
+  plimsoll::fake_cuda::Driver driver(fake_gpu());
+  auto runtime = runtime_on(driver, shared_config("cuda:0=64MiB:128MiB"));
+  // Not created yet: the budget rule over the GPU as the share shows it (the cap, 128 MiB, less the reserve of a
+  // GPU under 2 GiB, a quarter: 96 MiB), not over the whole 256 MiB GPU. Listing joins no ledger.
+  const plimsoll::DeviceListing before = listed(runtime->list_devices(), "cuda:0");
+  EXPECT_EQ(before.total_bytes, 128 * kMiB);
+  EXPECT_EQ(before.limit_bytes, 96 * kMiB);
+  EXPECT_TRUE(dir.empty()) << "listing must not take a share";
+
+  Allocator& gpu = runtime->device("cuda:0");
+  EXPECT_EQ(gpu.description().limit_bytes, before.limit_bytes) << "created with the limit it was listed with";
+  const plimsoll::DeviceListing after = listed(runtime->list_devices(), "cuda:0");
+  EXPECT_EQ(after.total_bytes, 128 * kMiB);
+  EXPECT_EQ(after.limit_bytes, 96 * kMiB);
+}
+
+TEST(RuntimeShare, ListingSaysWhyAShareCannotBeTaken) {
+  const LedgerDirectory dir;
+  plimsoll::fake_cuda::Driver driver(fake_gpu());
+  {
+    auto runtime = runtime_on(driver, shared_config("cuda:0=300MiB"));
+    const plimsoll::DeviceListing row = listed(runtime->list_devices(), "cuda:0");
+    EXPECT_THAT(row.details, HasSubstr("cannot be created: cuda:0 cannot join its GPU's shared ledger as cuda:0=300MiB"));
+    EXPECT_EQ(row.limit_bytes, 0u);
+  }
+  {
+    auto runtime = runtime_on(driver, shared_config("cuda:0=lots"));
+    const std::vector<plimsoll::DeviceListing> rows = runtime->list_devices();
+    EXPECT_THAT(listed(rows, "cuda:0").details, HasSubstr("PLIMSOLL_SHARE=\"cuda:0=lots\""));
+    EXPECT_GT(listed(rows, "cpu").limit_bytes, 0u) << "the host is listed as before";
+  }
+  {
+    // A share of another GPU leaves this one as the driver shows it.
+    auto runtime = runtime_on(driver, shared_config("cuda:1=64MiB"));
+    EXPECT_EQ(listed(runtime->list_devices(), "cuda:0").total_bytes, kGpuBytes);
+  }
+  EXPECT_TRUE(dir.empty());
 }
 
 TEST(RuntimeShare, ARuntimeWithoutAShareTouchesNoLedger) {
@@ -378,54 +426,20 @@ TEST(RuntimeShare, ADevicePausedByItselfShowsPausedInTheLedger) {
 }
 
 // The client program (tests/fake_libcuda/runtime_client.cpp) over the fake libcuda.so.1, with `environment` added.
-struct ClientRun {
-  int status = -1;
-  std::string out;
-  std::string err;
-};
+using ClientRun = plimsoll::testing::ProgramRun;
+using Environment = std::map<std::string, std::string>;
 
-ClientRun run_client(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& environment) {
-  int out_pipe[2], err_pipe[2];
-  if (::pipe(out_pipe) != 0 || ::pipe(err_pipe) != 0) throw std::runtime_error("pipe");
-  const pid_t child = ::fork();
-  if (child == 0) {
-    for (const auto& [name, value] : environment) ::setenv(name.c_str(), value.c_str(), 1);
-    ::dup2(out_pipe[1], 1);
-    ::dup2(err_pipe[1], 2);
-    std::vector<char*> args;
-    for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    ::_exit(127);
-  }
-  ::close(out_pipe[1]);
-  ::close(err_pipe[1]);
-  ClientRun run;
-  // Both pipes are small (a few lines each): read stdout to its end, then stderr.
-  for (auto [fd, text] : {std::pair{out_pipe[0], &run.out}, std::pair{err_pipe[0], &run.err}}) {
-    char buffer[4096];
-    for (ssize_t got; (got = ::read(fd, buffer, sizeof buffer)) > 0;) text->append(buffer, static_cast<std::size_t>(got));
-    ::close(fd);
-  }
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  run.status = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-  return run;
+ClientRun run_client(const std::vector<std::string>& argv, const Environment& environment) {
+  return plimsoll::testing::run_program(argv, environment);
 }
 
-std::vector<std::pair<std::string, std::string>> fake_gpu_environment(const LedgerDirectory& dir) {
+Environment fake_gpu_environment(const LedgerDirectory& dir) {
   return {{"LD_LIBRARY_PATH", PLIMSOLL_FAKE_LIBCUDA_DIR},
           {"PLIMSOLL_FAKE_CUDA_BYTES", std::to_string(kGpuBytes)},
           {"PLIMSOLL_LEDGER_DIR", dir.path()},
           {"PLIMSOLL_SHARE", "cuda:0=64MiB:128MiB"},
           {"PLIMSOLL_LOG", "0"}};
 }
-
-// Why the tests running the client program skip in sanitized builds.
-[[maybe_unused]] constexpr const char* kClientUnderSanitizers =
-    "the client runs over the fake libcuda.so.1, whose entry points are declared with opaque types of its own "
-    "(UBSan's -fsanitize=function stops at the first driver call), with the interposer preloaded in some runs; like "
-    "the interposer's own tests (label integrations) it runs in unsanitized builds";
 
 std::vector<std::string> lines_starting(const std::string& text, const std::string& prefix) {
   std::vector<std::string> found;
@@ -440,10 +454,16 @@ std::vector<std::string> lines_starting(const std::string& text, const std::stri
   return found;
 }
 
+// Why a client with plimsoll's interposer preloaded is not run in sanitized builds: ASan looks its interceptors up
+// with dlsym(RTLD_NEXT, ...) while it starts, the interposer's dlsym answers (uninstrumented, so that far it works),
+// and its RTLD_NEXT walk opens each object after the caller (dlopen RTLD_NOLOAD), which ASan wraps and cannot serve
+// before it has started. The fake driver's types match its callers' (UBSan's -fsanitize=function), so every
+// client run without the interposer runs here, sanitized.
+[[maybe_unused]] constexpr const char* kInterposerUnderSanitizers =
+    "the interposer's dlsym(RTLD_NEXT) walk needs dlopen, which ASan cannot serve while it starts; the interposer's tests "
+    "(label integrations) run in unsanitized builds";
+
 TEST(RuntimeShare, AProcessGetsItsShareFromTheEnvironmentWithoutTheInterposer) {
-#ifdef PLIMSOLL_SANITIZED
-  GTEST_SKIP() << kClientUnderSanitizers;
-#endif
   const LedgerDirectory dir;
   const ClientRun run = run_client({PLIMSOLL_RUNTIME_CLIENT, "cuda:0", "8MiB"}, fake_gpu_environment(dir));
   ASSERT_EQ(run.status, 0) << run.err;
@@ -458,13 +478,13 @@ TEST(RuntimeShare, AProcessGetsItsShareFromTheEnvironmentWithoutTheInterposer) {
 
 TEST(RuntimeShare, UnderTheInterposerTheProcessKeepsOneEntryChargedOnce) {
 #ifdef PLIMSOLL_SANITIZED
-  GTEST_SKIP() << kClientUnderSanitizers;
+  GTEST_SKIP() << kInterposerUnderSanitizers;
 #endif
   // `plimsoll run --device cuda:0=SHARE:CAP` preloads the interposer and sets PLIMSOLL_SHARE; the PyTorch library's
   // Runtime device then allocates through the interposer, which charges it: the Runtime does not join again.
   const LedgerDirectory dir;
   auto environment = fake_gpu_environment(dir);
-  environment.emplace_back("LD_PRELOAD", PLIMSOLL_CUDA_INTERCEPT_SO);
+  environment["LD_PRELOAD"] = PLIMSOLL_CUDA_INTERCEPT_SO;
   const ClientRun run = run_client({PLIMSOLL_RUNTIME_CLIENT, "cuda:0", "8MiB"}, environment);
   ASSERT_EQ(run.status, 0) << run.err;
   const auto entries = lines_starting(run.out, "entry ");
@@ -482,10 +502,26 @@ TEST(RuntimeShare, UnderTheInterposerTheProcessKeepsOneEntryChargedOnce) {
   EXPECT_LE(region, 128 * kMiB) << "the interposer's cuMemGetInfo says the cap";
 }
 
+TEST(RuntimeShare, AnotherShimWrappingTheDriverIsNotTakenForTheInterposer) {
+  // A shim of someone else's (HAMi-core, a profiler) wraps cuMemAlloc_v2 and cuMemCreate but charges no ledger: the
+  // Runtime must join the ledger itself, or the process would run ungoverned.
+  const LedgerDirectory dir;
+  auto environment = fake_gpu_environment(dir);
+  environment["LD_PRELOAD"] = PLIMSOLL_FOREIGN_CUDA_SHIM;
+  const ClientRun run = run_client({PLIMSOLL_RUNTIME_CLIENT, "cuda:0", "8MiB"}, environment);
+  ASSERT_EQ(run.status, 0) << run.err;
+  const auto entries = lines_starting(run.out, "entry ");
+  ASSERT_EQ(entries.size(), 1u) << "the Runtime's own entry:\n" << run.out;
+  EXPECT_THAT(entries[0], HasSubstr("interposed=0 can_trim=1"));
+  const auto limit = lines_starting(run.out, "limit ");
+  ASSERT_EQ(limit.size(), 1u);
+  EXPECT_THAT(entries[0], HasSubstr("charged=" + limit[0].substr(6) + " ")) << run.out;
+}
+
 // The client holding its memory (its last argument `hold`) until destroyed, for `plimsoll pause PID`.
 class HeldClient {
  public:
-  HeldClient(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& environment) {
+  HeldClient(const std::vector<std::string>& argv, const Environment& environment) {
     int in_pipe[2], out_pipe[2];
     if (::pipe(in_pipe) != 0 || ::pipe(out_pipe) != 0) throw std::runtime_error("pipe");
     pid_ = ::fork();
@@ -526,9 +562,6 @@ class HeldClient {
 };
 
 TEST(RuntimeShare, PlimsollPauseReachesARuntimeProcessButNotOneUnderTheInterposer) {
-#ifdef PLIMSOLL_SANITIZED
-  GTEST_SKIP() << kClientUnderSanitizers;
-#endif
   const LedgerDirectory dir;
   const std::vector<std::string> client = {PLIMSOLL_RUNTIME_CLIENT, "cuda:0", "8MiB", "hold"};
   {
@@ -541,9 +574,12 @@ TEST(RuntimeShare, PlimsollPauseReachesARuntimeProcessButNotOneUnderTheInterpose
     EXPECT_EQ(pause.status, 1) << pause.out << pause.err;
     EXPECT_THAT(pause.out + pause.err, HasSubstr("preallocate"));
   }
+#ifdef PLIMSOLL_SANITIZED
+  GTEST_SKIP() << "the engine process was checked; the interposed one is not run here: " << kInterposerUnderSanitizers;
+#endif
   {
     auto environment = fake_gpu_environment(dir);
-    environment.emplace_back("LD_PRELOAD", PLIMSOLL_CUDA_INTERCEPT_SO);
+    environment["LD_PRELOAD"] = PLIMSOLL_CUDA_INTERCEPT_SO;
     const HeldClient interposed(client, environment);
     ASSERT_TRUE(interposed.holding()) << interposed.out();
     const ClientRun pause =

@@ -94,6 +94,34 @@ struct ProgramRun {
   std::string err;
 };
 
+/// The whole text of the file at `path`; empty when it cannot be read.
+inline std::string read_text(const std::string& path) {
+  std::string text;
+  if (FILE* file = std::fopen(path.c_str(), "r")) {
+    char buffer[4096];
+    for (std::size_t got; (got = std::fread(buffer, 1, sizeof buffer, file)) > 0;) text.append(buffer, got);
+    std::fclose(file);
+  }
+  return text;
+}
+
+/// In a forked child: adds `environment` to this process's, sends stdout and stderr to the two files, and runs
+/// `argv` (exit status 127 when it cannot be run).
+[[noreturn]] inline void exec_program(const std::vector<std::string>& argv,
+                                      const std::map<std::string, std::string>& environment,
+                                      const std::string& out_path, const std::string& err_path) {
+  for (const auto& [name, value] : environment) ::setenv(name.c_str(), value.c_str(), 1);
+  const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ::dup2(out, 1);
+  ::dup2(err, 2);
+  std::vector<char*> args;
+  for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+  args.push_back(nullptr);
+  ::execv(args[0], args.data());
+  ::_exit(127);
+}
+
 /// Runs `argv` with `environment` added to this process's, waits, and returns its output.
 inline ProgramRun run_program(const std::vector<std::string>& argv, const std::map<std::string, std::string>& environment) {
   static std::atomic<int> runs{0};  // one file pair per run: tests run programs from several threads at once
@@ -101,34 +129,15 @@ inline ProgramRun run_program(const std::vector<std::string>& argv, const std::m
                            std::to_string(runs.fetch_add(1));
   const std::string out_path = stem + ".out", err_path = stem + ".err";
   const pid_t child = ::fork();
-  if (child == 0) {
-    for (const auto& [name, value] : environment) ::setenv(name.c_str(), value.c_str(), 1);
-    const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(out, 1);
-    ::dup2(err, 2);
-    std::vector<char*> args;
-    for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    ::_exit(127);
-  }
+  if (child == 0) exec_program(argv, environment, out_path, err_path);
   int status = 0;
   ::waitpid(child, &status, 0);
   ProgramRun run;
   run.status = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-  auto slurp = [](const std::string& path) {
-    std::string text;
-    if (FILE* file = std::fopen(path.c_str(), "r")) {
-      char buffer[4096];
-      for (std::size_t got; (got = std::fread(buffer, 1, sizeof buffer, file)) > 0;) text.append(buffer, got);
-      std::fclose(file);
-    }
-    std::remove(path.c_str());
-    return text;
-  };
-  run.out = slurp(out_path);
-  run.err = slurp(err_path);
+  run.out = read_text(out_path);
+  run.err = read_text(err_path);
+  std::remove(out_path.c_str());
+  std::remove(err_path.c_str());
   return run;
 }
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/option_values.hpp"
 #include "plimsoll/sharing.hpp"
 
 namespace {
@@ -17,7 +18,7 @@ namespace {
 struct ControlOptions {
   int pid = 0;
   bool keep_contents = false;
-  double timeout_seconds = 5.0;
+  std::string timeout = "5";  // seconds, checked by parse_number (cli/option_values.hpp)
   bool json = false;
   std::string ledger_dir;
 };
@@ -57,9 +58,9 @@ CLI::App* add_control(CLI::App& app, const char* name, const char* description,
                       const std::shared_ptr<ControlOptions>& options) {
   CLI::App* command = app.add_subcommand(name, description);
   command->add_option("PID", options->pid, "the governed process (as `plimsoll top` lists it)")->required();
-  command->add_option("--timeout", options->timeout_seconds,
-                      "seconds to wait for the process to answer (default 5)")
-      ->check(CLI::Range(0.01, 3600.0));
+  command->add_option("--timeout", options->timeout,
+                      "seconds to wait for the process to answer, from 0.01 to 3600 (default 5)")
+      ->type_name("SECONDS");
   command->add_flag("--json", options->json, "one JSON object: pid, action, done, and each GPU's answer");
   command->add_option("--ledger-dir", options->ledger_dir,
                       "where the ledgers are (default $PLIMSOLL_LEDGER_DIR, else /dev/shm)");
@@ -67,7 +68,9 @@ CLI::App* add_control(CLI::App& app, const char* name, const char* description,
 }
 
 std::chrono::milliseconds timeout_of(const ControlOptions& options) {
-  return std::chrono::milliseconds(static_cast<long>(options.timeout_seconds * 1000.0));
+  const double seconds = plimsoll::cli::parse_number(options.timeout, "--timeout",
+                                                     {.minimum = 0.01, .minimum_excluded = false, .maximum = 3600.0});
+  return std::chrono::milliseconds(static_cast<long>(seconds * 1000.0));
 }
 
 std::string dir_of(const ControlOptions& options) {
@@ -83,8 +86,9 @@ void add_pause_commands(CLI::App& app) {
   pause->add_flag("--keep-contents", pause_options->keep_contents,
                   "copy the job's live GPU memory to host memory first, and back on resume");
   pause->callback([pause_options] {
+    const std::chrono::milliseconds timeout = timeout_of(*pause_options);  // a bad value is refused before asking
     control("pause", pause_options->pid, pause_options->json, [&] {
-      return plimsoll::request_pause(pause_options->pid, pause_options->keep_contents, timeout_of(*pause_options),
+      return plimsoll::request_pause(pause_options->pid, pause_options->keep_contents, timeout,
                                      dir_of(*pause_options));
     });
   });
@@ -92,8 +96,9 @@ void add_pause_commands(CLI::App& app) {
   CLI::App* resume = add_control(app, "resume", "map a paused job's GPU memory back at the same addresses",
                                  resume_options);
   resume->callback([resume_options] {
+    const std::chrono::milliseconds timeout = timeout_of(*resume_options);
     control("resume", resume_options->pid, resume_options->json, [&] {
-      return plimsoll::request_resume(resume_options->pid, timeout_of(*resume_options), dir_of(*resume_options));
+      return plimsoll::request_resume(resume_options->pid, timeout, dir_of(*resume_options));
     });
   });
 }

@@ -15,6 +15,7 @@
 #include "plan/plan_chart.hpp"
 #include "plan/plan_report.hpp"
 #include "plimsoll/error.hpp"
+#include "plimsoll/estimate.hpp"
 #include "plimsoll/plan.hpp"
 #include "plimsoll/trace.hpp"
 #include "telemetry/terminal/output_file.hpp"
@@ -24,7 +25,7 @@ namespace {
 struct PlanArgs {
   std::vector<std::string> traces;
   std::string device = "sim:16GiB";
-  std::uint64_t batch = 0;
+  std::string batch;  // empty: the largest recorded; checked by plimsoll::parse_count
   bool fit = false;
   double margin = 0;
   std::vector<std::string> allocators{"plimsoll", "pytorch", "tensorflow"};
@@ -53,6 +54,7 @@ std::map<std::string, std::uint64_t> parse_batch_of(const std::vector<std::strin
 }
 
 void run_plan(const PlanArgs& args) {
+  const std::uint64_t asked_batch = args.batch.empty() ? 0 : plimsoll::parse_count(args.batch, "--batch", 1);
   if (!args.html.empty()) plimsoll::telemetry::check_writable(args.html, "--html");
   const std::uint64_t device_bytes = plimsoll::plan_device_bytes(args.device);
   std::vector<plimsoll::PlanAllocator> allocators;
@@ -85,7 +87,7 @@ void run_plan(const PlanArgs& args) {
     }
     for (const auto& result : results) chart_up_to = std::max(chart_up_to, result.largest_batch + 1);
   } else {
-    const std::uint64_t batch = args.batch != 0 ? args.batch : model.batches().back();
+    const std::uint64_t batch = asked_batch != 0 ? asked_batch : model.batches().back();
     const plimsoll::Prediction prediction = plimsoll::predict(model, batch, device_bytes, allocators);
     if (args.json) {
       fmt::print("{}\n", plimsoll::plan::prediction_json(model, prediction).dump());
@@ -116,8 +118,8 @@ void add_plan_command(CLI::App& app) {
   plan->add_option("--device", args->device, "The device: sim:SIZE, a size (16GiB), or cuda:N (needs a driver)")
       ->capture_default_str();
   CLI::Option* batch =
-      plan->add_option("--batch", args->batch, "The batch size to predict (default: the largest recorded)")
-          ->check(CLI::PositiveNumber);
+      plan->add_option("--batch", args->batch, "The batch size to predict, at least 1 (default: the largest recorded)")
+          ->type_name("N");
   CLI::Option* fit =
       plan->add_flag("--fit", args->fit, "Find the largest batch size that fits under each allocator")->excludes(batch);
   plan->add_option("--margin", args->margin,

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/option_values.hpp"
 #include "cli/output.hpp"
 #include "plimsoll/device.hpp"
 #include "plimsoll/error.hpp"
@@ -49,7 +50,7 @@ struct ReplayArgs {
   std::vector<std::string> compare;
   std::string memory_limit;
   double memory_fraction = 0;
-  double limit_over_live = 0;
+  std::string limit_over_live;  // a factor above 0, checked by parse_number (cli/option_values.hpp)
   bool touch_memory = false;
   bool no_step_plan = false;
   bool json = false;
@@ -280,6 +281,11 @@ void run_replay(const ReplayArgs& args) {
   const std::vector<plimsoll::Growth> growths = growths_to_run(args);
   const plimsoll::Policy policy = base_policy(args);
   policy.validate();
+  // Above 0 when given (parse_number refuses 0); 0: not given.
+  const double over_live = args.limit_over_live_option->count() > 0
+                               ? plimsoll::cli::parse_number(args.limit_over_live, "--limit-over-live",
+                                                             {.minimum = 0, .minimum_excluded = true, .maximum = {}})
+                               : 0.0;
   const std::vector<std::string> traces = args.traces.empty() ? traces_in(default_trace_dir()) : args.traces;
 
   plimsoll::cli::Table table = results_table();
@@ -301,9 +307,7 @@ void run_replay(const ReplayArgs& args) {
     for (const plimsoll::Growth growth : growths) {
       plimsoll::Policy run_policy = policy;
       run_policy.growth = growth;
-      if (args.limit_over_live_option->count() > 0) {
-        run_policy.memory_limit = limit_over_live(args.limit_over_live, trace);
-      }
+      if (over_live > 0) run_policy.memory_limit = limit_over_live(over_live, trace);
       run_policy.validate();
       const std::pair<plimsoll::Growth, std::optional<std::uint64_t>> device_kind{growth, run_policy.memory_limit};
       const bool log_device = !args.json && std::find(logged.begin(), logged.end(), device_kind) == logged.end();
@@ -382,7 +386,7 @@ void add_replay_command(CLI::App& app) {
           ->add_option("--limit-over-live", args->limit_over_live,
                        "Limit each trace's device to X times that trace's peak live bytes, rounded up (e.g. 1.03 "
                        "for 3% headroom over what the program holds at its peak)")
-          ->check(CLI::PositiveNumber)
+          ->type_name("X")
           ->excludes(memory_limit)
           ->excludes(args->memory_fraction_option);
   replay->add_flag("--touch-memory", args->touch_memory,

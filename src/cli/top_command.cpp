@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.hpp"
+#include "cli/option_values.hpp"
 #include "cli/top_view.hpp"
 #include "plimsoll/sharing.hpp"
 
@@ -18,7 +19,7 @@ void add_top_command(CLI::App& app) {
     bool once = false;
     bool json = false;
     std::string ledger_dir;
-    double interval_seconds = 1.0;
+    std::string interval = "1";  // seconds, checked by parse_number (cli/option_values.hpp)
   };
   auto options = std::make_shared<Options>();
   CLI::App* top = app.add_subcommand("top", "every GPU shared under plimsoll and its governed processes, live");
@@ -26,9 +27,11 @@ void add_top_command(CLI::App& app) {
   top->add_flag("--json", options->json, "one JSON object with a `gpus` list (implies --once)");
   top->add_option("--ledger-dir", options->ledger_dir,
                   "where the ledgers are (default $PLIMSOLL_LEDGER_DIR, else /dev/shm)");
-  top->add_option("--interval", options->interval_seconds, "seconds between refreshes (default 1)")
-      ->check(CLI::Range(0.05, 3600.0));
+  top->add_option("--interval", options->interval, "seconds between refreshes, from 0.05 to 3600 (default 1)")
+      ->type_name("SECONDS");
   top->callback([options] {
+    const double interval_seconds = plimsoll::cli::parse_number(
+        options->interval, "--interval", {.minimum = 0.05, .minimum_excluded = false, .maximum = 3600.0});
     const std::string dir = options->ledger_dir.empty() ? plimsoll::ledger_directory() : options->ledger_dir;
     for (;;) {
       const auto readings = plimsoll::sharing::read_ledgers(dir);
@@ -45,7 +48,7 @@ void add_top_command(CLI::App& app) {
         if (unreadable) throw CLI::RuntimeError(1);  // the reason is in the output above
         return;
       }
-      std::this_thread::sleep_for(std::chrono::duration<double>(options->interval_seconds));
+      std::this_thread::sleep_for(std::chrono::duration<double>(interval_seconds));
     }
   });
 }

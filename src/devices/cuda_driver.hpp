@@ -8,6 +8,15 @@
 #include <optional>
 #include <string>
 
+// The driver's opaque handle types, by cuda.h's own struct tags at global scope (as cuda.h declares them), so that a
+// function type spelled with them is the driver's: UBSan's -fsanitize=function checks that a call through a
+// pointer has the callee's type, and the fake libcuda.so.1 (tests/fake_libcuda) defines its entry points with
+// these. Never defined here; cuda.h, included beside this, declares the same tags.
+struct CUctx_st;
+struct CUstream_st;
+struct CUevent_st;
+struct CUmemPoolHandle_st;
+
 namespace plimsoll::cuda_driver {
 
 // Types as the driver ABI defines them: CUresult and CUdevice_attribute are C enums (int-sized),
@@ -15,9 +24,10 @@ namespace plimsoll::cuda_driver {
 // one every 64-bit build uses) and CUmemGenericAllocationHandle unsigned long long.
 using Result = int;
 using Device = int;
-using Context = struct OpaqueContext*;
-using Stream = struct OpaqueStream*;
-using Event = struct OpaqueEvent*;
+using Context = CUctx_st*;             // CUcontext
+using Stream = CUstream_st*;           // CUstream
+using Event = CUevent_st*;             // CUevent
+using MemPool = CUmemPoolHandle_st*;   // CUmemoryPool
 using DevicePtr = unsigned long long;
 using MemHandle = unsigned long long;
 struct Uuid {

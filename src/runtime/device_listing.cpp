@@ -1,5 +1,7 @@
 #include "runtime/device_listing.hpp"
 
+#include <optional>
+
 #include <fmt/format.h>
 
 #include "plimsoll/error.hpp"
@@ -98,12 +100,26 @@ void add_sim_size(std::vector<std::uint64_t>& sizes, const std::string& key) {
 }  // namespace
 
 std::vector<DeviceListing> list_devices(const Config& config, const VisibleGpus& gpus, const HostInfo& host,
-                                        const std::vector<DeviceName>& created, bool driver_loaded) {
+                                        const std::vector<DeviceName>& created, bool driver_loaded,
+                                        const GpuView& as_planned) {
   std::vector<DeviceListing> rows;
   add_device(rows, config, describe_host(host), driver_loaded);
   // Pinned host memory is page-locked through the driver, so it is listed where a driver and a GPU are.
   if (driver_loaded && !gpus.gpus.empty()) add_device(rows, config, describe_pinned_host(host), driver_loaded);
-  for (const GpuInfo& gpu : gpus.gpus) add_device(rows, config, describe_gpu(gpu), driver_loaded);
+  for (std::size_t index = 0; index < gpus.gpus.size(); ++index) {
+    const PhysicalDevice physical = describe_visible_gpu(gpus, index);
+    std::optional<PhysicalDevice> planned;
+    try {
+      planned = as_planned(physical);
+    } catch (const Error& error) {
+      DeviceListing row = listing_of(physical, physical.name);
+      row.policy = config.policy_for(physical.name);
+      add_note(row, fmt::format("cannot be created: {}", error.what()));
+      rows.push_back(std::move(row));
+      continue;
+    }
+    add_device(rows, config, *planned, driver_loaded);
+  }
 
   std::vector<std::uint64_t> sim_sizes;
   for (const auto& [key, split] : config.logical_devices) add_sim_size(sim_sizes, key);

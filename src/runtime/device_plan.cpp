@@ -18,6 +18,12 @@ std::string logical_names(const DeviceName& physical, std::size_t count) {
 
 }  // namespace
 
+PhysicalDevice describe_visible_gpu(const VisibleGpus& gpus, std::size_t index) {
+  PhysicalDevice gpu = describe_gpu(gpus.gpus[index]);
+  gpu.driver_ordinal = index < gpus.cuda_ordinals.size() ? gpus.cuda_ordinals[index] : static_cast<int>(index);
+  return gpu;
+}
+
 std::optional<PhysicalDevice> find_physical(const VisibleGpus& gpus, const HostInfo& host,
                                             const DeviceName& physical) {
   switch (physical.kind) {
@@ -26,12 +32,8 @@ std::optional<PhysicalDevice> find_physical(const VisibleGpus& gpus, const HostI
     case DeviceKind::sim:
       return describe_sim(physical.sim_bytes);
     case DeviceKind::cuda:
-      if (physical.index >= 0 && static_cast<std::size_t>(physical.index) < gpus.gpus.size()) {
-        const auto index = static_cast<std::size_t>(physical.index);
-        PhysicalDevice gpu = describe_gpu(gpus.gpus[index]);
-        gpu.driver_ordinal = index < gpus.cuda_ordinals.size() ? gpus.cuda_ordinals[index] : physical.index;
-        return gpu;
-      }
+      if (physical.index >= 0 && static_cast<std::size_t>(physical.index) < gpus.gpus.size())
+        return describe_visible_gpu(gpus, static_cast<std::size_t>(physical.index));
       return std::nullopt;
   }
   return std::nullopt;

@@ -20,6 +20,9 @@ struct Hardware {
   HostInfo host;
 };
 
+/// The visible GPU `gpus.gpus[index]`, with the driver's ordinal it has in this process (PLIMSOLL_SHARE's cuda:N).
+PhysicalDevice describe_visible_gpu(const VisibleGpus& gpus, std::size_t index);
+
 /// The physical device `physical` names, or nullopt for a cuda:N that is not visible. Physical only.
 std::optional<PhysicalDevice> find_physical(const VisibleGpus& gpus, const HostInfo& host, const DeviceName& physical);
 

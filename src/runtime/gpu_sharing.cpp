@@ -19,11 +19,14 @@ std::optional<ShareSpec> share_for(const std::vector<ShareSpec>& specs, int driv
   return *found;
 }
 
+std::string share_refusal_prefix(const std::string& device, const ShareSpec& spec) {
+  return fmt::format("{} cannot join its GPU's shared ledger as {} (PLIMSOLL_SHARE): ", device, spec.str());
+}
+
 GpuSharing::GpuSharing(const std::string& device, const std::string& uuid, std::uint64_t device_bytes,
                        const ShareSpec& spec, const std::string& ledger_dir) {
   // The ledger's own message says what is wrong and how to fix it; the prefix says which device and share met it.
-  const auto context = [&] { return fmt::format("{} cannot join its GPU's shared ledger as {} (PLIMSOLL_SHARE): ",
-                                                device, spec.str()); };
+  const auto context = [&] { return share_refusal_prefix(device, spec); };
   try {
     share_ = std::make_unique<GpuShare>(uuid, device_bytes, spec, ledger_dir);
   } catch (const InvalidArgument& error) {
@@ -46,12 +49,15 @@ GpuSharing::~GpuSharing() {
   if (::getpid() != joined_by_) static_cast<void>(share_.release());
 }
 
-PhysicalMemory GpuSharing::as_seen(PhysicalMemory memory) const {
-  const std::uint64_t cap = share_->cap_bytes();
+PhysicalMemory seen_under_share(PhysicalMemory memory, std::uint64_t cap, std::uint64_t headroom) {
   memory.total_bytes = std::min(memory.total_bytes, cap);
   memory.ceiling_bytes = std::min(memory.ceiling_bytes, cap);
-  memory.free_bytes = std::min(memory.free_bytes, headroom_at_join_);
+  memory.free_bytes = std::min(memory.free_bytes, headroom);
   return memory;
+}
+
+PhysicalMemory GpuSharing::as_seen(PhysicalMemory memory) const {
+  return seen_under_share(memory, share_->cap_bytes(), headroom_at_join_);
 }
 
 std::unique_ptr<backings::Backing> GpuSharing::charged(std::unique_ptr<backings::Backing> upstream) {

@@ -20,6 +20,14 @@ namespace plimsoll::runtime {
 /// The share `specs` give the GPU with this driver ordinal (PLIMSOLL_SHARE's cuda:N is the driver's N), or none.
 std::optional<ShareSpec> share_for(const std::vector<ShareSpec>& specs, int driver_ordinal);
 
+/// The GPU as a process under a share sees it, the interposer's cuMemGetInfo rule: its total and ceiling at most
+/// `cap`, its free memory at most `headroom` (what the ledger would charge the process). The budget rules
+/// (budget.hpp) then apply unchanged, so a device planned over this view gets the limit it would be created with.
+PhysicalMemory seen_under_share(PhysicalMemory memory, std::uint64_t cap, std::uint64_t headroom);
+
+/// "cuda:0 cannot join its GPU's shared ledger as cuda:0=8GiB (PLIMSOLL_SHARE): ", before the ledger's own reason.
+std::string share_refusal_prefix(const std::string& device, const ShareSpec& spec);
+
 class GpuSharing {
  public:
   /// Joins the ledger of the GPU `uuid` (of `device_bytes`) in `ledger_dir`. Throws plimsoll::Error as GpuShare does

@@ -82,15 +82,42 @@ struct Runtime::Impl {
   /// when plimsoll's interposer governs this process: every driver allocation of the engine passes through it and
   /// is charged there already, to the process's one entry.
   runtime::GpuSharing* sharing_for(const runtime::PhysicalDevice& physical) {
-    if (physical.memory.kind != DeviceKind::cuda) return nullptr;
-    if (!share_specs) share_specs = parsed_share_specs();
-    const std::optional<ShareSpec> spec = runtime::share_for(*share_specs, physical.driver_ordinal);
-    if (!spec || (driver && sharing::interposer_governs(*driver))) return nullptr;
+    const std::optional<ShareSpec> spec = share_to_join(physical);
+    if (!spec) return nullptr;
     const std::string key = physical.name.str();
     if (const auto found = gpu_sharing.find(key); found != gpu_sharing.end()) return found->second.get();
     auto joined = std::make_unique<runtime::GpuSharing>(key, physical.uuid, physical.memory.total_bytes, *spec,
                                                         ledger_directory());
     return gpu_sharing.emplace(key, std::move(joined)).first->second.get();
+  }
+
+  /// The share PLIMSOLL_SHARE gives `physical` when this runtime is the one to join its ledger: none for a host
+  /// device, a GPU the variable does not name, or a process plimsoll's interposer governs (it holds the entry).
+  std::optional<ShareSpec> share_to_join(const runtime::PhysicalDevice& physical) {
+    if (physical.memory.kind != DeviceKind::cuda) return std::nullopt;
+    if (!share_specs) share_specs = parsed_share_specs();
+    const std::optional<ShareSpec> spec = runtime::share_for(*share_specs, physical.driver_ordinal);
+    if (!spec || (driver && sharing::interposer_governs(*driver))) return std::nullopt;
+    return spec;
+  }
+
+  /// `physical` as its devices would be planned now, without joining its ledger (listing must not take a share):
+  /// a GPU already joined as the share showed it at the join; one not joined yet under its share's cap, with the
+  /// cap taken as what the ledger would charge (never more than the driver's free). Throws as creating would for a
+  /// malformed PLIMSOLL_SHARE or a cap the GPU cannot hold.
+  runtime::PhysicalDevice as_planned(const runtime::PhysicalDevice& physical) {
+    if (gpu_sharing.count(physical.name.str()) != 0) return as_seen(physical);
+    const std::optional<ShareSpec> spec = share_to_join(physical);
+    if (!spec) return physical;
+    std::uint64_t cap = 0;
+    try {
+      cap = spec->resolve(physical.memory.total_bytes).second;
+    } catch (const InvalidArgument& error) {
+      throw InvalidArgument(runtime::share_refusal_prefix(physical.name.str(), *spec) + error.what());
+    }
+    runtime::PhysicalDevice seen = physical;
+    seen.memory = runtime::seen_under_share(physical.memory, cap, cap);
+    return seen;
   }
 
   std::vector<ShareSpec> parsed_share_specs() const {
@@ -230,7 +257,8 @@ std::vector<DeviceListing> Runtime::list_devices() const {
   std::vector<DeviceName> created;
   for (const auto& [key, allocator] : impl_->devices) created.push_back(DeviceName::parse(key));
   return runtime::list_devices(impl_->config, impl_->visible_gpus(), impl_->scanned_hardware().host, created,
-                               impl_->driver.has_value());
+                               impl_->driver.has_value(),
+                               [this](const runtime::PhysicalDevice& gpu) { return impl_->as_planned(gpu); });
 }
 
 std::vector<std::string> Runtime::visibility_report() const {

@@ -21,6 +21,7 @@ const void* object_of(Function function) {
 }  // namespace
 
 bool memory_calls_interposed(const cuda_driver::Api& api) {
+  if (::dlsym(RTLD_DEFAULT, kInterposerMarker) == nullptr) return false;
   const void* driver = object_of(api.init);
   if (driver == nullptr) return false;
   for (const void* allocation : {object_of(api.mem_create), object_of(api.mem_alloc)})

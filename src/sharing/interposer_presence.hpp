@@ -6,8 +6,13 @@
 
 namespace plimsoll::sharing {
 
-/// True when `api`'s allocation entry points live in another object than its cuInit: something (plimsoll's
-/// interposer) stands between this code and the driver.
+/// The symbol libplimsoll_cuda_intercept.so exports to say it is loaded (src/integrations/cuda_intercept): other
+/// shims that wrap the driver's calls (HAMi-core, profilers) do not charge plimsoll's ledger, so wrapped calls alone
+/// prove nothing.
+inline constexpr const char* kInterposerMarker = "plimsoll_cuda_intercept_present";
+
+/// True when plimsoll's interposer is loaded (kInterposerMarker resolves in the global scope) and `api`'s allocation
+/// entry points live in another object than its cuInit: the interposer stands between this code and the driver.
 bool memory_calls_interposed(const cuda_driver::Api& api);
 
 /// memory_calls_interposed(api) and PLIMSOLL_SHARE is set (not empty), which the interposer reads.

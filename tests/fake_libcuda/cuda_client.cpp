@@ -11,6 +11,8 @@
 //   churn ROUNDS MAXSIZE SEED allocates and frees at random, at most 4 live; prints admitted and refused
 //   bench N                   N x (cuMemAlloc 4KiB + cuMemFree), then N x cuMemGetInfo; prints ns per call
 //   sleep MS | hold           sleeps | prints "holding" and sleeps until killed
+//   next                      dlsym(RTLD_NEXT, "malloc"), as a library wrapping malloc does: prints "next 1" when it
+//                             is the malloc the program calls (libc's)
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -28,10 +30,12 @@
 #include "plimsoll/size.hpp"
 
 namespace cu = plimsoll::cuda_driver;
-using CUdeviceptr = unsigned long long;
-using CUcontext = struct FakeContext*;
-using CUstream = struct FakeStream*;
-using CUmemoryPool = struct FakePool*;
+// The driver's types as the fake and the interposer define their entry points (devices/cuda_driver.hpp): a call
+// through a pointer of another type is undefined (UBSan's -fsanitize=function stops it).
+using CUdeviceptr = cu::DevicePtr;
+using CUcontext = cu::Context;
+using CUstream = cu::Stream;
+using CUmemoryPool = cu::MemPool;
 
 #ifdef PLIMSOLL_CLIENT_LINKED
 extern "C" {
@@ -151,7 +155,10 @@ int main(int argc, char** argv) {
   std::vector<unsigned long long> handles;
   for (int i = 2; i < argc; ++i) {
     const std::string_view op = argv[i];
-    if (op == "init") {
+    if (op == "next") {
+      void* const next = dlsym(RTLD_NEXT, "malloc");
+      std::printf("next %d\n", next != nullptr && next == dlsym(RTLD_DEFAULT, "malloc") ? 1 : 0);
+    } else if (op == "init") {
       CUcontext context = nullptr;
       int device = 0;
       const int a = d.init(0), b = d.device_get(&device, 0), c = d.ctx_create(&context, 0, device);

@@ -36,20 +36,27 @@ namespace cu = plimsoll::cuda_driver;
 namespace fake = plimsoll::fake_cuda;
 using plimsoll::sharing::ProcessIdentity;
 
-using CUresult = int;
-using CUdevice = int;
-using CUdeviceptr = unsigned long long;
-using CUcontext = struct FakeContext*;
-using CUstream = struct FakeStream*;
-using CUmemoryPool = struct FakePool*;
-using CUmemGenericAllocationHandle = unsigned long long;
+// The driver's types, as plimsoll's callers (devices/cuda_driver.hpp, the interposer, the client) spell them, so
+// that every entry point below has the type its callers call it with (UBSan's -fsanitize=function checks it).
+using CUresult = cu::Result;
+using CUdevice = cu::Device;
+using CUdeviceptr = cu::DevicePtr;
+using CUcontext = cu::Context;
+using CUstream = cu::Stream;
+using CUmemoryPool = cu::MemPool;
+using CUmemGenericAllocationHandle = cu::MemHandle;
 
-struct FakeContext {
+}  // namespace
+
+// The opaque handles, which the driver defines: the fake's one context and its pools.
+struct CUctx_st {
   int device = 0;
 };
-struct FakePool {
+struct CUmemPoolHandle_st {
   int device = 0;
 };
+
+namespace {
 
 enum class Kind { plain, managed, pitched, stream_ordered, physical };
 
@@ -259,12 +266,12 @@ class Gpu {
 };
 
 std::atomic<bool> initialized{false};
-FakeContext the_context;
+CUctx_st the_context;
 thread_local CUcontext current_context = nullptr;
 std::atomic<CUmemGenericAllocationHandle> next_handle{0x1000};
 std::mutex handles_mutex;
 std::unordered_map<CUmemGenericAllocationHandle, std::uintptr_t> handles;  // handle -> backing address
-FakePool default_pool;
+CUmemPoolHandle_st default_pool;
 
 CUresult needs_context() {
   if (!initialized.load()) return fake::kErrorNotInitialized;
@@ -470,7 +477,7 @@ __attribute__((visibility("default"))) CUresult cuMemAllocFromPoolAsync_ptsz(CUd
 }
 __attribute__((visibility("default"))) CUresult cuMemPoolCreate(CUmemoryPool* pool, const void* props) {
   if (pool == nullptr || props == nullptr) return cu::kErrorInvalidValue;
-  *pool = new FakePool{};
+  *pool = new CUmemPoolHandle_st{};
   return cu::kSuccess;
 }
 __attribute__((visibility("default"))) CUresult cuMemPoolDestroy(CUmemoryPool pool) {

@@ -11,9 +11,11 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <string_view>
 
 #include "real_driver.hpp"
 #include "sharing/driver_governor.hpp"
+#include "sharing/interposer_presence.hpp"
 
 namespace plimsoll::cuda_intercept {
 
@@ -142,6 +144,11 @@ namespace sharing = plimsoll::sharing;
 #define PLIMSOLL_REAL(member)         \
   const auto real_call = real().member; \
   if (real_call == nullptr) return kErrorNotFound
+
+// Says "plimsoll's interposer is loaded" to a Runtime in this process (sharing::memory_calls_interposed), which then
+// leaves its GPUs' ledger entries to it; a shim of someone else's that wraps the same driver calls has no such name.
+PLIMSOLL_EXPORT int plimsoll_cuda_intercept_present() { return 1; }
+static_assert(std::string_view(sharing::kInterposerMarker) == "plimsoll_cuda_intercept_present");
 
 PLIMSOLL_EXPORT cu::Result cuMemAlloc_v2(cu::DevicePtr* pointer, std::size_t bytes) {
   PLIMSOLL_REAL(mem_alloc);
@@ -289,10 +296,33 @@ PLIMSOLL_EXPORT cu::Result cuGetProcAddress_v2(const char* symbol, void** functi
   if (result == cu::kSuccess && function != nullptr) *function = substitute(*function);
   return result;
 }
+
+namespace {
+
+// `symbol` as `object` itself defines it, or null. A link_map of an object loaded at start is no dlsym handle (glibc
+// faults on it), so the object is opened again (RTLD_NOLOAD: only a reference); that handle's scope holds the
+// object's dependencies too, so the answer counts only when it lies in `object`.
+PLIMSOLL_UNINSTRUMENTED void* defined_in(link_map* object, const char* symbol) {
+  if (object->l_name == nullptr || object->l_name[0] == '\0') return nullptr;  // the program itself: never "next"
+  void* handle = dlopen(object->l_name, RTLD_LAZY | RTLD_NOLOAD);
+  if (handle == nullptr) return nullptr;  // the vDSO
+  void* found = real_dlsym(handle, symbol);
+  dlclose(handle);
+  Dl_info info{};
+  link_map* owner = nullptr;
+  if (found == nullptr || dladdr1(found, &info, reinterpret_cast<void**>(&owner), RTLD_DL_LINKMAP) == 0 ||
+      owner != object) {
+    return nullptr;
+  }
+  return found;
+}
+
+}  // namespace
+
 // RTLD_NEXT means "after the object that called dlsym", and the caller glibc sees is now this library: asked as is,
 // it would hand a later preload (a profiler wrapping malloc) its own symbol back. So for RTLD_NEXT the objects
 // after the real caller are searched here, in load order.
-PLIMSOLL_EXPORT void* dlsym(void* handle, const char* symbol) {
+PLIMSOLL_EXPORT PLIMSOLL_UNINSTRUMENTED void* dlsym(void* handle, const char* symbol) {
   if (handle != RTLD_NEXT) return substitute_named(symbol, real_dlsym(handle, symbol));
   Dl_info info{};
   link_map* caller = nullptr;
@@ -301,7 +331,7 @@ PLIMSOLL_EXPORT void* dlsym(void* handle, const char* symbol) {
     return nullptr;
   }
   for (link_map* next = caller->l_next; next != nullptr; next = next->l_next) {
-    if (void* found = real_dlsym(next, symbol)) return substitute_named(symbol, found);
+    if (void* found = defined_in(next, symbol)) return substitute_named(symbol, found);
   }
   return nullptr;
 }

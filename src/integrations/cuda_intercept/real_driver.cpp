@@ -10,11 +10,13 @@ namespace {
 
 using Dlsym = void* (*)(void*, const char*);
 
-Dlsym find_real_dlsym() {
+PLIMSOLL_UNINSTRUMENTED Dlsym find_real_dlsym() {
   // dlvsym is not interposed. glibc 2.34 moved dlsym into libc under a new version; older ones have only 2.2.5.
-  for (const char* version : {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"})
-    if (void* found = dlvsym(RTLD_NEXT, "dlsym", version)) return reinterpret_cast<Dlsym>(found);
-  return nullptr;
+  // No library code on the way (an initializer_list's begin() would be instrumented: see PLIMSOLL_UNINSTRUMENTED).
+  void* found = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+  if (found == nullptr) found = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+  if (found == nullptr) found = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.17");
+  return reinterpret_cast<Dlsym>(found);
 }
 
 void* cuda_library() {
@@ -75,7 +77,7 @@ const Substitutes& substitutes() {
 
 }  // namespace
 
-void* real_dlsym(void* handle, const char* symbol) {
+PLIMSOLL_UNINSTRUMENTED void* real_dlsym(void* handle, const char* symbol) {
   static const Dlsym function = find_real_dlsym();
   return function != nullptr ? function(handle, symbol) : nullptr;
 }
@@ -93,7 +95,7 @@ void* substitute(void* function) {
   return function;
 }
 
-void* substitute_named(const char* symbol, void* function) {
+PLIMSOLL_UNINSTRUMENTED void* substitute_named(const char* symbol, void* function) {
   if (function == nullptr || symbol == nullptr || symbol[0] != 'c' || symbol[1] != 'u') return function;
   for (std::size_t i = 0; i < kWrapperCount; ++i)  // names first: only a driver name loads the table
     if (std::strcmp(kWrappers[i].name, symbol) == 0)

@@ -7,10 +7,15 @@
 
 #include "devices/cuda_driver.hpp"
 
+// A sanitizer's runtime (ASan, in the tests' sanitized builds) looks its interceptors up with dlsym while it
+// starts, before instrumented code can run, and our dlsym answers it: the dlsym path is left uninstrumented. A no-op
+// in other builds.
+#define PLIMSOLL_UNINSTRUMENTED __attribute__((no_sanitize("address", "undefined")))
+
 namespace plimsoll::cuda_intercept {
 
 namespace cu = cuda_driver;
-using Pool = struct OpaquePool*;
+using Pool = cu::MemPool;
 
 struct RealDriver {
   cu::Result (*mem_alloc)(cu::DevicePtr*, std::size_t) = nullptr;
@@ -43,13 +48,13 @@ struct RealDriver {
 const RealDriver& real();
 
 /// glibc's dlsym, not ours.
-void* real_dlsym(void* handle, const char* symbol);
+PLIMSOLL_UNINSTRUMENTED void* real_dlsym(void* handle, const char* symbol);
 
 /// The wrapper that stands for `function` (a real driver entry point), or `function` itself when it is not one
 /// the interposer replaces.
 void* substitute(void* function);
 /// Our wrapper named `symbol` when `function` is the real driver's entry point of that name; else `function`.
-void* substitute_named(const char* symbol, void* function);
+PLIMSOLL_UNINSTRUMENTED void* substitute_named(const char* symbol, void* function);
 
 /// Our wrappers, by exported name: filled by intercept.cpp.
 struct Wrapper {

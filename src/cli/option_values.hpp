@@ -1,0 +1,23 @@
+#pragma once
+// Numeric option values checked by plimsoll rather than by CLI11, so that a bad value's message names the option,
+// the value and the fix (CLI11's range message names only the problem): `plimsoll::parse_count` for whole numbers,
+// `parse_number` here for the real-valued ones (seconds, factors). Either throws plimsoll::InvalidArgument, which
+// the CLI reports as bad input (exit status 2).
+#include <optional>
+#include <string_view>
+
+namespace plimsoll::cli {
+
+/// The values an option accepts: from `minimum` (itself excluded when `minimum_excluded`) up to `maximum`, if any.
+struct NumberRange {
+  double minimum = 0;
+  bool minimum_excluded = false;
+  std::optional<double> maximum;
+};
+
+/// Parses `text`, given for the option `option` (such as "--interval"), as a finite number within `range`. Throws
+/// InvalidArgument for empty, non-numeric, infinite or out-of-range text: `--interval 0 is too small; give
+/// --interval a number from 0.05 to 3600`.
+double parse_number(std::string_view text, std::string_view option, const NumberRange& range);
+
+}  // namespace plimsoll::cli
