@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "cli_runner.hpp"
+#include "sharing_support.hpp"
 
 namespace {
 
@@ -78,6 +79,7 @@ TEST(CliUsageErrors, BadNumbersNameTheOptionAndTheFix) {
         Case{"top --interval 0", "--interval 0 is too small; give --interval a number from 0.05 to 3600"},
         Case{"top --once --interval 5000", "--interval 5000 is too large; give --interval a number from 0.05 to 3600"},
         Case{"top --interval inf", "--interval inf is out of range"},
+        Case{"top --interval +-5", "--interval \"+-5\" is not a number"},
         Case{"pause 1 --timeout 0", "--timeout 0 is too small; give --timeout a number from 0.01 to 3600"},
         Case{"resume 1 --timeout 2s", "--timeout \"2s\" is not a number; give --timeout a number from 0.01 to 3600"}}) {
     const CliRun run = run_plimsoll(c.args);
@@ -89,8 +91,8 @@ TEST(CliUsageErrors, BadNumbersNameTheOptionAndTheFix) {
 
 TEST(CliUsageErrors, GoodNumbersPassTheCheck) {
   // An empty ledger directory: top prints its snapshot and exits 0.
-  const std::string dir = ::testing::TempDir();
-  const CliRun run = run_plimsoll("top --once --interval 0.5 --ledger-dir " + dir);
+  const plimsoll::testing::TempDirectory dir;  // its own: another test's ledger file would make top exit 1
+  const CliRun run = run_plimsoll("top --once --interval 0.5 --ledger-dir " + dir.path());
   EXPECT_EQ(run.status, 0) << run.err;
   EXPECT_THAT(run.err, Not(HasSubstr("--interval")));
 }

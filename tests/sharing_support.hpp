@@ -113,6 +113,7 @@ inline std::string read_text(const std::string& path) {
   for (const auto& [name, value] : environment) ::setenv(name.c_str(), value.c_str(), 1);
   const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (out < 0 || err < 0) ::_exit(126);  // no output files: the caller sees status 126 and empty output
   ::dup2(out, 1);
   ::dup2(err, 2);
   std::vector<char*> args;

@@ -29,10 +29,12 @@ double parse_number(std::string_view text, std::string_view option, const Number
   const char* const last = text.data() + text.size();
   // from_chars takes no leading '+', which a user may write.
   const char* const first = text.front() == '+' ? text.data() + 1 : text.data();
+  const bool signs_twice = first != text.data() && first != last && (*first == '-' || *first == '+');  // "+-5"
   const auto [end, error] = std::from_chars(first, last, value);
-  if (error == std::errc::result_out_of_range || (error == std::errc{} && end == last && !std::isfinite(value)))
+  if (!signs_twice &&
+      (error == std::errc::result_out_of_range || (error == std::errc{} && end == last && !std::isfinite(value))))
     throw InvalidArgument(fmt::format("{} {} is out of range; {}", option, text, fix));
-  if (error != std::errc{} || end != last)
+  if (signs_twice || error != std::errc{} || end != last)
     throw InvalidArgument(fmt::format("{} \"{}\" is not a number; {}", option, text, fix));
   if (value < range.minimum || (range.minimum_excluded && value == range.minimum))
     throw InvalidArgument(fmt::format("{} {} is too small; {}", option, text, fix));
