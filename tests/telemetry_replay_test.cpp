@@ -292,5 +292,35 @@ TEST(TelemetryReplayRepeat, ARealTraceRepeatedStaysWellFormedAndReplays) {
   EXPECT_EQ(allocator.stats().live_allocations, 0u);
 }
 
+TEST(TelemetryReplayRepeat, DetectedStepsRepeatWithoutMarkers) {
+  // Six unmarked steps of one pattern; each frees the block the step before kept.
+  std::string text = "a 1 1048576\n";
+  int id = 2;
+  int kept = 0;
+  for (int step = 0; step < 6; ++step) {
+    std::vector<int> ids;
+    for (const std::uint64_t bytes : {4194304u, 2097152u, 3145728u, 1048576u, 524288u, 8388608u, 65536u, 131072u}) {
+      text += "a " + std::to_string(id) + " " + std::to_string(bytes) + "\n";
+      ids.push_back(id++);
+      if (ids.size() == 3 && kept != 0) text += "f " + std::to_string(kept) + "\n";
+    }
+    for (std::size_t k = 0; k + 1 < ids.size(); ++k) text += "f " + std::to_string(ids[k]) + "\n";
+    kept = ids.back();
+  }
+  text += "f " + std::to_string(kept) + "\nf 1\n";
+  Trace trace = parse_trace(text, "unmarked.trace");
+  fill_missing_steps(trace);
+  ASSERT_EQ(trace.step_source, StepSource::detected);
+  const Trace repeated = repeat_last_step(trace, 3);
+  EXPECT_EQ(repeated.steps.size(), trace.steps.size() + 3);
+  EXPECT_EQ(repeated.markers.size(), trace.markers.size()) << "no markers where the steps had none";
+  EXPECT_EQ(check_well_formed(repeated), repeated.peak_live_bytes);
+  EXPECT_EQ(repeated.peak_live_bytes, trace.peak_live_bytes);
+  Runtime runtime(quiet_config(Growth::on_demand, 64 * kMiB));
+  const ReplayResult result = replay(repeated, runtime.device("sim:1GiB"), {});
+  EXPECT_FALSE(result.oom);
+  EXPECT_EQ(result.maps_by_step.size(), repeated.steps.size());
+}
+
 }  // namespace
 }  // namespace plimsoll::telemetry
