@@ -346,7 +346,9 @@ void run_replay(const ReplayArgs& args) {
       table.add_row(table_row(result));
       if (result.step_plan.plans + result.step_plan.unfit > 0) plan_notes.push_back(fallback_note(result));
       // Only where steady state mapped or unmapped: a clean run says so in the table already.
-      if (result.steady_maps + result.steady_unmaps > 0 && !result.maps_by_step.empty()) step_traffic_notes.push_back(step_traffic_note(result));
+      if (result.steady_maps + result.steady_unmaps > 0 && !result.maps_by_step.empty()) {
+        step_traffic_notes.push_back(step_traffic_note(result));
+      }
       add_to_summary(summaries, result);
       if (result.oom) out_of_memory.push_back(std::move(result));
     }

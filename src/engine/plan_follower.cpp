@@ -70,7 +70,8 @@ bool PlanFollower::follows_unfit_plan(std::size_t match) const {
   const StepPlan::Entry& entry = plan_.entries[match];
   if (match >= outlives_.size() || !outlives_[match] || entry.addr == 0) return false;
   const GranuleMap& granules = heap_.granules();
-  return granules.count_unmapped(granules.first_covering(entry.addr), granules.end_covering(entry.addr, entry.size)) == 0;
+  const std::uint64_t first = granules.first_covering(entry.addr);
+  return granules.count_unmapped(first, granules.end_covering(entry.addr, entry.size)) == 0;
 }
 
 std::uint64_t PlanFollower::place_above_plan(std::uint64_t bytes, std::uint16_t tag) {

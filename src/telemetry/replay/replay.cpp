@@ -102,7 +102,9 @@ ReplayResult replay(const Trace& trace, Allocator& allocator, const ReplayOption
   // Where each step's map/unmap count starts: the event before which the boundary opening it is called (steps[0]
   // begins at its first event, step k + 1 where step k ends), and, last, where the last step ends.
   std::vector<std::size_t> step_cuts;
-  for (std::size_t k = 0; k < trace.steps.size(); ++k) step_cuts.push_back(k == 0 ? trace.steps[0].begin : trace.steps[k - 1].end);
+  for (std::size_t k = 0; k < trace.steps.size(); ++k) {
+    step_cuts.push_back(k == 0 ? trace.steps[0].begin : trace.steps[k - 1].end);
+  }
   if (!trace.steps.empty()) step_cuts.push_back(trace.steps.back().end);
   std::vector<std::uint64_t> maps_at_cut;
   std::vector<std::uint64_t> unmaps_at_cut;

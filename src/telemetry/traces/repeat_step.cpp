@@ -110,9 +110,10 @@ Trace repeat_last_step(const Trace& trace, std::size_t times) {
   Trace out = trace;
   out.events.assign(trace.events.begin(), trace.events.begin() + static_cast<std::ptrdiff_t>(insert_at));
   out.steps = trace.steps;
-  const std::uint64_t period_ns =
-      trace.has_times && last.end > last.begin ? trace.events[insert_at - 1].time_ns - trace.events[last.begin].time_ns + 1
-          : 0;
+  // Copies and the teardown after them move on in time by one step each, so a timeline stays in order.
+  const std::uint64_t period_ns = trace.has_times && last.end > last.begin
+                                      ? trace.events[insert_at - 1].time_ns - trace.events[last.begin].time_ns + 1
+                                      : 0;
   const auto slot_in_copy = [&](std::uint32_t slot, std::size_t copy) {
     return copy == 0 ? slot
                      : static_cast<std::uint32_t>(trace.slots + (copy - 1) * shape.allocations +
