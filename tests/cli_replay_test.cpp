@@ -35,7 +35,7 @@ std::string write_temp(const std::string& name, const std::string& text) {
 
 const std::set<std::string> kJsonKeys = {
     "trace",         "device", "policy", "steps", "steps_from", "peak_live_bytes", "peak_in_use_bytes",
-    "peak_reserved_bytes", "reserved_over_live", "maps", "unmaps", "steady_maps", "steady_unmaps", "step_plan", "oom", "oom_event", "ops", "ns_per_op"};
+    "peak_reserved_bytes", "reserved_over_live", "maps", "unmaps", "steady_maps", "steady_unmaps", "maps_by_step", "unmaps_by_step", "step_plan", "oom", "oom_event", "ops", "ns_per_op"};
 const std::set<std::string> kStepPlanKeys = {"steps",   "plans",       "unfit",    "stale",     "learning",  "followed",
                                              "growth",
                                              "fallbacks", "not_in_plan", "occupied", "over_limit", "past_plan",
@@ -252,6 +252,56 @@ TEST(CliReplay, HelpDocumentsLimitOverLive) {
   EXPECT_EQ(run.status, 0);
   EXPECT_THAT(run.out, HasSubstr("--limit-over-live"));
   EXPECT_THAT(run.out, HasSubstr("peak live bytes"));
+}
+
+}  // namespace
+
+namespace {
+
+// Steps 0-2; step 1 keeps a "gradient" (id 3) that step 2 frees while keeping its own (id 5).
+const char* const kThreeSteps =
+    "a 1 1048576\n"
+    "# step 0 begin\na 2 4194304\nf 2\n# step 0 end\n"
+    "# step 1 begin\na 3 2097152\na 4 4194304\nf 4\n# step 1 end\n"
+    "# step 2 begin\na 5 2097152\nf 3\na 6 4194304\nf 6\n# step 2 end\n"
+    "f 5\nf 1\n";
+
+TEST(CliReplay, RepeatLastStepAddsStepsAndReportsMapsPerStep) {
+  const std::string path = write_temp("three_steps.trace", kThreeSteps);
+  const CliRun run = plimsoll("replay " + path + " --policy on_demand --json --repeat-last-step 4");
+  ASSERT_EQ(run.status, 0) << run.err;
+  const nlohmann::json row = nlohmann::json::parse(lines_of(run.out).at(0));
+  EXPECT_EQ(row["steps"], 7);
+  ASSERT_EQ(row["maps_by_step"].size(), 7u) << run.out;
+  ASSERT_EQ(row["unmaps_by_step"].size(), 7u);
+  std::uint64_t in_steps = 0;
+  for (const auto& maps : row["maps_by_step"]) in_steps += maps.get<std::uint64_t>();
+  EXPECT_LE(in_steps, row["maps"].get<std::uint64_t>());
+  EXPECT_GE(in_steps, row["steady_maps"].get<std::uint64_t>());
+  // The leftover pairs with the gradient it replaces, so the copies hold one of them, not one more each step.
+  EXPECT_EQ(row["peak_live_bytes"], 1048576 + 2097152 + 4194304);
+  EXPECT_FALSE(row["oom"].get<bool>());
+
+  // Best fit alone, the 4 MiB temporary cannot reuse what 2 MiB blocks leave: the text names the busy steps.
+  const CliRun table =
+      plimsoll("replay " + path + " --policy on_demand --repeat-last-step 4 --memory-limit 8MiB --no-step-plan");
+  ASSERT_EQ(table.status, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("maps/unmaps by step"));
+  EXPECT_THAT(table.out, HasSubstr("three_steps.trace (on_demand): steps 0 ("));
+}
+
+TEST(CliReplay, RepeatLastStepRejectsBadCountsAndTracesWithoutSteps) {
+  const std::string path = write_temp("three_steps_bad.trace", kThreeSteps);
+  for (const std::string bad : {"-1", "1001", "many"}) {
+    const CliRun run = plimsoll("replay " + path + " --repeat-last-step " + bad);
+    EXPECT_EQ(run.status, 2) << bad;
+    EXPECT_THAT(run.err, HasSubstr("--repeat-last-step")) << bad;
+  }
+  const std::string flat = write_temp("flat_steps.trace", "a 1 1024\nf 1\n");
+  const CliRun run = plimsoll("replay " + flat + " --repeat-last-step 2");
+  EXPECT_EQ(run.status, 2);
+  EXPECT_THAT(run.err, HasSubstr("no training steps to repeat"));
+  EXPECT_THAT(run.err, HasSubstr("drop --repeat-last-step"));
 }
 
 }  // namespace

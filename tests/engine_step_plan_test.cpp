@@ -558,6 +558,66 @@ TEST(EngineStepPlan, ABlockInThePlannedRangeMakesTheRequestFallBackSafely) {
   loop.finish();
 }
 
+// Allocates a weight and a hole after it (freed later by the caller); false when the limit refuses either.
+bool add_weight_and_hole(Heap& heap, testing::HeapChecker& check, std::vector<std::uint64_t>& weights,
+                  std::vector<std::uint64_t>& holes, std::uint64_t weight_bytes, std::uint64_t hole_bytes) {
+  const std::uint64_t weight = heap.allocate(weight_bytes, 0);
+  if (weight == 0) return false;
+  check.allocated(weight, weight_bytes);
+  weights.push_back(weight);
+  const std::uint64_t hole = heap.allocate(hole_bytes, 0);
+  if (hole == 0) return false;
+  check.allocated(hole, hole_bytes);
+  holes.push_back(hole);
+  return true;
+}
+
+// A plan over the limit (unfit) is followed for the blocks that outlive its step alone, where their granules are
+// mapped already, and packed again at the next boundary; everything else takes best fit. Across tight limits the
+// independent checker sees every request inside a free block, the loop checks the limit after each, and the
+// requests placed by an unfit plan are never more a step than the step's leftovers.
+TEST(EngineStepPlan, AnUnfitPlanPlacesOnlyLeftoversInMappedGranulesAndStaysUnderTheLimit) {
+  const StepShape shape = training_like_shape();
+  const auto leftovers = static_cast<std::uint64_t>(std::count(shape.life.begin(), shape.life.end(), 0));
+  int unfit_limits = 0;
+  std::uint64_t placed_unfit = 0;
+  for (std::uint64_t limit = 40 * MiB; limit <= 300 * MiB; limit += 2 * MiB) {
+    PlannedHeap planned(limit);
+    auto& [sim, heap, follower, check, loop] = planned;
+    // Weights scattered by best fit before any step: live blocks with holes between them, which plans pack around.
+    std::vector<std::uint64_t> weights, holes;
+    for (int i = 0; i < 24; ++i)
+      if (!add_weight_and_hole(heap, check, weights, holes, 3 * MiB + 256, 5 * MiB)) break;
+    for (std::uint64_t hole : holes) {
+      Heap::Freed freed;
+      ASSERT_TRUE(heap.deallocate(hole, freed));
+      check.freed(hole);
+    }
+    follower.step_boundary();
+    std::uint64_t failed = 0;
+    for (int s = 0; s < 8; ++s) {
+      const StepPlanStats before = follower.stats();
+      const bool following_unfit = before.unfit > 0 && !follower.plan().entries.empty() && before.plans == 0;
+      ASSERT_NO_FATAL_FAILURE(loop.step(shape, 1, &failed)) << "limit " << limit / MiB << " MiB, step " << s;
+      if (!following_unfit) continue;
+      const std::uint64_t followed = follower.stats().followed - before.followed;
+      EXPECT_LE(followed, leftovers) << "limit " << limit / MiB << " MiB: only leftovers follow an unfit plan";
+      placed_unfit += followed;
+    }
+    if (follower.stats().unfit > 0) ++unfit_limits;
+    loop.finish();
+    for (std::uint64_t weight : weights) {
+      Heap::Freed freed;
+      ASSERT_TRUE(heap.deallocate(weight, freed));
+      check.freed(weight);
+    }
+    ASSERT_NO_FATAL_FAILURE(check.walk());
+    EXPECT_EQ(heap.counters().in_use, 0u);
+  }
+  EXPECT_GT(unfit_limits, 0) << "some limit must make a plan unfit, or this test tests nothing";
+  EXPECT_GT(placed_unfit, 0u) << "an unfit plan placed some leftovers";
+}
+
 // Random steps around one pattern: most match it exactly, the rest add tensors, drop some, change sizes, or are
 // another pattern altogether; the limit is tight enough that planned placement meets the limit sometimes. Every
 // allocation and every step's heap is checked by the independent checker.

@@ -1,7 +1,9 @@
 // Replaying traces through real allocators: the numbers a replay reports, the steady-state split at the end of
 // the first step, the stop at the first OutOfMemory and the cleanup after it.
 #include <cstdint>
+#include <numeric>
 #include <string>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -13,6 +15,7 @@
 #include "policy_builder.hpp"
 #include "plimsoll/trace.hpp"
 #include "telemetry/replay/replay.hpp"
+#include "telemetry/traces/repeat_step.hpp"
 
 namespace plimsoll::telemetry {
 namespace {
@@ -178,6 +181,145 @@ TEST(TelemetryReplay, RealTraceReplaysToAnEmptyDevice) {
   EXPECT_GE(result.peak_in_use_bytes, trace.peak_live_bytes);
   EXPECT_GE(result.reserved_over_live, 1.0);
   EXPECT_EQ(allocator.stats().live_allocations, 0u);
+}
+
+TEST(TelemetryReplay, MapsByStepSplitTheTrafficAtTheBoundaries) {
+  Runtime runtime(quiet_config(Growth::on_demand, 64 * kMiB));
+  Allocator& allocator = runtime.device("sim:1GiB");
+  const Trace trace = parse_trace(kGrowingTrace, "growing.trace");
+  const ReplayResult result = replay(trace, allocator, {});
+  ASSERT_EQ(result.maps_by_step.size(), 2u);
+  ASSERT_EQ(result.unmaps_by_step.size(), 2u);
+  EXPECT_EQ(result.maps_by_step[0], 0u) << "step 0's 3 MiB comes from what the setup freed";
+  EXPECT_GE(result.maps_by_step[1], 1u) << "step 1's 8 MiB needs fresh mappings";
+  EXPECT_EQ(result.maps_by_step[1], result.steady_maps);
+  EXPECT_LT(result.maps_by_step[0] + result.maps_by_step[1], result.maps) << "the setup mapped before step 0";
+}
+
+TEST(TelemetryReplay, MapsByStepStopAtTheStepThatRanOutOfMemory) {
+  Runtime runtime(quiet_config(Growth::on_demand, 8 * kMiB));
+  const Trace trace = parse_trace(kGrowingTrace, "growing.trace");
+  const ReplayResult result = replay(trace, runtime.device("sim:1GiB"), {});
+  ASSERT_TRUE(result.oom);
+  EXPECT_EQ(result.maps_by_step.size(), 2u) << "step 1 was entered, and counts up to its OOM";
+}
+
+// Checks that a trace is well formed: every free frees a live slot, nothing is allocated twice, nothing stays
+// live at the end; returns the slots' peak live bytes.
+std::uint64_t check_well_formed(const Trace& trace) {
+  std::vector<int> state(trace.slots, 0);  // 0 never, 1 live, 2 freed
+  std::vector<std::uint64_t> bytes(trace.slots, 0);
+  std::uint64_t live = 0;
+  std::uint64_t peak = 0;
+  for (const TraceEvent& event : trace.events) {
+    if (event.kind == TraceEvent::Kind::allocate) {
+      EXPECT_LT(event.slot, trace.slots);
+      EXPECT_EQ(state.at(event.slot), 0) << "slot " << event.slot << " allocated twice";
+      state.at(event.slot) = 1;
+      bytes.at(event.slot) = event.bytes;
+      live += event.bytes;
+      peak = std::max(peak, live);
+    } else if (event.kind == TraceEvent::Kind::free) {
+      EXPECT_EQ(state.at(event.slot), 1) << "slot " << event.slot << " freed while not live";
+      state.at(event.slot) = 2;
+      live -= bytes.at(event.slot);
+    }
+  }
+  EXPECT_EQ(live, 0u) << "the teardown frees everything";
+  return peak;
+}
+
+TEST(TelemetryReplayRepeat, CopiesFreeThePreviousCopysLeftoversAndKeepWhatTheStepKeepsForGood) {
+  // Step 1 keeps a gradient (2 MiB) that step 2 frees and replaces, and keeps a batch (1 MiB) for good: a leak.
+  const Trace trace = parse_trace(
+      "a 1 1048576\n"
+      "# step 0 begin\na 2 2097152\n# step 0 end\n"
+      "# step 1 begin\na 3 2097152\nf 2\na 4 4194304\nf 4\n# step 1 end\n"
+      "# step 2 begin\na 5 2097152\nf 3\na 6 4194304\nf 6\na 7 1048576\n# step 2 end\n"
+      "f 5\nf 7\nf 1\n",
+      "repeat.trace");
+  const Trace repeated = repeat_last_step(trace, 3);
+  ASSERT_EQ(repeated.steps.size(), 6u);
+  for (int k = 0; k < 6; ++k) EXPECT_EQ(repeated.steps[static_cast<std::size_t>(k)].number, k);
+  EXPECT_EQ(repeated.slots, trace.slots + 3 * 3);
+  EXPECT_EQ(repeated.allocations, trace.allocations + 3 * 3);
+  EXPECT_EQ(repeated.frees, repeated.allocations);
+  // At the last copy's temporary: 1 MiB of weights, its gradient, the 4 MiB temporary, and the batches leaked by
+  // step 2 and the two copies before it.
+  EXPECT_EQ(repeated.peak_live_bytes, (1 + 2 + 4 + 3) * kMiB);
+  EXPECT_EQ(check_well_formed(repeated), repeated.peak_live_bytes);
+  // Each copy is the last step again: the same sizes in the same order, between its own step markers.
+  const TraceStep& last = trace.steps.back();
+  for (std::size_t k = 3; k < 6; ++k) {
+    const TraceStep& copy = repeated.steps[k];
+    ASSERT_EQ(copy.end - copy.begin, last.end - last.begin);
+    for (std::size_t i = 0; i < copy.end - copy.begin; ++i) {
+      EXPECT_EQ(repeated.events[copy.begin + i].kind, trace.events[last.begin + i].kind);
+      EXPECT_EQ(repeated.events[copy.begin + i].bytes, trace.events[last.begin + i].bytes);
+    }
+    ASSERT_GT(copy.begin, 0u);
+    EXPECT_EQ(repeated.markers.at(repeated.events[copy.begin - 1].slot), "step " + std::to_string(k) + " begin");
+    EXPECT_EQ(repeated.markers.at(repeated.events[copy.end].slot), "step " + std::to_string(k) + " end");
+  }
+  // And it replays: every step after the first two reuses what step 2 mapped, leak aside.
+  Runtime runtime(quiet_config(Growth::on_demand, 64 * kMiB));
+  const ReplayResult result = replay(repeated, runtime.device("sim:1GiB"), {});
+  EXPECT_FALSE(result.oom);
+  EXPECT_EQ(result.maps_by_step.size(), 6u);
+}
+
+TEST(TelemetryReplayRepeat, ZeroRepeatsIsTheTraceAndBadCountsAreRefused) {
+  const Trace trace = parse_trace(kGrowingTrace, "growing.trace");
+  const Trace same = repeat_last_step(trace, 0);
+  EXPECT_EQ(same.events.size(), trace.events.size());
+  EXPECT_EQ(same.steps.size(), trace.steps.size());
+  EXPECT_THROW(repeat_last_step(trace, kMaxStepRepeats + 1), InvalidArgument);
+  const Trace flat = parse_trace("a 1 1024\nf 1\n", "flat.trace");
+  EXPECT_THROW(repeat_last_step(flat, 1), InvalidArgument);
+}
+
+TEST(TelemetryReplayRepeat, ARealTraceRepeatedStaysWellFormedAndReplays) {
+  const Trace trace = read_trace(std::string(PLIMSOLL_TRACES_DIR) + "/gpt-6-512-b8.trace");
+  const Trace repeated = repeat_last_step(trace, 4);
+  ASSERT_EQ(repeated.steps.size(), trace.steps.size() + 4);
+  EXPECT_EQ(check_well_formed(repeated), repeated.peak_live_bytes);
+  EXPECT_EQ(repeated.peak_live_bytes, trace.peak_live_bytes) << "a step that pairs every leftover does not grow";
+  Runtime runtime(quiet_config(Growth::on_demand, 16 * 1024 * kMiB));
+  Allocator& allocator = runtime.device("sim:32GiB");
+  const ReplayResult result = replay(repeated, allocator, {});
+  EXPECT_FALSE(result.oom);
+  EXPECT_EQ(result.ops, repeated.allocations + repeated.frees);
+  EXPECT_EQ(allocator.stats().live_allocations, 0u);
+}
+
+TEST(TelemetryReplayRepeat, DetectedStepsRepeatWithoutMarkers) {
+  // Six unmarked steps of one pattern; each frees the block the step before kept.
+  std::string text = "a 1 1048576\n";
+  int id = 2;
+  int kept = 0;
+  for (int step = 0; step < 6; ++step) {
+    std::vector<int> ids;
+    for (const std::uint64_t bytes : {4194304u, 2097152u, 3145728u, 1048576u, 524288u, 8388608u, 65536u, 131072u}) {
+      text += "a " + std::to_string(id) + " " + std::to_string(bytes) + "\n";
+      ids.push_back(id++);
+      if (ids.size() == 3 && kept != 0) text += "f " + std::to_string(kept) + "\n";
+    }
+    for (std::size_t k = 0; k + 1 < ids.size(); ++k) text += "f " + std::to_string(ids[k]) + "\n";
+    kept = ids.back();
+  }
+  text += "f " + std::to_string(kept) + "\nf 1\n";
+  Trace trace = parse_trace(text, "unmarked.trace");
+  fill_missing_steps(trace);
+  ASSERT_EQ(trace.step_source, StepSource::detected);
+  const Trace repeated = repeat_last_step(trace, 3);
+  EXPECT_EQ(repeated.steps.size(), trace.steps.size() + 3);
+  EXPECT_EQ(repeated.markers.size(), trace.markers.size()) << "no markers where the steps had none";
+  EXPECT_EQ(check_well_formed(repeated), repeated.peak_live_bytes);
+  EXPECT_EQ(repeated.peak_live_bytes, trace.peak_live_bytes);
+  Runtime runtime(quiet_config(Growth::on_demand, 64 * kMiB));
+  const ReplayResult result = replay(repeated, runtime.device("sim:1GiB"), {});
+  EXPECT_FALSE(result.oom);
+  EXPECT_EQ(result.maps_by_step.size(), repeated.steps.size());
 }
 
 }  // namespace

@@ -30,6 +30,7 @@
 #include "telemetry/terminal/output_file.hpp"
 #include "telemetry/terminal/progress_bar.hpp"
 #include "telemetry/replay/replay.hpp"
+#include "telemetry/traces/repeat_step.hpp"
 #include "telemetry/reports/report_json.hpp"
 #include "telemetry/replay/timeline.hpp"
 #include "telemetry/render/timeline_html.hpp"
@@ -53,6 +54,7 @@ struct ReplayArgs {
   std::string limit_over_live;  // a factor above 0, checked by parse_number (cli/option_values.hpp)
   bool touch_memory = false;
   bool no_step_plan = false;
+  std::size_t repeat_last_step = 0;  // extra copies of each trace's last step (0: the trace as recorded)
   bool json = false;
   // Memory timeline files; empty when not asked for.
   std::string plot;
@@ -219,6 +221,27 @@ std::string fallback_note(const ReplayResult& result) {
                      plan.past_plan, plan.skipped, plan.growth);
 }
 
+// The steps that mapped or unmapped, and from which step on none did: "steps 0 (3/0), 1 (2/1); none from step 2 on".
+std::string step_traffic_note(const ReplayResult& result) {
+  std::string busy;
+  std::size_t quiet_from = 0;
+  for (std::size_t k = 0; k < result.maps_by_step.size(); ++k) {
+    if (result.maps_by_step[k] + result.unmaps_by_step[k] == 0) continue;
+    busy += fmt::format("{}{} ({}/{})", busy.empty() ? "" : ", ", k, result.maps_by_step[k], result.unmaps_by_step[k]);
+    quiet_from = k + 1;
+  }
+  const std::size_t reached = result.maps_by_step.size();
+  std::string text = fmt::format("{} ({}): ", std::filesystem::path(result.trace).filename().string(), result.policy);
+  text += busy.empty() ? "no step mapped or unmapped" : "steps " + busy;
+  if (quiet_from < reached) {
+    text += fmt::format("; none in steps {}-{}", quiet_from, reached - 1);
+  } else {
+    text += "; the last step did";
+  }
+  if (result.oom) text += fmt::format(" (ran out of memory in step {})", reached - 1);
+  return text;
+}
+
 std::vector<std::string> table_row(const ReplayResult& result) {
   const std::string oom =
       result.oom ? fmt::format("at event {} (line {})", result.oom_event.value_or(0), result.oom_line) : "no";
@@ -297,10 +320,12 @@ void run_replay(const ReplayArgs& args) {
   std::vector<Timeline> timelines;
   std::vector<std::string> step_notes;  // how the steps of traces without markers were found
   std::vector<std::string> plan_notes;  // step-aware placement, per run that packed a plan
+  std::vector<std::string> step_traffic_notes;  // in which steps each run mapped or unmapped
   const std::size_t runs = traces.size() * growths.size();
   std::size_t run = 0;
   for (const std::string& path : traces) {
-    const plimsoll::Trace trace = plimsoll::read_trace(path);
+    const plimsoll::Trace trace =
+        plimsoll::telemetry::repeat_last_step(plimsoll::read_trace(path), args.repeat_last_step);
     if (trace.step_source != plimsoll::StepSource::markers) {
       step_notes.push_back(fmt::format("{}: {}", trace.origin, trace.step_detection.summary));
     }
@@ -324,6 +349,10 @@ void run_replay(const ReplayArgs& args) {
       }
       table.add_row(table_row(result));
       if (result.step_plan.plans + result.step_plan.unfit > 0) plan_notes.push_back(fallback_note(result));
+      // Only where steady state mapped or unmapped: a clean run says so in the table already.
+      if (result.steady_maps + result.steady_unmaps > 0 && !result.maps_by_step.empty()) {
+        step_traffic_notes.push_back(step_traffic_note(result));
+      }
       add_to_summary(summaries, result);
       if (result.oom) out_of_memory.push_back(std::move(result));
     }
@@ -335,6 +364,10 @@ void run_replay(const ReplayArgs& args) {
   if (!step_notes.empty()) {
     fmt::print("\nsteps (steady maps count from the end of the first):\n");
     for (const std::string& note : step_notes) fmt::print("{}\n", note);
+  }
+  if (!step_traffic_notes.empty()) {
+    fmt::print("\nmaps/unmaps by step, where steady state had any (the boundary that opens a step counts in it):\n");
+    for (const std::string& note : step_traffic_notes) fmt::print("{}\n", note);
   }
   if (!plan_notes.empty()) {
     fmt::print("\nstep-aware placement (planned: requests placed at their planned address, of those made while a "
@@ -394,6 +427,12 @@ void add_replay_command(CLI::App& app) {
                    "first-touch page faults");
   replay->add_flag("--no-step-plan", args->no_step_plan,
                    "Turn step-aware placement off: every request takes best fit (to compare with it on)");
+  replay
+      ->add_option("--repeat-last-step", args->repeat_last_step,
+                   "Replay each trace's last step N more times before its teardown (fresh allocations; the blocks "
+                   "a step frees from the step before are the previous copy's), to see a long run's steady state")
+      ->type_name("N")
+      ->check(CLI::Range(std::size_t{0}, plimsoll::telemetry::kMaxStepRepeats));
   replay->add_flag("--json", args->json,
                    "One JSON object per line per (trace, policy), instead of the table; no device log lines");
   replay->add_option("--plot", args->plot,

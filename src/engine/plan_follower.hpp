@@ -7,8 +7,10 @@
 // pinned where they are), keeping the cheapest of a few packings in granules mapped (plan_candidates.hpp),
 // maps the plan's ranges once (they then stay mapped: planned memory is reused step after step with no map or
 // unmap), and from then on places each request that matches the plan, in size and in order, at its planned
-// address. A plan whose ranges cannot be mapped under the limit is not followed (StepPlanStats::unfit): the
-// next step runs best fit and is packed again. Everything that does not match goes to best fit, at once:
+// address. A plan whose ranges cannot be mapped under the limit (StepPlanStats::unfit) is followed only for the
+// blocks that outlive the step, where their granules are mapped already, best fit placing the rest, and the next
+// boundary packs again: plans converge to one that fits as the leftovers settle where plans want them (a growing
+// step's unfit plan is not followed at all). Everything that does not match goes to best fit, at once:
 //  - a request whose size is not among the next kLookahead planned ones (an extra tensor, another batch, a
 //    data-dependent shape) falls back and leaves the plan's cursor where it is, so the step resynchronises with
 //    the plan at the next request that matches;
@@ -32,6 +34,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "engine/heap.hpp"
 #include "engine/plan_candidates.hpp"
@@ -94,6 +97,7 @@ class PlanFollower {
  private:
   std::uint64_t fall_back(std::uint64_t bytes, std::uint16_t tag, std::uint64_t StepPlanStats::*reason);
   std::uint64_t place_above_plan(std::uint64_t bytes, std::uint16_t tag);
+  bool follows_unfit_plan(std::size_t match) const;
   void observe(std::uint64_t addr, std::uint64_t size);
   std::unique_ptr<PackJob> prepare_pack();
   void install(StepPlan plan);
@@ -104,6 +108,8 @@ class PlanFollower {
   StepPlan plan_;           // empty: none active
   std::size_t cursor_ = 0;  // the next planned request of this step
   bool first_plan_ = false;          // plan_ was packed from the first observed step
+  std::vector<bool> outlives_;       // by entry: its request outlived the step it was packed from
+  bool plan_unfit_ = false;          // plan_ could not be mapped whole: followed where it fits, packed again
   std::uint64_t step_fallbacks_ = 0;  // in the step under way
   bool previous_step_fell_back_ = false;
   std::uint64_t next_try_ = 0;  // the boundary (stats_.steps) from which packing is tried again after unfit plans

@@ -99,10 +99,26 @@ ReplayResult replay(const Trace& trace, Allocator& allocator, const ReplayOption
   const std::vector<bool> boundary =
       options.mark_steps ? step_boundaries(trace) : std::vector<bool>(trace.events.size() + 1, false);
 
+  // Where each step's map/unmap count starts: the event before which the boundary opening it is called (steps[0]
+  // begins at its first event, step k + 1 where step k ends), and, last, where the last step ends.
+  std::vector<std::size_t> step_cuts;
+  for (std::size_t k = 0; k < trace.steps.size(); ++k) {
+    step_cuts.push_back(k == 0 ? trace.steps[0].begin : trace.steps[k - 1].end);
+  }
+  if (!trace.steps.empty()) step_cuts.push_back(trace.steps.back().end);
+  std::vector<std::uint64_t> maps_at_cut;
+  std::vector<std::uint64_t> unmaps_at_cut;
+  const auto cut_step = [&] {
+    const Stats now = allocator.stats();
+    maps_at_cut.push_back(now.maps);
+    unmaps_at_cut.push_back(now.unmaps);
+  };
+
   const auto started = std::chrono::steady_clock::now();
   for (std::size_t index = 0; index < trace.events.size(); ++index) {
     if (options.progress && index % progress_every == 0 && index > 0) options.progress(index);
     const TraceEvent& event = trace.events[index];
+    while (maps_at_cut.size() < step_cuts.size() && step_cuts[maps_at_cut.size()] == index) cut_step();
     if (boundary[index]) allocator.step();
     const bool changes_live = event.kind == TraceEvent::Kind::allocate || event.kind == TraceEvent::Kind::free;
     if (changes_live && event.slot >= trace.slots) {
@@ -149,6 +165,18 @@ ReplayResult replay(const Trace& trace, Allocator& allocator, const ReplayOption
   if (options.progress) options.progress(result.oom_event.value_or(trace.events.size()));
   // Read before the cleanup below: its unmaps are not the trace's.
   const Stats after = allocator.stats();
+  // A step the replay entered but did not finish (an OOM) ends here; a trace whose last step ends with its last
+  // event ends here too.
+  const bool finished = !result.oom;
+  if (!maps_at_cut.empty() && (maps_at_cut.size() < step_cuts.size()) &&
+      (!finished || step_cuts[maps_at_cut.size()] >= trace.events.size())) {
+    maps_at_cut.push_back(after.maps);
+    unmaps_at_cut.push_back(after.unmaps);
+  }
+  for (std::size_t k = 0; k + 1 < maps_at_cut.size(); ++k) {
+    result.maps_by_step.push_back(maps_at_cut[k + 1] - maps_at_cut[k]);
+    result.unmaps_by_step.push_back(unmaps_at_cut[k + 1] - unmaps_at_cut[k]);
+  }
   live.free_all();
 
   result.peak_in_use_bytes = after.peak_in_use_bytes;

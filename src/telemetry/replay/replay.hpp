@@ -6,6 +6,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "plimsoll/allocator.hpp"
 #include "plimsoll/stats.hpp"
@@ -46,6 +47,11 @@ struct ReplayResult {
   // detected): the steady-state traffic once caches are warm. Zero for a trace without steps.
   std::uint64_t steady_maps = 0;
   std::uint64_t steady_unmaps = 0;
+  // Map/unmap calls per training step, [k] for Trace::steps[k]: from the boundary that opens the step (the plan
+  // mapped there included) to the one that opens the next; the last step ends at its end. Only the steps the
+  // replay reached (an OOM cuts the list short); empty for a trace without steps.
+  std::vector<std::uint64_t> maps_by_step;
+  std::vector<std::uint64_t> unmaps_by_step;
   // Step-aware placement over the replay (Allocator::step; all zero when the device did not use it).
   StepPlanStats step_plan;
   bool oom = false;

@@ -84,6 +84,8 @@ std::string replay_result_json(const ReplayResult& result) {
   line["unmaps"] = result.unmaps;
   line["steady_maps"] = result.steady_maps;
   line["steady_unmaps"] = result.steady_unmaps;
+  line["maps_by_step"] = result.maps_by_step;
+  line["unmaps_by_step"] = result.unmaps_by_step;
   const StepPlanStats& plan = result.step_plan;
   line["step_plan"] = {{"steps", plan.steps},         {"plans", plan.plans}, {"unfit", plan.unfit}, {"stale", plan.stale},
                        {"learning", plan.learning},   {"followed", plan.followed},
