@@ -1,7 +1,10 @@
 #include "engine/thread_cache.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <bit>
+#include <mutex>
 #include <thread>
 #include <utility>
 
@@ -26,6 +29,17 @@ std::uint64_t rounded(std::uint64_t bytes) {
 std::size_t class_of(std::uint64_t size) { return static_cast<std::size_t>(size / ThreadCaches::kQuantum) - 1; }
 
 std::atomic<std::uint64_t> next_front_id{1};
+
+// Every live front, for the fork handlers, in the order they were made. Never destroyed: a fork during static
+// destruction still finds it.
+struct LiveFronts {
+  std::mutex lock;
+  std::vector<ThreadCaches*> fronts;
+};
+LiveFronts& live_fronts() {
+  static auto* const fronts = new LiveFronts;
+  return *fronts;
+}
 
 // A counter only one thread writes at a time, read by others (totals()): a relaxed load and store, no locked
 // instruction. Modular: a cache may count the free of another cache's allocation.
@@ -133,6 +147,7 @@ class ThreadCache {
     }
   }
   void release_owner() PLIMSOLL_REQUIRES(lock) { steal_.store(false, std::memory_order_release); }
+  bool stop_requested() const { return steal_.load(std::memory_order_relaxed); }
 
   ThreadCaches* owner() const PLIMSOLL_REQUIRES(lock) { return owner_; }
   void disown() PLIMSOLL_REQUIRES(lock) { owner_ = nullptr; }
@@ -301,9 +316,19 @@ ThreadCaches::ThreadCaches(FrontUpstream& upstream, std::uint64_t bytes_per_thre
       id_(next_front_id.fetch_add(1, std::memory_order_relaxed)),
       asymmetric_(util::AsymmetricFence::asymmetric()),
       depot_(std::make_unique<Depot>()),
-      retired_(std::make_unique<Counts>()) {}
+      retired_(std::make_unique<Counts>()) {
+  static std::once_flag handlers;
+  std::call_once(handlers, [] { pthread_atfork(&prepare_fork, &parent_after_fork, &child_after_fork); });
+  const std::lock_guard guard(live_fronts().lock);
+  live_fronts().fronts.push_back(this);
+}
 
 ThreadCaches::~ThreadCaches() {
+  {
+    // First: a fork from now on leaves this front alone (one under way holds the lock until its child runs).
+    const std::lock_guard guard(live_fronts().lock);
+    std::erase(live_fronts().fronts, this);
+  }
   std::vector<std::shared_ptr<ThreadCache>> caches;
   {
     util::SpinGuard guard(registry_lock_);
@@ -321,6 +346,75 @@ ThreadCaches::~ThreadCaches() {
   const std::vector<std::uint64_t> all = depot_->take_all();
   if (!all.empty()) upstream_.give_back(all);
 }
+
+// fork(). Only the forking thread lives on in the child: a cache whose owner was inside an operation would keep
+// `in_op` raised there forever (the child's next flush would wait for it), a lock another thread held would never
+// be released, and a bin or the depot could be copied half changed. So before the fork, every front stops every
+// owner as a flush does (its cache's lock, `steal`, the barrier, the wait) and takes its depot's and registry's
+// locks: the copy holds no operation under way and no half-made change. Lock order as everywhere: caches' locks,
+// then the depot, then the registry (a thread exiting holds its cache's lock and then takes the registry's).
+// In the child, the caches of threads that do not exist there go to the depot, their counts to the retired ones;
+// the forking thread's own cache stays its own. Both sides then lower the flags and release every lock.
+void ThreadCaches::prepare_fork() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
+  live_fronts().lock.lock();
+  for (ThreadCaches* front : live_fronts().fronts) front->stop_every_owner_for_fork();
+}
+
+void ThreadCaches::parent_after_fork() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
+  for (ThreadCaches* front : live_fronts().fronts) front->restart_after_fork(false);
+  live_fronts().lock.unlock();
+}
+
+void ThreadCaches::child_after_fork() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
+  for (ThreadCaches* front : live_fronts().fronts) front->restart_after_fork(true);
+  live_fronts().lock.unlock();
+}
+
+void ThreadCaches::stop_every_owner_for_fork() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
+  for (;;) {
+    std::vector<std::shared_ptr<ThreadCache>> seen;
+    {
+      util::SpinGuard guard(registry_lock_);
+      seen = caches_;
+    }
+    for (const std::shared_ptr<ThreadCache>& cache : seen) {
+      if (std::find(held_for_fork_.begin(), held_for_fork_.end(), cache) != held_for_fork_.end()) continue;
+      cache->lock.lock();
+      cache->stop_owner(asymmetric_);
+      held_for_fork_.push_back(cache);
+    }
+    depot_->lock.lock();
+    registry_lock_.lock();
+    // A thread may have joined while the owners were being stopped: stop it too, or it could be mid-operation.
+    const bool every_cache_held = std::all_of(caches_.begin(), caches_.end(), [&](const auto& cache) {
+      return std::find(held_for_fork_.begin(), held_for_fork_.end(), cache) != held_for_fork_.end();
+    });
+    if (every_cache_held) return;
+    registry_lock_.unlock();
+    depot_->lock.unlock();
+  }
+}
+
+void ThreadCaches::restart_after_fork(bool child) PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
+  for (const std::shared_ptr<ThreadCache>& cache : held_for_fork_) {
+    const bool forking_threads = !t_exiting && std::any_of(t_slots.slots.begin(), t_slots.slots.end(),
+                                             [&](const ThreadSlots::Slot& slot) { return slot.cache == cache; });
+    if (child && !forking_threads && cache->owner() == this) {
+      // Its thread does not exist here: its blocks go where any thread takes them, its counts stay counted.
+      for (std::size_t cls = 0; cls < kClasses; ++cls) depot_->accept(*cache, cls, cache->held(cls));
+      cache->sum_into(*retired_);
+      std::erase(caches_, cache);
+      cache->disown();
+    }
+    cache->release_owner();
+    cache->lock.unlock();
+  }
+  held_for_fork_.clear();
+  registry_lock_.unlock();
+  depot_->lock.unlock();
+}
+
+bool ThreadCaches::stop_requested() { return mine().stop_requested(); }
 
 const char* ThreadCaches::barrier_kind() { return util::AsymmetricFence::kind(); }
 
@@ -452,15 +546,17 @@ bool ThreadCaches::keep_in_full_cache(ThreadCache& cache, std::uint64_t addr, st
 bool ThreadCaches::deallocate(std::uint64_t addr, bool keep) {
   const std::uint64_t word = handed_.get(addr);
   if (!HandedTable::handed(word)) return false;
-  handed_.clear(addr);
   const std::uint64_t size = rounded(HandedTable::requested(word));
   if (t_exiting) [[unlikely]] {
+    handed_.clear(addr);
     count_free_elsewhere(word);
     upstream_.give_back({addr});
     return true;
   }
   ThreadCache& cache = mine();
   const ThreadCache::Operation operation(cache, asymmetric_);
+  // Inside the operation: a fork() (or a flush) that waited for it finds the block either handed out or cached.
+  handed_.clear(addr);
   cache.count_free(size, HandedTable::requested(word), HandedTable::tag(word));
   keep = keep && serving();  // inside the operation, as in allocate: a block kept past a pause's flush would stay
   if (keep && cache.push(addr, size, bytes_per_thread())) [[likely]] return true;

@@ -27,6 +27,10 @@
 //    read again by the owner inside its operation, after the barrier's hot side: a thread that saw it on before it
 //    went off neither hands out a block nor keeps a freed one once the flush that follows has passed its cache
 //    (the flush's barrier orders the flag's store before the owner's next read, or waits for the operation).
+//  - fork(): a pthread_atfork handler stops every cache's owner and takes every front's locks before the fork, so
+//    the child's copy holds no operation half done and no lock of a thread that does not exist there; in the
+//    child, the caches of the threads that did not survive go to the depot (their counts to the retired ones),
+//    and the forking thread keeps its own cache (docs/engine.md, "Threads", fork()).
 //  - A thread's exit empties its own cache; flush() every thread's and the depot; the front's destruction all of
 //    them. Lock order: a cache's operation or lock, then the depot, then the device (upstream); the registry lock
 //    is never held while taking another.
@@ -96,6 +100,10 @@ class ThreadCaches {
   std::size_t flush();
   FrontTotals totals() const;
 
+  /// Whether a thread emptying this thread's cache waits for it to leave its operation (a thief's flush, or a
+  /// fork()'s preparation). A seam for tests: an upstream that parks an owner inside its operation polls it.
+  bool stop_requested();
+
   /// Which barrier orders a cache's owner against a thread emptying it (util::AsymmetricFence::kind()).
   static const char* barrier_kind();
 
@@ -116,6 +124,13 @@ class ThreadCaches {
   std::size_t steal_all(ThreadCache& cache);
   void count_free_elsewhere(std::uint64_t word);
 
+  // fork(): every live front, in the order they were made (thread_cache.cpp, "fork()").
+  static void prepare_fork();
+  static void parent_after_fork();
+  static void child_after_fork();
+  void stop_every_owner_for_fork();
+  void restart_after_fork(bool child);
+
   /// Read by the owner inside its operation only (see the class comment).
   bool serving() const { return serving_ == nullptr || serving_->load(std::memory_order_relaxed); }
 
@@ -129,6 +144,8 @@ class ThreadCaches {
   mutable util::SpinLock registry_lock_;
   std::vector<std::shared_ptr<ThreadCache>> caches_ PLIMSOLL_GUARDED_BY(registry_lock_);
   std::unique_ptr<Counts> retired_ PLIMSOLL_GUARDED_BY(registry_lock_);  // exited threads' counts
+  // Between prepare_fork and the handlers after it: the caches whose locks the forking thread holds.
+  std::vector<std::shared_ptr<ThreadCache>> held_for_fork_;
 };
 
 }  // namespace plimsoll::engine
