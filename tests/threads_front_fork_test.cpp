@@ -42,7 +42,7 @@ class ParkingUpstream : public engine::FrontUpstream {
     }
     return taken;
   }
-  void give_back(const std::vector<std::uint64_t>& addrs) override {
+  void give_back(std::span<const std::uint64_t> addrs) override {
     util::SpinGuard guard(lock_);
     for (std::uint64_t addr : addrs) {
       engine::Heap::Freed freed;

@@ -157,7 +157,7 @@ class HeapUpstream : public engine::FrontUpstream {
     }
     return taken;
   }
-  void give_back(const std::vector<std::uint64_t>& addrs) override {
+  void give_back(std::span<const std::uint64_t> addrs) override {
     util::SpinGuard guard(lock_);
     for (std::uint64_t addr : addrs) {
       engine::Heap::Freed freed;
@@ -464,7 +464,7 @@ class GatedUpstream : public engine::FrontUpstream {
     }
     return inner_.take_blocks(size, count, out);
   }
-  void give_back(const std::vector<std::uint64_t>& addrs) override {
+  void give_back(std::span<const std::uint64_t> addrs) override {
     if (inside.load()) ++given_back_while_inside;
     inner_.give_back(addrs);
   }

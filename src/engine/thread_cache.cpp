@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <utility>
 
@@ -49,7 +50,8 @@ void bump(std::atomic<std::uint64_t>& counter, std::uint64_t delta) {
 std::uint64_t read(const std::atomic<std::uint64_t>& counter) { return counter.load(std::memory_order_relaxed); }
 
 // Per-tag handed-out bytes and blocks of one cache, in chunks of 256 tags made when a tag is first counted (owner
-// only; published with release so totals() reads a whole chunk).
+// only; published with release so totals() reads a whole chunk). A chunk is made by ready(), before the operation
+// changes anything, so counting itself never allocates (and never throws).
 class TagCounts {
  public:
   TagCounts() = default;
@@ -58,12 +60,17 @@ class TagCounts {
   ~TagCounts() {
     for (std::atomic<Chunk*>& chunk : chunks_) delete chunk.load(std::memory_order_relaxed);
   }
-  void add(std::uint16_t tag, std::uint64_t bytes, std::uint64_t live) {
+  /// Whether `tag` can be counted; makes its chunk when missing, false when that fails (out of host memory).
+  bool ready(std::uint16_t tag) noexcept {
+    if (chunks_[tag >> 8].load(std::memory_order_relaxed) != nullptr) [[likely]] return true;
+    Chunk* chunk = new (std::nothrow) Chunk{};
+    if (chunk == nullptr) return false;
+    chunks_[tag >> 8].store(chunk, std::memory_order_release);
+    return true;
+  }
+  /// Counts for a tag ready() said yes to.
+  void add(std::uint16_t tag, std::uint64_t bytes, std::uint64_t live) noexcept {
     Chunk* chunk = chunks_[tag >> 8].load(std::memory_order_relaxed);
-    if (chunk == nullptr) [[unlikely]] {
-      chunk = new Chunk{};
-      chunks_[tag >> 8].store(chunk, std::memory_order_release);
-    }
     bump((*chunk)[tag & 0xFF].bytes, bytes);
     bump((*chunk)[tag & 0xFF].live, live);
   }
@@ -161,10 +168,23 @@ class ThreadCache {
     bump(cached_blocks_, 0 - std::uint64_t{1});
     return addr;
   }
-  bool push(std::uint64_t addr, std::uint64_t size, std::uint64_t cap) {
+  /// Whether the bin of `size` and the counts of `tag` can take a block without allocating; makes them so when
+  /// missing (once per size and per 256 tags), false when that fails. Called before an operation changes anything.
+  bool ready(std::uint64_t size, std::uint16_t tag) noexcept {
     std::vector<std::uint64_t>& bin = bins_[class_of(size)];
-    if (read(cached_bytes_) + size > cap || bin.size() >= kDepth) return false;
-    if (bin.capacity() == 0) bin.reserve(kDepth);  // once per size: no allocation on later pushes
+    if (bin.capacity() < kDepth) [[unlikely]] {
+      try {
+        bin.reserve(kDepth);
+      } catch (const std::bad_alloc&) {
+        return false;
+      }
+    }
+    return tags_.ready(tag);
+  }
+  /// Never allocates: the bin was made ready (kDepth) before.
+  bool push(std::uint64_t addr, std::uint64_t size, std::uint64_t cap) noexcept {
+    std::vector<std::uint64_t>& bin = bins_[class_of(size)];
+    if (read(cached_bytes_) + size > cap || bin.size() >= kDepth || bin.capacity() < kDepth) return false;
     bin.push_back(addr);
     bump(cached_bytes_, size);
     bump(cached_blocks_, 1);
@@ -179,10 +199,9 @@ class ThreadCache {
     bump(cached_bytes_, 0 - count * size);
     bump(cached_blocks_, 0 - std::uint64_t{count});
   }
-  /// Adds blocks of `size` the depot handed over (at most kBatch, into an empty bin).
-  void refill(std::uint64_t size, const std::uint64_t* addrs, std::size_t count) {
+  /// Adds blocks of `size` the depot handed over (at most kBatch, into an empty bin made ready before).
+  void refill(std::uint64_t size, const std::uint64_t* addrs, std::size_t count) noexcept {
     std::vector<std::uint64_t>& bin = bins_[class_of(size)];
-    if (bin.capacity() == 0) bin.reserve(kDepth);
     bin.insert(bin.end(), addrs, addrs + count);
     bump(cached_bytes_, count * size);
     bump(cached_blocks_, count);
@@ -197,6 +216,17 @@ class ThreadCache {
     cached_bytes_.store(0, std::memory_order_relaxed);
     cached_blocks_.store(0, std::memory_order_relaxed);
     return all;
+  }
+  /// Gives every cached block to `upstream` bin by bin: allocates nothing, for paths that must not throw (a
+  /// thread's exit, the front's destruction). Only where the owner cannot be waiting for the device.
+  void give_all_back(FrontUpstream& upstream) noexcept {
+    for (std::vector<std::uint64_t>& bin : bins_) {
+      if (bin.empty()) continue;
+      upstream.give_back(bin);
+      bin.clear();
+    }
+    cached_bytes_.store(0, std::memory_order_relaxed);
+    cached_blocks_.store(0, std::memory_order_relaxed);
   }
   std::size_t held(std::size_t cls) const { return bins_[cls].size(); }
 
@@ -234,8 +264,7 @@ class ThreadCache {
   void retire() {
     util::SpinGuard guard(lock);
     if (owner_ == nullptr) return;
-    const std::vector<std::uint64_t> all = take_all();
-    if (!all.empty()) owner_->upstream_.give_back(all);
+    give_all_back(owner_->upstream_);
     owner_->forget(this);
     owner_ = nullptr;
   }
@@ -264,6 +293,7 @@ struct ThreadCaches::Depot {
 
   std::vector<std::uint64_t> take_all() PLIMSOLL_REQUIRES(lock) {
     std::vector<std::uint64_t> all;
+    all.reserve(blocks);  // the one allocation, before anything is taken: a throw leaves the depot whole
     for (std::vector<std::uint64_t>& bin : bins) {
       all.insert(all.end(), bin.begin(), bin.end());
       bin.clear();
@@ -278,6 +308,7 @@ void ThreadCaches::Depot::accept(ThreadCache& cache, std::size_t cls, std::size_
   const std::uint64_t size = (cls + 1) * ThreadCaches::kQuantum;
   std::vector<std::uint64_t>& bin = bins[cls];
   const std::size_t before = bin.size();
+  bin.reserve(before + std::min(count, cache.held(cls)));  // the one allocation, before anything moves
   cache.take(size, count, bin);
   bytes += (bin.size() - before) * size;
   blocks += bin.size() - before;
@@ -337,14 +368,14 @@ ThreadCaches::~ThreadCaches() {
   for (const std::shared_ptr<ThreadCache>& cache : caches) {
     util::SpinGuard guard(cache->lock);
     cache->stop_owner(asymmetric_);
-    const std::vector<std::uint64_t> all = cache->take_all();
-    if (!all.empty()) upstream_.give_back(all);
+    cache->give_all_back(upstream_);
     cache->disown();
     cache->release_owner();
   }
   util::SpinGuard guard(depot_->lock);
-  const std::vector<std::uint64_t> all = depot_->take_all();
-  if (!all.empty()) upstream_.give_back(all);
+  for (std::vector<std::uint64_t>& bin : depot_->bins) {  // bin by bin: a destructor allocates nothing
+    if (!bin.empty()) upstream_.give_back(bin);
+  }
 }
 
 // fork(). Only the forking thread lives on in the child: a cache whose owner was inside an operation would keep
@@ -431,11 +462,13 @@ ThreadCache& ThreadCaches::join() {
       return *t_last;
     }
   }
-  // First use on this thread: drop slots of fronts that are gone, then join this one.
+  // First use on this thread: drop slots of fronts that are gone, then join this one. What allocates comes before
+  // anything is registered, so a bad_alloc leaves nothing half joined.
   std::erase_if(t_slots.slots, [](const ThreadSlots::Slot& slot) {
     util::SpinGuard guard(slot.cache->lock);
     return slot.cache->owner() == nullptr;
   });
+  t_slots.slots.reserve(t_slots.slots.size() + 1);
   auto cache = std::make_shared<ThreadCache>(this);
   {
     util::SpinGuard guard(registry_lock_);
@@ -456,10 +489,10 @@ void ThreadCaches::forget(ThreadCache* cache) {
 void ThreadCaches::count_free_elsewhere(std::uint64_t word) {
   const std::uint64_t size = rounded(HandedTable::requested(word));
   util::SpinGuard guard(registry_lock_);
+  retired_->count_tag(HandedTable::tag(word), 0 - size, 0 - std::uint64_t{1});  // first: it may grow (and throw)
   retired_->handed_bytes -= size;
   retired_->handed_requested -= HandedTable::requested(word);
   ++retired_->frees;
-  retired_->count_tag(HandedTable::tag(word), 0 - size, 0 - std::uint64_t{1});
 }
 
 std::size_t ThreadCaches::steal_all(ThreadCache& cache) {
@@ -467,7 +500,12 @@ std::size_t ThreadCaches::steal_all(ThreadCache& cache) {
   {
     util::SpinGuard guard(cache.lock);
     cache.stop_owner(asymmetric_);
-    all = cache.take_all();
+    try {
+      all = cache.take_all();
+    } catch (...) {
+      cache.release_owner();  // nothing taken: the owner goes on with its cache whole
+      throw;
+    }
     cache.release_owner();
   }
   // After the owner runs again: giving back takes the device lock, which the owner may be waiting for.
@@ -496,7 +534,7 @@ std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size
   cache.refill(size, batch.data(), count);
   const std::uint64_t addr = cache.pop(size);
   if (addr != 0 && !handed_.set(addr, HandedTable::word(bytes, tag))) {
-    upstream_.give_back({addr});  // no room for the table's leaf: the device's own path serves this one
+    upstream_.give_back(std::span(&addr, 1));  // no room for the table's leaf: the device's own path serves this one
     return 0;
   }
   return addr;
@@ -505,11 +543,21 @@ std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size
 std::uint64_t ThreadCaches::allocate(std::uint64_t bytes, std::uint16_t tag) {
   if (t_exiting) [[unlikely]] return 0;
   const std::uint64_t size = rounded(bytes);
-  ThreadCache& cache = mine();
+  if (t_last_id != id_) [[unlikely]] {
+    try {
+      join();
+    } catch (const std::bad_alloc&) {
+      return 0;  // no cache for this thread (out of host memory): the device's own path serves it
+    }
+  }
+  ThreadCache& cache = *t_last;
   const ThreadCache::Operation operation(cache, asymmetric_);
   // Read again inside the operation: the caller saw the front on, but a pause may have turned it off and flushed
   // since; what this cache holds now may be on memory the device gave back.
   if (!serving()) [[unlikely]] return 0;
+  // The bin and the tag's counts made before anything changes, so nothing below allocates: this runs inside
+  // try_allocate, which is noexcept. Out of host memory for them, the device's own path serves the request.
+  if (!cache.ready(size, tag)) [[unlikely]] return 0;
   std::uint64_t addr = cache.pop(size);
   if (addr == 0) [[unlikely]] {
     addr = allocate_slow(cache, size, bytes, tag);
@@ -517,7 +565,7 @@ std::uint64_t ThreadCaches::allocate(std::uint64_t bytes, std::uint16_t tag) {
   } else if (!handed_.set(addr, HandedTable::word(bytes, tag))) [[unlikely]] {
     // A block cached without ever being handed out (the rest of a run, or from the depot) may lie under a leaf not
     // made yet, and making it can fail (mmap refused): the device's own path serves this one.
-    upstream_.give_back({addr});
+    upstream_.give_back(std::span(&addr, 1));
     return 0;
   }
   cache.count_allocation(size, bytes, tag);
@@ -527,9 +575,11 @@ std::uint64_t ThreadCaches::allocate(std::uint64_t bytes, std::uint16_t tag) {
 // Full. A bin at its depth: its older half goes to the depot. The cache at its bytes: the older half of every bin
 // goes, so sizes the job no longer asks for do not hold the cache forever. A depot past its bytes goes back to the
 // heap whole: what nobody took back since it last emptied is not wanted.
+// The depot's bins grow here: each move is all or nothing (Depot::accept reserves first), and out of host memory
+// the block goes to the heap instead (false), so the free neither throws nor loses it.
 bool ThreadCaches::keep_in_full_cache(ThreadCache& cache, std::uint64_t addr, std::uint64_t size) {
   std::vector<std::uint64_t> to_heap;
-  {
+  try {
     util::SpinGuard depot_guard(depot_->lock);
     const std::size_t cls = class_of(size);
     if (cache.held(cls) >= kDepth) {
@@ -538,6 +588,8 @@ bool ThreadCaches::keep_in_full_cache(ThreadCache& cache, std::uint64_t addr, st
       for (std::size_t c = 0; c < kClasses; ++c) depot_->accept(cache, c, (cache.held(c) + 1) / 2);
     }
     if (depot_->bytes / kDepotPerThread > bytes_per_thread()) to_heap = depot_->take_all();  // no overflow
+  } catch (const std::bad_alloc&) {
+    return false;
   }
   if (!to_heap.empty()) upstream_.give_back(to_heap);
   return cache.push(addr, size, bytes_per_thread());
@@ -547,21 +599,24 @@ bool ThreadCaches::deallocate(std::uint64_t addr, bool keep) {
   const std::uint64_t word = handed_.get(addr);
   if (!HandedTable::handed(word)) return false;
   const std::uint64_t size = rounded(HandedTable::requested(word));
+  // Whatever may allocate (and throw) runs before the word is cleared, so a bad_alloc leaves the block handed out
+  // and counted once: the program still holds it, and may free it again.
   if (t_exiting) [[unlikely]] {
-    handed_.clear(addr);
     count_free_elsewhere(word);
-    upstream_.give_back({addr});
+    handed_.clear(addr);
+    upstream_.give_back(std::span(&addr, 1));
     return true;
   }
   ThreadCache& cache = mine();
   const ThreadCache::Operation operation(cache, asymmetric_);
+  if (!cache.ready(size, HandedTable::tag(word))) [[unlikely]] throw std::bad_alloc();
   // Inside the operation: a fork() (or a flush) that waited for it finds the block either handed out or cached.
   handed_.clear(addr);
   cache.count_free(size, HandedTable::requested(word), HandedTable::tag(word));
   keep = keep && serving();  // inside the operation, as in allocate: a block kept past a pause's flush would stay
   if (keep && cache.push(addr, size, bytes_per_thread())) [[likely]] return true;
   if (keep && keep_in_full_cache(cache, addr, size)) return true;
-  upstream_.give_back({addr});
+  upstream_.give_back(std::span(&addr, 1));
   return true;
 }
 

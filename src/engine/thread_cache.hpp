@@ -38,6 +38,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "engine/handed_table.hpp"
@@ -56,8 +57,9 @@ class FrontUpstream {
   /// Up to `count` live heap blocks of exactly `size` bytes (tag kFrontTag) into `out`, in one trip; how many were
   /// placed (0 when the heap cannot place one).
   virtual std::size_t take_blocks(std::uint64_t size, std::size_t count, std::uint64_t* out) = 0;
-  /// Frees front blocks in the heap.
-  virtual void give_back(const std::vector<std::uint64_t>& addrs) = 0;
+  /// Frees front blocks in the heap. A span, so giving one block back allocates nothing (the front's free path
+  /// must not throw once the block has left the program's hands).
+  virtual void give_back(std::span<const std::uint64_t> addrs) = 0;
 };
 
 struct FrontTagCount {
@@ -86,12 +88,14 @@ class ThreadCaches {
   ThreadCaches(const ThreadCaches&) = delete;
   ThreadCaches& operator=(const ThreadCaches&) = delete;
 
-  /// A block for `bytes` (at most kMaxSize), 0 when the heap cannot place one or the front is not serving (the
-  /// caller takes the slow path, which flushes and reports).
+  /// A block for `bytes` (at most kMaxSize), 0 when the heap cannot place one, the front is not serving, or the
+  /// cache cannot grow its books (out of host memory): the caller takes the slow path, which flushes and
+  /// reports. Never throws.
   std::uint64_t allocate(std::uint64_t bytes, std::uint16_t tag);
   /// False when addr is not a block the front handed out (the caller's slow path decides: a heap block, or a
   /// bad free). Otherwise the block goes to this thread's cache, or back to the heap when the cache is full,
-  /// `keep` is false or the front is not serving.
+  /// `keep` is false or the front is not serving. Throws std::bad_alloc only when this thread's cache cannot
+  /// grow its books, and then before anything changed: the block stays handed out and counted once.
   bool deallocate(std::uint64_t addr, bool keep = true);
   /// Whether addr is handed out by the front, with its requested bytes and tag.
   bool handed_out(std::uint64_t addr, std::uint64_t& requested, std::uint16_t& tag) const;
