@@ -700,5 +700,43 @@ TEST(ThreadsFront, TheSummaryNamesTheBarrier) {
 #endif
 }
 
+// A cache never holds more than `bytes_per_thread`, however it is refilled: a batch from the depot (up to 32 blocks)
+// or a run from the heap (up to 8 blocks under 2 KiB) is cut to what is left of the cache's bytes, beside the one
+// block handed out.
+TEST(ThreadsFront, ARefillNeverTakesACachePastItsBytes) {
+  backings::SimBacking backing(4ull << 30);
+  engine::Heap heap(backing, engine::HeapOptions{.limit = 1ull << 30});
+  HeapUpstream upstream(heap);
+  constexpr std::uint64_t kBytesPerThread = 4096;
+  engine::ThreadCaches front(upstream, kBytesPerThread);
+  // A producer frees 120 blocks of 256 B: its cache (16 of them) sheds half to the depot each time it is full, and
+  // the depot (at most 4 x 4 KiB) goes back to the heap whole once past that: 32 blocks are left in it.
+  std::thread([&] {
+    std::vector<std::uint64_t> blocks;
+    for (int i = 0; i < 120; ++i) blocks.push_back(front.allocate(256, 1));
+    for (std::uint64_t addr : blocks) ASSERT_TRUE(front.deallocate(addr));
+  }).join();
+  ASSERT_EQ(front.totals().depot_bytes, 32u * 256) << "the test needs a full batch in the depot";
+  std::thread([&] {
+    const std::uint64_t addr = front.allocate(256, 1);  // an empty bin: a batch from the depot
+    ASSERT_NE(addr, 0u);
+    const engine::FrontTotals totals = front.totals();
+    EXPECT_LE(totals.cached_bytes - totals.depot_bytes, kBytesPerThread) << "the depot's batch overfilled the cache";
+    EXPECT_GT(totals.cached_bytes - totals.depot_bytes, 0u) << "the batch should still fill the cache";
+    ASSERT_TRUE(front.deallocate(addr));
+  }).join();
+  // A run from the heap, for a cache smaller than the run.
+  engine::ThreadCaches small(upstream, 512);
+  std::thread([&] {
+    const std::uint64_t addr = small.allocate(256, 1);
+    ASSERT_NE(addr, 0u);
+    EXPECT_LE(small.totals().cached_bytes, 512u) << "the heap's run overfilled the cache";
+    ASSERT_TRUE(small.deallocate(addr));
+  }).join();
+  front.flush();
+  small.flush();
+  EXPECT_EQ(heap.live_allocations(), 0u);
+}
+
 }  // namespace
 }  // namespace plimsoll

@@ -229,6 +229,7 @@ class ThreadCache {
     cached_blocks_.store(0, std::memory_order_relaxed);
   }
   std::size_t held(std::size_t cls) const { return bins_[cls].size(); }
+  std::uint64_t cached_bytes() const { return read(cached_bytes_); }
 
   /// What the program took from or gave back to the front through this thread.
   void count_allocation(std::uint64_t size, std::uint64_t requested, std::uint16_t tag) {
@@ -515,11 +516,15 @@ std::size_t ThreadCaches::steal_all(ThreadCache& cache) {
 
 std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes, std::uint16_t tag) {
   std::array<std::uint64_t, kBatch> batch;
+  // One block goes to the program; what stays in the cache must fit in what is left of `bytes_per_thread`.
+  const std::uint64_t cap = bytes_per_thread(), cached = cache.cached_bytes();
+  const std::uint64_t room = cap > cached ? cap - cached : 0;
+  const auto most = static_cast<std::size_t>(std::min<std::uint64_t>(kBatch, 1 + room / size));
   std::size_t count = 0;
   {
     util::SpinGuard depot_guard(depot_->lock);
     std::vector<std::uint64_t>& bin = depot_->bins[class_of(size)];
-    count = std::min(kBatch, bin.size());
+    count = std::min(most, bin.size());
     std::copy(bin.end() - static_cast<std::ptrdiff_t>(count), bin.end(), batch.begin());
     bin.resize(bin.size() - count);
     depot_->bytes -= count * size;
@@ -528,7 +533,7 @@ std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size
   if (count == 0) {
     // From the heap: blocks under 2 KiB in a run filling 2 KiB (adjacent in a fresh small page), so the words of
     // one cache line of the handed-out table, and the blocks' own lines, mostly belong to one thread.
-    count = upstream_.take_blocks(size, std::min<std::uint64_t>(kBatch, (2048 + size - 1) / size), batch.data());
+    count = upstream_.take_blocks(size, std::min<std::uint64_t>(most, (2048 + size - 1) / size), batch.data());
     std::reverse(batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(count));  // handed out in address order
   }
   cache.refill(size, batch.data(), count);
