@@ -116,6 +116,9 @@ struct Model {
   };
   std::map<std::uint64_t, Live> live;
   std::uint64_t allocations = 0, frees = 0, in_use = 0, requested = 0;
+  // The most the merged log ever held: a lower bound of the program's true peak (an allocation is logged after it
+  // returned, a free before it is called, so the log never holds a block the program did not).
+  std::uint64_t peak = 0;
 
   void apply(const std::vector<Event>& events) {
     for (const Event& e : events) {
@@ -130,6 +133,7 @@ struct Model {
         live[e.addr] = Live{size, e.requested, e.tag};
         ++allocations;
         in_use += size;
+        peak = std::max(peak, in_use);
         requested += e.requested;
       } else {
         auto it = live.find(e.addr);
@@ -258,6 +262,11 @@ TEST(ThreadsFront, DeviceStatsAreExactAtQuiescentPoints) {
     EXPECT_EQ(s.frees, model.frees);
     EXPECT_LE(s.reserved_bytes, s.limit_bytes);
     EXPECT_GE(s.peak_in_use_bytes, s.in_use_bytes);
+    // The peak counts cached blocks (docs/engine.md, "Threads", Stats): at least the program's peak, at most that
+    // plus what the front can hold cached at once (5 caches alive at a time here, the depot's 5 x their bytes),
+    // plus a block in flight per thread (allocated, not yet logged) past the log's own peak.
+    EXPECT_GE(s.peak_in_use_bytes, model.peak);
+    EXPECT_LE(s.peak_in_use_bytes, model.peak + (5 + 5) * 2 * MiB + 4 * (2 * MiB + 64 * 1024));
     std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> by_tag;
     for (const auto& [addr, live] : model.live) {
       auto& [bytes, count] = by_tag[std::string(live.tag == kUntagged ? "untagged" : tag_name(live.tag))];
@@ -736,6 +745,31 @@ TEST(ThreadsFront, ARefillNeverTakesACachePastItsBytes) {
   front.flush();
   small.flush();
   EXPECT_EQ(heap.live_allocations(), 0u);
+}
+
+// With the caches on, peak_in_use_bytes is the heap's peak, which counts cached blocks: an upper bound of what the
+// program held at once, by at most the bytes the front held cached at that moment. Here exactly that: 256 KiB freed
+// into the caches, then 256 KiB of another size allocated beside them.
+TEST(ThreadsFront, PeakInUseIsAnUpperBoundByAtMostTheCachedBytes) {
+  Allocator device(sim_device(64 * MiB), std::make_unique<backings::SimBacking>(4ull << 30));
+  device.set_thread_cache(MiB);
+  std::thread([&] {
+    std::vector<void*> blocks;
+    for (int i = 0; i < 256; ++i) blocks.push_back(device.allocate(1024));
+    for (void* p : blocks) device.deallocate(p);  // 256 KiB cached (this thread's cache and the depot)
+    blocks.clear();
+    const Stats cached = device.stats();
+    EXPECT_EQ(cached.in_use_bytes, 0u);
+    for (int i = 0; i < 64; ++i) blocks.push_back(device.allocate(4096));
+    const Stats s = device.stats();
+    EXPECT_EQ(s.in_use_bytes, 256u * 1024) << "in use counts only what the program holds";
+    EXPECT_GE(s.peak_in_use_bytes, 256u * 1024) << "the peak is below what the program held";
+    EXPECT_LE(s.peak_in_use_bytes, 256u * 1024 + 256u * 1024) << "the peak is past the program's plus the cached bytes";
+    for (void* p : blocks) device.deallocate(p);
+  }).join();
+  device.trim();
+  device.reset_peaks();
+  EXPECT_EQ(device.stats().peak_in_use_bytes, 0u) << "after a trim nothing is cached: the peak starts exact";
 }
 
 }  // namespace
