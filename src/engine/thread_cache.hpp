@@ -27,6 +27,10 @@
 //    read again by the owner inside its operation, after the barrier's hot side: a thread that saw it on before it
 //    went off neither hands out a block nor keeps a freed one once the flush that follows has passed its cache
 //    (the flush's barrier orders the flag's store before the owner's next read, or waits for the operation).
+//  - Out of host memory, nothing is lost or counted twice: whatever allocates (a thread's cache, a bin's words, a
+//    tag's chunk of counts, the depot's growth) runs before an operation changes anything, so an allocation
+//    declines (0), a free throws std::bad_alloc with the block still handed out, and a shed gives the block to
+//    the heap. A refill (depot batch or heap run) is cut to the bytes left in the cache's budget.
 //  - fork(): a pthread_atfork handler stops every cache's owner and takes every front's locks before the fork, so
 //    the child's copy holds no operation half done and no lock of a thread that does not exist there; in the
 //    child, the caches of the threads that did not survive go to the depot (their counts to the retired ones),
