@@ -348,12 +348,7 @@ ThreadCaches::ThreadCaches(FrontUpstream& upstream, std::uint64_t bytes_per_thre
       id_(next_front_id.fetch_add(1, std::memory_order_relaxed)),
       asymmetric_(util::AsymmetricFence::asymmetric()),
       depot_(std::make_unique<Depot>()),
-      retired_(std::make_unique<Counts>()) {
-  static std::once_flag handlers;
-  std::call_once(handlers, [] { pthread_atfork(&prepare_fork, &parent_after_fork, &child_after_fork); });
-  const std::lock_guard guard(live_fronts().lock);
-  live_fronts().fronts.push_back(this);
-}
+      retired_(std::make_unique<Counts>()) {}
 
 ThreadCaches::~ThreadCaches() {
   {
@@ -471,6 +466,16 @@ ThreadCache& ThreadCaches::join() {
   });
   t_slots.slots.reserve(t_slots.slots.size() + 1);
   auto cache = std::make_shared<ThreadCache>(this);
+  // The fork handlers learn of a front at its first cache (a front without caches has nothing to stop), here and
+  // not in the constructor: a device makes its front under its lock, which an owner stopped by a fork's
+  // preparation may be waiting for, while the preparation holds the list of fronts.
+  if (!for_fork_.load(std::memory_order_acquire)) [[unlikely]] {
+    static std::once_flag handlers;
+    std::call_once(handlers, [] { pthread_atfork(&prepare_fork, &parent_after_fork, &child_after_fork); });
+    const std::lock_guard guard(live_fronts().lock);
+    if (!for_fork_.load(std::memory_order_relaxed)) live_fronts().fronts.push_back(this);
+    for_fork_.store(true, std::memory_order_release);
+  }
   {
     util::SpinGuard guard(registry_lock_);
     caches_.push_back(cache);

@@ -152,6 +152,7 @@ class ThreadCaches {
   mutable util::SpinLock registry_lock_;
   std::vector<std::shared_ptr<ThreadCache>> caches_ PLIMSOLL_GUARDED_BY(registry_lock_);
   std::unique_ptr<Counts> retired_ PLIMSOLL_GUARDED_BY(registry_lock_);  // exited threads' counts
+  std::atomic<bool> for_fork_{false};  // in the fork handlers' list (from the first cache on)
   // Between prepare_fork and the handlers after it: the caches whose locks the forking thread holds.
   std::vector<std::shared_ptr<ThreadCache>> held_for_fork_;
 };
