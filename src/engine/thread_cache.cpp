@@ -168,20 +168,21 @@ class ThreadCache {
     bump(cached_blocks_, 0 - std::uint64_t{1});
     return addr;
   }
-  /// Whether the bin of `size` and the counts of `tag` can take a block without allocating; makes them so when
-  /// missing (once per size and per 256 tags), false when that fails. Called before an operation changes anything.
-  bool ready(std::uint64_t size, std::uint16_t tag) noexcept {
+  /// Whether the counts of `tag` can take a block without allocating; makes them so when missing (once per 256
+  /// tags), false when that fails. Called before an operation changes anything.
+  bool tags_ready(std::uint16_t tag) noexcept { return tags_.ready(tag); }
+  /// The same for the bin of `size` (once per size: kDepth words).
+  bool bin_ready(std::uint64_t size) noexcept {
     std::vector<std::uint64_t>& bin = bins_[class_of(size)];
-    if (bin.capacity() < kDepth) [[unlikely]] {
-      try {
-        bin.reserve(kDepth);
-      } catch (const std::bad_alloc&) {
-        return false;
-      }
+    if (bin.capacity() >= kDepth) [[likely]] return true;
+    try {
+      bin.reserve(kDepth);
+    } catch (const std::bad_alloc&) {
+      return false;
     }
-    return tags_.ready(tag);
+    return true;
   }
-  /// Never allocates: the bin was made ready (kDepth) before.
+  /// Never allocates: false for a bin not made ready (bin_ready) yet.
   bool push(std::uint64_t addr, std::uint64_t size, std::uint64_t cap) noexcept {
     std::vector<std::uint64_t>& bin = bins_[class_of(size)];
     if (read(cached_bytes_) + size > cap || bin.size() >= kDepth || bin.capacity() < kDepth) return false;
@@ -520,6 +521,7 @@ std::size_t ThreadCaches::steal_all(ThreadCache& cache) {
 }
 
 std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes, std::uint16_t tag) {
+  if (!cache.bin_ready(size)) return 0;  // before a block is taken: refill must not allocate
   std::array<std::uint64_t, kBatch> batch;
   // One block goes to the program; what stays in the cache must fit in what is left of `bytes_per_thread`.
   const std::uint64_t cap = bytes_per_thread(), cached = cache.cached_bytes();
@@ -565,9 +567,9 @@ std::uint64_t ThreadCaches::allocate(std::uint64_t bytes, std::uint16_t tag) {
   // Read again inside the operation: the caller saw the front on, but a pause may have turned it off and flushed
   // since; what this cache holds now may be on memory the device gave back.
   if (!serving()) [[unlikely]] return 0;
-  // The bin and the tag's counts made before anything changes, so nothing below allocates: this runs inside
-  // try_allocate, which is noexcept. Out of host memory for them, the device's own path serves the request.
-  if (!cache.ready(size, tag)) [[unlikely]] return 0;
+  // The tag's counts (and in allocate_slow the bin) made before anything changes, so nothing below allocates: this
+  // runs inside try_allocate, which is noexcept. Out of host memory for them, the device's own path serves it.
+  if (!cache.tags_ready(tag)) [[unlikely]] return 0;
   std::uint64_t addr = cache.pop(size);
   if (addr == 0) [[unlikely]] {
     addr = allocate_slow(cache, size, bytes, tag);
@@ -588,6 +590,9 @@ std::uint64_t ThreadCaches::allocate(std::uint64_t bytes, std::uint16_t tag) {
 // The depot's bins grow here: each move is all or nothing (Depot::accept reserves first), and out of host memory
 // the block goes to the heap instead (false), so the free neither throws nor loses it.
 bool ThreadCaches::keep_in_full_cache(ThreadCache& cache, std::uint64_t addr, std::uint64_t size) {
+  // This size's first block on this thread: its bin is made here (out of memory, the block goes to the heap).
+  if (!cache.bin_ready(size)) return false;
+  if (cache.push(addr, size, bytes_per_thread())) return true;
   std::vector<std::uint64_t> to_heap;
   try {
     util::SpinGuard depot_guard(depot_->lock);
@@ -619,7 +624,7 @@ bool ThreadCaches::deallocate(std::uint64_t addr, bool keep) {
   }
   ThreadCache& cache = mine();
   const ThreadCache::Operation operation(cache, asymmetric_);
-  if (!cache.ready(size, HandedTable::tag(word))) [[unlikely]] throw std::bad_alloc();
+  if (!cache.tags_ready(HandedTable::tag(word))) [[unlikely]] throw std::bad_alloc();
   // Inside the operation: a fork() (or a flush) that waited for it finds the block either handed out or cached.
   handed_.clear(addr);
   cache.count_free(size, HandedTable::requested(word), HandedTable::tag(word));
