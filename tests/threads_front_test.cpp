@@ -116,6 +116,9 @@ struct Model {
   };
   std::map<std::uint64_t, Live> live;
   std::uint64_t allocations = 0, frees = 0, in_use = 0, requested = 0;
+  // The most the merged log ever held: a lower bound of the program's true peak (an allocation is logged after it
+  // returned, a free before it is called, so the log never holds a block the program did not).
+  std::uint64_t peak = 0;
 
   void apply(const std::vector<Event>& events) {
     for (const Event& e : events) {
@@ -130,6 +133,7 @@ struct Model {
         live[e.addr] = Live{size, e.requested, e.tag};
         ++allocations;
         in_use += size;
+        peak = std::max(peak, in_use);
         requested += e.requested;
       } else {
         auto it = live.find(e.addr);
@@ -157,7 +161,7 @@ class HeapUpstream : public engine::FrontUpstream {
     }
     return taken;
   }
-  void give_back(const std::vector<std::uint64_t>& addrs) override {
+  void give_back(std::span<const std::uint64_t> addrs) override {
     util::SpinGuard guard(lock_);
     for (std::uint64_t addr : addrs) {
       engine::Heap::Freed freed;
@@ -258,6 +262,11 @@ TEST(ThreadsFront, DeviceStatsAreExactAtQuiescentPoints) {
     EXPECT_EQ(s.frees, model.frees);
     EXPECT_LE(s.reserved_bytes, s.limit_bytes);
     EXPECT_GE(s.peak_in_use_bytes, s.in_use_bytes);
+    // The peak counts cached blocks (docs/engine.md, "Threads", Stats): at least the program's peak, at most that
+    // plus what the front can hold cached at once (5 caches alive at a time here, the depot's 5 x their bytes),
+    // plus a block in flight per thread (allocated, not yet logged) past the log's own peak.
+    EXPECT_GE(s.peak_in_use_bytes, model.peak);
+    EXPECT_LE(s.peak_in_use_bytes, model.peak + (5 + 5) * 2 * MiB + 4 * (2 * MiB + 64 * 1024));
     std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> by_tag;
     for (const auto& [addr, live] : model.live) {
       auto& [bytes, count] = by_tag[std::string(live.tag == kUntagged ? "untagged" : tag_name(live.tag))];
@@ -464,7 +473,7 @@ class GatedUpstream : public engine::FrontUpstream {
     }
     return inner_.take_blocks(size, count, out);
   }
-  void give_back(const std::vector<std::uint64_t>& addrs) override {
+  void give_back(std::span<const std::uint64_t> addrs) override {
     if (inside.load()) ++given_back_while_inside;
     inner_.give_back(addrs);
   }
@@ -698,6 +707,69 @@ TEST(ThreadsFront, TheSummaryNamesTheBarrier) {
   EXPECT_EQ(kind, "seq_cst fence");
 #endif
 #endif
+}
+
+// A cache never holds more than `bytes_per_thread`, however it is refilled: a batch from the depot (up to 32 blocks)
+// or a run from the heap (up to 8 blocks under 2 KiB) is cut to what is left of the cache's bytes, beside the one
+// block handed out.
+TEST(ThreadsFront, ARefillNeverTakesACachePastItsBytes) {
+  backings::SimBacking backing(4ull << 30);
+  engine::Heap heap(backing, engine::HeapOptions{.limit = 1ull << 30});
+  HeapUpstream upstream(heap);
+  constexpr std::uint64_t kBytesPerThread = 4096;
+  engine::ThreadCaches front(upstream, kBytesPerThread);
+  // A producer frees 120 blocks of 256 B: its cache (16 of them) sheds half to the depot each time it is full, and
+  // the depot (at most 4 x 4 KiB) goes back to the heap whole once past that: 32 blocks are left in it.
+  std::thread([&] {
+    std::vector<std::uint64_t> blocks;
+    for (int i = 0; i < 120; ++i) blocks.push_back(front.allocate(256, 1));
+    for (std::uint64_t addr : blocks) ASSERT_TRUE(front.deallocate(addr));
+  }).join();
+  ASSERT_EQ(front.totals().depot_bytes, 32u * 256) << "the test needs a full batch in the depot";
+  std::thread([&] {
+    const std::uint64_t addr = front.allocate(256, 1);  // an empty bin: a batch from the depot
+    ASSERT_NE(addr, 0u);
+    const engine::FrontTotals totals = front.totals();
+    EXPECT_LE(totals.cached_bytes - totals.depot_bytes, kBytesPerThread) << "the depot's batch overfilled the cache";
+    EXPECT_GT(totals.cached_bytes - totals.depot_bytes, 0u) << "the batch should still fill the cache";
+    ASSERT_TRUE(front.deallocate(addr));
+  }).join();
+  // A run from the heap, for a cache smaller than the run.
+  engine::ThreadCaches small(upstream, 512);
+  std::thread([&] {
+    const std::uint64_t addr = small.allocate(256, 1);
+    ASSERT_NE(addr, 0u);
+    EXPECT_LE(small.totals().cached_bytes, 512u) << "the heap's run overfilled the cache";
+    ASSERT_TRUE(small.deallocate(addr));
+  }).join();
+  front.flush();
+  small.flush();
+  EXPECT_EQ(heap.live_allocations(), 0u);
+}
+
+// With the caches on, peak_in_use_bytes is the heap's peak, which counts cached blocks: an upper bound of what the
+// program held at once, by at most the bytes the front held cached at that moment. Here exactly that: 256 KiB freed
+// into the caches, then 256 KiB of another size allocated beside them.
+TEST(ThreadsFront, PeakInUseIsAnUpperBoundByAtMostTheCachedBytes) {
+  Allocator device(sim_device(64 * MiB), std::make_unique<backings::SimBacking>(4ull << 30));
+  device.set_thread_cache(MiB);
+  std::thread([&] {
+    std::vector<void*> blocks;
+    for (int i = 0; i < 256; ++i) blocks.push_back(device.allocate(1024));
+    for (void* p : blocks) device.deallocate(p);  // 256 KiB cached (this thread's cache and the depot)
+    blocks.clear();
+    const Stats cached = device.stats();
+    EXPECT_EQ(cached.in_use_bytes, 0u);
+    for (int i = 0; i < 64; ++i) blocks.push_back(device.allocate(4096));
+    const Stats s = device.stats();
+    EXPECT_EQ(s.in_use_bytes, 256u * 1024) << "in use counts only what the program holds";
+    EXPECT_GE(s.peak_in_use_bytes, 256u * 1024) << "the peak is below what the program held";
+    EXPECT_LE(s.peak_in_use_bytes, 256u * 1024 + 256u * 1024) << "the peak is past the program's plus the cached bytes";
+    for (void* p : blocks) device.deallocate(p);
+  }).join();
+  device.trim();
+  device.reset_peaks();
+  EXPECT_EQ(device.stats().peak_in_use_bytes, 0u) << "after a trim nothing is cached: the peak starts exact";
 }
 
 }  // namespace

@@ -115,7 +115,7 @@ struct Allocator::Impl : engine::FrontUpstream {
     return taken;
   }
 
-  void give_back(const std::vector<std::uint64_t>& addrs) override PLIMSOLL_EXCLUDES(lock) {
+  void give_back(std::span<const std::uint64_t> addrs) override PLIMSOLL_EXCLUDES(lock) {
     util::SpinGuard guard(lock);
     const std::uint64_t mapped_before = heap->mapped_bytes();
     for (std::uint64_t addr : addrs) {
@@ -148,7 +148,11 @@ struct Allocator::Impl : engine::FrontUpstream {
       if (std::uint64_t addr = allocate(bytes, tag, report_failure && caches == nullptr)) return addr;
       if (caches == nullptr || heap->paused()) return 0;
     }
-    caches->flush();
+    try {
+      caches->flush();  // runs inside try_allocate (noexcept); a flush out of host memory takes nothing
+    } catch (const std::bad_alloc&) {
+      return 0;
+    }
     util::SpinGuard guard(lock);
     return allocate(bytes, tag, report_failure);
   }

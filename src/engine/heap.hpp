@@ -150,6 +150,10 @@ class Heap {
   std::uint64_t free_bytes_small() const { return small_bins_.free_bytes(); }
   template <class Visit>
   void walk(Visit&& visit) const;  // every block of the reservation, then of each small page
+  /// Every free block of the reservation (small pages' blocks left out) of at least `min_size` bytes, found through
+  /// the free bins: the free blocks only, not a walk of every block.
+  template <class Visit>
+  void for_each_free_large(std::uint64_t min_size, Visit&& visit) const;
   std::uint64_t find_live(std::uint64_t addr) const { return live_.find(addr) != kNoBlock; }
 
   /// Empty when every invariant of block.hpp, free_bins.hpp, address_map.hpp and granule_map.hpp holds (the
@@ -214,6 +218,14 @@ void Heap::walk(Visit&& visit) const {
   for (BlockIndex i = first_block_; i != kNoBlock; i = blocks_[i].next) visit(view(blocks_[i]));
   pages_.for_each([&](std::uint64_t, BlockIndex page) {
     for (BlockIndex i = blocks_[page].span_head; i != kNoBlock; i = blocks_[i].next) visit(view(blocks_[i]));
+  });
+}
+
+template <class Visit>
+void Heap::for_each_free_large(std::uint64_t min_size, Visit&& visit) const {
+  large_bins_.for_each(blocks_, [&](BlockIndex i) {
+    const Block& b = blocks_[i];
+    if (b.size >= min_size) visit(BlockView{b.addr, b.size, b.requested, b.tag, b.free, b.small, b.page});
   });
 }
 

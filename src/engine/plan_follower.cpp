@@ -76,16 +76,16 @@ bool PlanFollower::follows_unfit_plan(std::size_t match) const {
 
 std::uint64_t PlanFollower::place_above_plan(std::uint64_t bytes, std::uint16_t tag) {
   // Best fit among the free space above the plan's highest byte: growth packs together there, and the plan's
-  // space below stays whole for the steps to come. Growth is a few requests a step: a walk of the heap each is
-  // cheap next to the step.
+  // space below stays whole for the steps to come. Through the heap's free bins: the free blocks large enough,
+  // not every block of the heap.
   const std::uint64_t size = Heap::round(bytes);
   const std::uint64_t top = heap_.base() + plan_.footprint;
   std::uint64_t best_addr = 0, best_room = UINT64_MAX;
-  heap_.walk([&](const BlockView& block) {
-    if (!block.free || block.small || block.addr + block.size <= top) return;
+  heap_.for_each_free_large(size, [&](const BlockView& block) {
+    if (block.addr + block.size <= top) return;
     const std::uint64_t start = std::max(block.addr, top);
     const std::uint64_t room = block.addr + block.size - start;
-    if (room >= size && room < best_room) {
+    if (room >= size && (room < best_room || (room == best_room && start < best_addr))) {  // lowest on ties
       best_room = room;
       best_addr = start;
     }

@@ -1,7 +1,11 @@
 #include "engine/thread_cache.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <bit>
+#include <mutex>
+#include <new>
 #include <thread>
 #include <utility>
 
@@ -27,6 +31,17 @@ std::size_t class_of(std::uint64_t size) { return static_cast<std::size_t>(size 
 
 std::atomic<std::uint64_t> next_front_id{1};
 
+// Every live front, for the fork handlers, in the order they were made. Never destroyed: a fork during static
+// destruction still finds it.
+struct LiveFronts {
+  std::mutex lock;
+  std::vector<ThreadCaches*> fronts;
+};
+LiveFronts& live_fronts() {
+  static auto* const fronts = new LiveFronts;
+  return *fronts;
+}
+
 // A counter only one thread writes at a time, read by others (totals()): a relaxed load and store, no locked
 // instruction. Modular: a cache may count the free of another cache's allocation.
 void bump(std::atomic<std::uint64_t>& counter, std::uint64_t delta) {
@@ -35,7 +50,8 @@ void bump(std::atomic<std::uint64_t>& counter, std::uint64_t delta) {
 std::uint64_t read(const std::atomic<std::uint64_t>& counter) { return counter.load(std::memory_order_relaxed); }
 
 // Per-tag handed-out bytes and blocks of one cache, in chunks of 256 tags made when a tag is first counted (owner
-// only; published with release so totals() reads a whole chunk).
+// only; published with release so totals() reads a whole chunk). A chunk is made by ready(), before the operation
+// changes anything, so counting itself never allocates (and never throws).
 class TagCounts {
  public:
   TagCounts() = default;
@@ -44,12 +60,17 @@ class TagCounts {
   ~TagCounts() {
     for (std::atomic<Chunk*>& chunk : chunks_) delete chunk.load(std::memory_order_relaxed);
   }
-  void add(std::uint16_t tag, std::uint64_t bytes, std::uint64_t live) {
+  /// Whether `tag` can be counted; makes its chunk when missing, false when that fails (out of host memory).
+  bool ready(std::uint16_t tag) noexcept {
+    if (chunks_[tag >> 8].load(std::memory_order_relaxed) != nullptr) [[likely]] return true;
+    Chunk* chunk = new (std::nothrow) Chunk{};
+    if (chunk == nullptr) return false;
+    chunks_[tag >> 8].store(chunk, std::memory_order_release);
+    return true;
+  }
+  /// Counts for a tag ready() said yes to.
+  void add(std::uint16_t tag, std::uint64_t bytes, std::uint64_t live) noexcept {
     Chunk* chunk = chunks_[tag >> 8].load(std::memory_order_relaxed);
-    if (chunk == nullptr) [[unlikely]] {
-      chunk = new Chunk{};
-      chunks_[tag >> 8].store(chunk, std::memory_order_release);
-    }
     bump((*chunk)[tag & 0xFF].bytes, bytes);
     bump((*chunk)[tag & 0xFF].live, live);
   }
@@ -133,6 +154,7 @@ class ThreadCache {
     }
   }
   void release_owner() PLIMSOLL_REQUIRES(lock) { steal_.store(false, std::memory_order_release); }
+  bool stop_requested() const { return steal_.load(std::memory_order_relaxed); }
 
   ThreadCaches* owner() const PLIMSOLL_REQUIRES(lock) { return owner_; }
   void disown() PLIMSOLL_REQUIRES(lock) { owner_ = nullptr; }
@@ -146,10 +168,24 @@ class ThreadCache {
     bump(cached_blocks_, 0 - std::uint64_t{1});
     return addr;
   }
-  bool push(std::uint64_t addr, std::uint64_t size, std::uint64_t cap) {
+  /// Whether the counts of `tag` can take a block without allocating; makes them so when missing (once per 256
+  /// tags), false when that fails. Called before an operation changes anything.
+  bool tags_ready(std::uint16_t tag) noexcept { return tags_.ready(tag); }
+  /// The same for the bin of `size` (once per size: kDepth words).
+  bool bin_ready(std::uint64_t size) noexcept {
     std::vector<std::uint64_t>& bin = bins_[class_of(size)];
-    if (read(cached_bytes_) + size > cap || bin.size() >= kDepth) return false;
-    if (bin.capacity() == 0) bin.reserve(kDepth);  // once per size: no allocation on later pushes
+    if (bin.capacity() >= kDepth) [[likely]] return true;
+    try {
+      bin.reserve(kDepth);
+    } catch (const std::bad_alloc&) {
+      return false;
+    }
+    return true;
+  }
+  /// Never allocates: false for a bin not made ready (bin_ready) yet.
+  bool push(std::uint64_t addr, std::uint64_t size, std::uint64_t cap) noexcept {
+    std::vector<std::uint64_t>& bin = bins_[class_of(size)];
+    if (read(cached_bytes_) + size > cap || bin.size() >= kDepth || bin.capacity() < kDepth) return false;
     bin.push_back(addr);
     bump(cached_bytes_, size);
     bump(cached_blocks_, 1);
@@ -164,10 +200,9 @@ class ThreadCache {
     bump(cached_bytes_, 0 - count * size);
     bump(cached_blocks_, 0 - std::uint64_t{count});
   }
-  /// Adds blocks of `size` the depot handed over (at most kBatch, into an empty bin).
-  void refill(std::uint64_t size, const std::uint64_t* addrs, std::size_t count) {
+  /// Adds blocks of `size` the depot handed over (at most kBatch, into an empty bin made ready before).
+  void refill(std::uint64_t size, const std::uint64_t* addrs, std::size_t count) noexcept {
     std::vector<std::uint64_t>& bin = bins_[class_of(size)];
-    if (bin.capacity() == 0) bin.reserve(kDepth);
     bin.insert(bin.end(), addrs, addrs + count);
     bump(cached_bytes_, count * size);
     bump(cached_blocks_, count);
@@ -183,7 +218,19 @@ class ThreadCache {
     cached_blocks_.store(0, std::memory_order_relaxed);
     return all;
   }
+  /// Gives every cached block to `upstream` bin by bin: allocates nothing, for paths that must not throw (a
+  /// thread's exit, the front's destruction). Only where the owner cannot be waiting for the device.
+  void give_all_back(FrontUpstream& upstream) noexcept {
+    for (std::vector<std::uint64_t>& bin : bins_) {
+      if (bin.empty()) continue;
+      upstream.give_back(bin);
+      bin.clear();
+    }
+    cached_bytes_.store(0, std::memory_order_relaxed);
+    cached_blocks_.store(0, std::memory_order_relaxed);
+  }
   std::size_t held(std::size_t cls) const { return bins_[cls].size(); }
+  std::uint64_t cached_bytes() const { return read(cached_bytes_); }
 
   /// What the program took from or gave back to the front through this thread.
   void count_allocation(std::uint64_t size, std::uint64_t requested, std::uint16_t tag) {
@@ -219,8 +266,7 @@ class ThreadCache {
   void retire() {
     util::SpinGuard guard(lock);
     if (owner_ == nullptr) return;
-    const std::vector<std::uint64_t> all = take_all();
-    if (!all.empty()) owner_->upstream_.give_back(all);
+    give_all_back(owner_->upstream_);
     owner_->forget(this);
     owner_ = nullptr;
   }
@@ -249,6 +295,7 @@ struct ThreadCaches::Depot {
 
   std::vector<std::uint64_t> take_all() PLIMSOLL_REQUIRES(lock) {
     std::vector<std::uint64_t> all;
+    all.reserve(blocks);  // the one allocation, before anything is taken: a throw leaves the depot whole
     for (std::vector<std::uint64_t>& bin : bins) {
       all.insert(all.end(), bin.begin(), bin.end());
       bin.clear();
@@ -263,6 +310,7 @@ void ThreadCaches::Depot::accept(ThreadCache& cache, std::size_t cls, std::size_
   const std::uint64_t size = (cls + 1) * ThreadCaches::kQuantum;
   std::vector<std::uint64_t>& bin = bins[cls];
   const std::size_t before = bin.size();
+  bin.reserve(before + std::min(count, cache.held(cls)));  // the one allocation, before anything moves
   cache.take(size, count, bin);
   bytes += (bin.size() - before) * size;
   blocks += bin.size() - before;
@@ -304,6 +352,11 @@ ThreadCaches::ThreadCaches(FrontUpstream& upstream, std::uint64_t bytes_per_thre
       retired_(std::make_unique<Counts>()) {}
 
 ThreadCaches::~ThreadCaches() {
+  {
+    // First: a fork from now on leaves this front alone (one under way holds the lock until its child runs).
+    const std::lock_guard guard(live_fronts().lock);
+    std::erase(live_fronts().fronts, this);
+  }
   std::vector<std::shared_ptr<ThreadCache>> caches;
   {
     util::SpinGuard guard(registry_lock_);
@@ -312,15 +365,84 @@ ThreadCaches::~ThreadCaches() {
   for (const std::shared_ptr<ThreadCache>& cache : caches) {
     util::SpinGuard guard(cache->lock);
     cache->stop_owner(asymmetric_);
-    const std::vector<std::uint64_t> all = cache->take_all();
-    if (!all.empty()) upstream_.give_back(all);
+    cache->give_all_back(upstream_);
     cache->disown();
     cache->release_owner();
   }
   util::SpinGuard guard(depot_->lock);
-  const std::vector<std::uint64_t> all = depot_->take_all();
-  if (!all.empty()) upstream_.give_back(all);
+  for (std::vector<std::uint64_t>& bin : depot_->bins) {  // bin by bin: a destructor allocates nothing
+    if (!bin.empty()) upstream_.give_back(bin);
+  }
 }
+
+// fork(). Only the forking thread lives on in the child: a cache whose owner was inside an operation would keep
+// `in_op` raised there forever (the child's next flush would wait for it), a lock another thread held would never
+// be released, and a bin or the depot could be copied half changed. So before the fork, every front stops every
+// owner as a flush does (its cache's lock, `steal`, the barrier, the wait) and takes its depot's and registry's
+// locks: the copy holds no operation under way and no half-made change. Lock order as everywhere: caches' locks,
+// then the depot, then the registry (a thread exiting holds its cache's lock and then takes the registry's).
+// In the child, the caches of threads that do not exist there go to the depot, their counts to the retired ones;
+// the forking thread's own cache stays its own. Both sides then lower the flags and release every lock.
+void ThreadCaches::prepare_fork() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
+  live_fronts().lock.lock();
+  for (ThreadCaches* front : live_fronts().fronts) front->stop_every_owner_for_fork();
+}
+
+void ThreadCaches::parent_after_fork() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
+  for (ThreadCaches* front : live_fronts().fronts) front->restart_after_fork(false);
+  live_fronts().lock.unlock();
+}
+
+void ThreadCaches::child_after_fork() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
+  for (ThreadCaches* front : live_fronts().fronts) front->restart_after_fork(true);
+  live_fronts().lock.unlock();
+}
+
+void ThreadCaches::stop_every_owner_for_fork() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
+  for (;;) {
+    std::vector<std::shared_ptr<ThreadCache>> seen;
+    {
+      util::SpinGuard guard(registry_lock_);
+      seen = caches_;
+    }
+    for (const std::shared_ptr<ThreadCache>& cache : seen) {
+      if (std::find(held_for_fork_.begin(), held_for_fork_.end(), cache) != held_for_fork_.end()) continue;
+      cache->lock.lock();
+      cache->stop_owner(asymmetric_);
+      held_for_fork_.push_back(cache);
+    }
+    depot_->lock.lock();
+    registry_lock_.lock();
+    // A thread may have joined while the owners were being stopped: stop it too, or it could be mid-operation.
+    const bool every_cache_held = std::all_of(caches_.begin(), caches_.end(), [&](const auto& cache) {
+      return std::find(held_for_fork_.begin(), held_for_fork_.end(), cache) != held_for_fork_.end();
+    });
+    if (every_cache_held) return;
+    registry_lock_.unlock();
+    depot_->lock.unlock();
+  }
+}
+
+void ThreadCaches::restart_after_fork(bool child) PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
+  for (const std::shared_ptr<ThreadCache>& cache : held_for_fork_) {
+    const bool forking_threads = !t_exiting && std::any_of(t_slots.slots.begin(), t_slots.slots.end(),
+                                             [&](const ThreadSlots::Slot& slot) { return slot.cache == cache; });
+    if (child && !forking_threads && cache->owner() == this) {
+      // Its thread does not exist here: its blocks go where any thread takes them, its counts stay counted.
+      for (std::size_t cls = 0; cls < kClasses; ++cls) depot_->accept(*cache, cls, cache->held(cls));
+      cache->sum_into(*retired_);
+      std::erase(caches_, cache);
+      cache->disown();
+    }
+    cache->release_owner();
+    cache->lock.unlock();
+  }
+  held_for_fork_.clear();
+  registry_lock_.unlock();
+  depot_->lock.unlock();
+}
+
+bool ThreadCaches::stop_requested() { return mine().stop_requested(); }
 
 const char* ThreadCaches::barrier_kind() { return util::AsymmetricFence::kind(); }
 
@@ -337,12 +459,24 @@ ThreadCache& ThreadCaches::join() {
       return *t_last;
     }
   }
-  // First use on this thread: drop slots of fronts that are gone, then join this one.
+  // First use on this thread: drop slots of fronts that are gone, then join this one. What allocates comes before
+  // anything is registered, so a bad_alloc leaves nothing half joined.
   std::erase_if(t_slots.slots, [](const ThreadSlots::Slot& slot) {
     util::SpinGuard guard(slot.cache->lock);
     return slot.cache->owner() == nullptr;
   });
+  t_slots.slots.reserve(t_slots.slots.size() + 1);
   auto cache = std::make_shared<ThreadCache>(this);
+  // The fork handlers learn of a front at its first cache (a front without caches has nothing to stop), here and
+  // not in the constructor: a device makes its front under its lock, which an owner stopped by a fork's
+  // preparation may be waiting for, while the preparation holds the list of fronts.
+  if (!for_fork_.load(std::memory_order_acquire)) [[unlikely]] {
+    static std::once_flag handlers;
+    std::call_once(handlers, [] { pthread_atfork(&prepare_fork, &parent_after_fork, &child_after_fork); });
+    const std::lock_guard guard(live_fronts().lock);
+    if (!for_fork_.load(std::memory_order_relaxed)) live_fronts().fronts.push_back(this);
+    for_fork_.store(true, std::memory_order_release);
+  }
   {
     util::SpinGuard guard(registry_lock_);
     caches_.push_back(cache);
@@ -362,10 +496,10 @@ void ThreadCaches::forget(ThreadCache* cache) {
 void ThreadCaches::count_free_elsewhere(std::uint64_t word) {
   const std::uint64_t size = rounded(HandedTable::requested(word));
   util::SpinGuard guard(registry_lock_);
+  retired_->count_tag(HandedTable::tag(word), 0 - size, 0 - std::uint64_t{1});  // first: it may grow (and throw)
   retired_->handed_bytes -= size;
   retired_->handed_requested -= HandedTable::requested(word);
   ++retired_->frees;
-  retired_->count_tag(HandedTable::tag(word), 0 - size, 0 - std::uint64_t{1});
 }
 
 std::size_t ThreadCaches::steal_all(ThreadCache& cache) {
@@ -373,7 +507,12 @@ std::size_t ThreadCaches::steal_all(ThreadCache& cache) {
   {
     util::SpinGuard guard(cache.lock);
     cache.stop_owner(asymmetric_);
-    all = cache.take_all();
+    try {
+      all = cache.take_all();
+    } catch (...) {
+      cache.release_owner();  // nothing taken: the owner goes on with its cache whole
+      throw;
+    }
     cache.release_owner();
   }
   // After the owner runs again: giving back takes the device lock, which the owner may be waiting for.
@@ -382,12 +521,17 @@ std::size_t ThreadCaches::steal_all(ThreadCache& cache) {
 }
 
 std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes, std::uint16_t tag) {
+  if (!cache.bin_ready(size)) return 0;  // before a block is taken: refill must not allocate
   std::array<std::uint64_t, kBatch> batch;
+  // One block goes to the program; what stays in the cache must fit in what is left of `bytes_per_thread`.
+  const std::uint64_t cap = bytes_per_thread(), cached = cache.cached_bytes();
+  const std::uint64_t room = cap > cached ? cap - cached : 0;
+  const auto most = static_cast<std::size_t>(std::min<std::uint64_t>(kBatch, 1 + room / size));
   std::size_t count = 0;
   {
     util::SpinGuard depot_guard(depot_->lock);
     std::vector<std::uint64_t>& bin = depot_->bins[class_of(size)];
-    count = std::min(kBatch, bin.size());
+    count = std::min(most, bin.size());
     std::copy(bin.end() - static_cast<std::ptrdiff_t>(count), bin.end(), batch.begin());
     bin.resize(bin.size() - count);
     depot_->bytes -= count * size;
@@ -396,13 +540,13 @@ std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size
   if (count == 0) {
     // From the heap: blocks under 2 KiB in a run filling 2 KiB (adjacent in a fresh small page), so the words of
     // one cache line of the handed-out table, and the blocks' own lines, mostly belong to one thread.
-    count = upstream_.take_blocks(size, std::min<std::uint64_t>(kBatch, (2048 + size - 1) / size), batch.data());
+    count = upstream_.take_blocks(size, std::min<std::uint64_t>(most, (2048 + size - 1) / size), batch.data());
     std::reverse(batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(count));  // handed out in address order
   }
   cache.refill(size, batch.data(), count);
   const std::uint64_t addr = cache.pop(size);
   if (addr != 0 && !handed_.set(addr, HandedTable::word(bytes, tag))) {
-    upstream_.give_back({addr});  // no room for the table's leaf: the device's own path serves this one
+    upstream_.give_back(std::span(&addr, 1));  // no room for the table's leaf: the device's own path serves this one
     return 0;
   }
   return addr;
@@ -411,11 +555,21 @@ std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size
 std::uint64_t ThreadCaches::allocate(std::uint64_t bytes, std::uint16_t tag) {
   if (t_exiting) [[unlikely]] return 0;
   const std::uint64_t size = rounded(bytes);
-  ThreadCache& cache = mine();
+  if (t_last_id != id_) [[unlikely]] {
+    try {
+      join();
+    } catch (const std::bad_alloc&) {
+      return 0;  // no cache for this thread (out of host memory): the device's own path serves it
+    }
+  }
+  ThreadCache& cache = *t_last;
   const ThreadCache::Operation operation(cache, asymmetric_);
   // Read again inside the operation: the caller saw the front on, but a pause may have turned it off and flushed
   // since; what this cache holds now may be on memory the device gave back.
   if (!serving()) [[unlikely]] return 0;
+  // The tag's counts (and in allocate_slow the bin) made before anything changes, so nothing below allocates: this
+  // runs inside try_allocate, which is noexcept. Out of host memory for them, the device's own path serves it.
+  if (!cache.tags_ready(tag)) [[unlikely]] return 0;
   std::uint64_t addr = cache.pop(size);
   if (addr == 0) [[unlikely]] {
     addr = allocate_slow(cache, size, bytes, tag);
@@ -423,7 +577,7 @@ std::uint64_t ThreadCaches::allocate(std::uint64_t bytes, std::uint16_t tag) {
   } else if (!handed_.set(addr, HandedTable::word(bytes, tag))) [[unlikely]] {
     // A block cached without ever being handed out (the rest of a run, or from the depot) may lie under a leaf not
     // made yet, and making it can fail (mmap refused): the device's own path serves this one.
-    upstream_.give_back({addr});
+    upstream_.give_back(std::span(&addr, 1));
     return 0;
   }
   cache.count_allocation(size, bytes, tag);
@@ -433,9 +587,14 @@ std::uint64_t ThreadCaches::allocate(std::uint64_t bytes, std::uint16_t tag) {
 // Full. A bin at its depth: its older half goes to the depot. The cache at its bytes: the older half of every bin
 // goes, so sizes the job no longer asks for do not hold the cache forever. A depot past its bytes goes back to the
 // heap whole: what nobody took back since it last emptied is not wanted.
+// The depot's bins grow here: each move is all or nothing (Depot::accept reserves first), and out of host memory
+// the block goes to the heap instead (false), so the free neither throws nor loses it.
 bool ThreadCaches::keep_in_full_cache(ThreadCache& cache, std::uint64_t addr, std::uint64_t size) {
+  // This size's first block on this thread: its bin is made here (out of memory, the block goes to the heap).
+  if (!cache.bin_ready(size)) return false;
+  if (cache.push(addr, size, bytes_per_thread())) return true;
   std::vector<std::uint64_t> to_heap;
-  {
+  try {
     util::SpinGuard depot_guard(depot_->lock);
     const std::size_t cls = class_of(size);
     if (cache.held(cls) >= kDepth) {
@@ -444,6 +603,8 @@ bool ThreadCaches::keep_in_full_cache(ThreadCache& cache, std::uint64_t addr, st
       for (std::size_t c = 0; c < kClasses; ++c) depot_->accept(cache, c, (cache.held(c) + 1) / 2);
     }
     if (depot_->bytes / kDepotPerThread > bytes_per_thread()) to_heap = depot_->take_all();  // no overflow
+  } catch (const std::bad_alloc&) {
+    return false;
   }
   if (!to_heap.empty()) upstream_.give_back(to_heap);
   return cache.push(addr, size, bytes_per_thread());
@@ -452,20 +613,25 @@ bool ThreadCaches::keep_in_full_cache(ThreadCache& cache, std::uint64_t addr, st
 bool ThreadCaches::deallocate(std::uint64_t addr, bool keep) {
   const std::uint64_t word = handed_.get(addr);
   if (!HandedTable::handed(word)) return false;
-  handed_.clear(addr);
   const std::uint64_t size = rounded(HandedTable::requested(word));
+  // Whatever may allocate (and throw) runs before the word is cleared, so a bad_alloc leaves the block handed out
+  // and counted once: the program still holds it, and may free it again.
   if (t_exiting) [[unlikely]] {
     count_free_elsewhere(word);
-    upstream_.give_back({addr});
+    handed_.clear(addr);
+    upstream_.give_back(std::span(&addr, 1));
     return true;
   }
   ThreadCache& cache = mine();
   const ThreadCache::Operation operation(cache, asymmetric_);
+  if (!cache.tags_ready(HandedTable::tag(word))) [[unlikely]] throw std::bad_alloc();
+  // Inside the operation: a fork() (or a flush) that waited for it finds the block either handed out or cached.
+  handed_.clear(addr);
   cache.count_free(size, HandedTable::requested(word), HandedTable::tag(word));
   keep = keep && serving();  // inside the operation, as in allocate: a block kept past a pause's flush would stay
   if (keep && cache.push(addr, size, bytes_per_thread())) [[likely]] return true;
   if (keep && keep_in_full_cache(cache, addr, size)) return true;
-  upstream_.give_back({addr});
+  upstream_.give_back(std::span(&addr, 1));
   return true;
 }
 

@@ -27,6 +27,14 @@
 //    read again by the owner inside its operation, after the barrier's hot side: a thread that saw it on before it
 //    went off neither hands out a block nor keeps a freed one once the flush that follows has passed its cache
 //    (the flush's barrier orders the flag's store before the owner's next read, or waits for the operation).
+//  - Out of host memory, nothing is lost or counted twice: whatever allocates (a thread's cache, a bin's words, a
+//    tag's chunk of counts, the depot's growth) runs before an operation changes anything, so an allocation
+//    declines (0), a free throws std::bad_alloc with the block still handed out, and a shed gives the block to
+//    the heap. A refill (depot batch or heap run) is cut to the bytes left in the cache's budget.
+//  - fork(): a pthread_atfork handler stops every cache's owner and takes every front's locks before the fork, so
+//    the child's copy holds no operation half done and no lock of a thread that does not exist there; in the
+//    child, the caches of the threads that did not survive go to the depot (their counts to the retired ones),
+//    and the forking thread keeps its own cache (docs/engine.md, "Threads", fork()).
 //  - A thread's exit empties its own cache; flush() every thread's and the depot; the front's destruction all of
 //    them. Lock order: a cache's operation or lock, then the depot, then the device (upstream); the registry lock
 //    is never held while taking another.
@@ -34,6 +42,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "engine/handed_table.hpp"
@@ -52,8 +61,9 @@ class FrontUpstream {
   /// Up to `count` live heap blocks of exactly `size` bytes (tag kFrontTag) into `out`, in one trip; how many were
   /// placed (0 when the heap cannot place one).
   virtual std::size_t take_blocks(std::uint64_t size, std::size_t count, std::uint64_t* out) = 0;
-  /// Frees front blocks in the heap.
-  virtual void give_back(const std::vector<std::uint64_t>& addrs) = 0;
+  /// Frees front blocks in the heap. A span, so giving one block back allocates nothing (the front's free path
+  /// must not throw once the block has left the program's hands).
+  virtual void give_back(std::span<const std::uint64_t> addrs) = 0;
 };
 
 struct FrontTagCount {
@@ -82,12 +92,14 @@ class ThreadCaches {
   ThreadCaches(const ThreadCaches&) = delete;
   ThreadCaches& operator=(const ThreadCaches&) = delete;
 
-  /// A block for `bytes` (at most kMaxSize), 0 when the heap cannot place one or the front is not serving (the
-  /// caller takes the slow path, which flushes and reports).
+  /// A block for `bytes` (at most kMaxSize), 0 when the heap cannot place one, the front is not serving, or the
+  /// cache cannot grow its books (out of host memory): the caller takes the slow path, which flushes and
+  /// reports. Never throws.
   std::uint64_t allocate(std::uint64_t bytes, std::uint16_t tag);
   /// False when addr is not a block the front handed out (the caller's slow path decides: a heap block, or a
   /// bad free). Otherwise the block goes to this thread's cache, or back to the heap when the cache is full,
-  /// `keep` is false or the front is not serving.
+  /// `keep` is false or the front is not serving. Throws std::bad_alloc only when this thread's cache cannot
+  /// grow its books, and then before anything changed: the block stays handed out and counted once.
   bool deallocate(std::uint64_t addr, bool keep = true);
   /// Whether addr is handed out by the front, with its requested bytes and tag.
   bool handed_out(std::uint64_t addr, std::uint64_t& requested, std::uint16_t& tag) const;
@@ -95,6 +107,10 @@ class ThreadCaches {
   /// many.
   std::size_t flush();
   FrontTotals totals() const;
+
+  /// Whether a thread emptying this thread's cache waits for it to leave its operation (a thief's flush, or a
+  /// fork()'s preparation). A seam for tests: an upstream that parks an owner inside its operation polls it.
+  bool stop_requested();
 
   /// Which barrier orders a cache's owner against a thread emptying it (util::AsymmetricFence::kind()).
   static const char* barrier_kind();
@@ -116,6 +132,13 @@ class ThreadCaches {
   std::size_t steal_all(ThreadCache& cache);
   void count_free_elsewhere(std::uint64_t word);
 
+  // fork(): every live front, in the order they were made (thread_cache.cpp, "fork()").
+  static void prepare_fork();
+  static void parent_after_fork();
+  static void child_after_fork();
+  void stop_every_owner_for_fork();
+  void restart_after_fork(bool child);
+
   /// Read by the owner inside its operation only (see the class comment).
   bool serving() const { return serving_ == nullptr || serving_->load(std::memory_order_relaxed); }
 
@@ -129,6 +152,9 @@ class ThreadCaches {
   mutable util::SpinLock registry_lock_;
   std::vector<std::shared_ptr<ThreadCache>> caches_ PLIMSOLL_GUARDED_BY(registry_lock_);
   std::unique_ptr<Counts> retired_ PLIMSOLL_GUARDED_BY(registry_lock_);  // exited threads' counts
+  std::atomic<bool> for_fork_{false};  // in the fork handlers' list (from the first cache on)
+  // Between prepare_fork and the handlers after it: the caches whose locks the forking thread holds.
+  std::vector<std::shared_ptr<ThreadCache>> held_for_fork_;
 };
 
 }  // namespace plimsoll::engine

@@ -1,0 +1,236 @@
+// Per-thread caches (src/engine/thread_cache.hpp) when host memory runs out inside them: the front's allocation runs
+// inside Allocator::try_allocate, which is noexcept, so it must not throw; a free must neither lose the block nor
+// count it twice. Failures are injected by replacing the global operator new in this test program (a seam that
+// costs the library nothing): while `t_fail_new` is set, every allocation on this thread throws std::bad_alloc.
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstdlib>
+#include <new>
+#include <thread>
+#include <vector>
+
+#include "backings/sim_backing.hpp"
+#include "engine/heap.hpp"
+#include "engine/thread_cache.hpp"
+#include "util/spin_lock.hpp"
+
+// A sanitizer runtime links its own operator new and delete whole (they cannot be replaced beside it): there, the
+// tests skip, and the plain builds (GCC and Clang, CI's test phase) run them.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define PLIMSOLL_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define PLIMSOLL_TEST_SANITIZED 1
+#endif
+#endif
+
+namespace {
+thread_local bool t_fail_new = false;
+}  // namespace
+
+#if !defined(PLIMSOLL_TEST_SANITIZED)
+
+// Every replaceable form, so a sanitizer runtime's own definitions (one archive member with all of them) are not
+// linked beside these: the allocations still reach the sanitizer through malloc.
+namespace {
+void* allocate_or_null(std::size_t bytes, std::size_t alignment) noexcept {
+  if (t_fail_new) return nullptr;
+  if (bytes == 0) bytes = 1;
+  if (alignment <= alignof(std::max_align_t)) return std::malloc(bytes);
+  void* p = nullptr;
+  return posix_memalign(&p, alignment, bytes) == 0 ? p : nullptr;
+}
+void* allocate_or_throw(std::size_t bytes, std::size_t alignment) {
+  if (void* p = allocate_or_null(bytes, alignment)) return p;
+  throw std::bad_alloc();
+}
+}  // namespace
+
+void* operator new(std::size_t n) { return allocate_or_throw(n, 0); }
+void* operator new[](std::size_t n) { return allocate_or_throw(n, 0); }
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return allocate_or_null(n, 0); }
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return allocate_or_null(n, 0); }
+void* operator new(std::size_t n, std::align_val_t a) { return allocate_or_throw(n, static_cast<std::size_t>(a)); }
+void* operator new[](std::size_t n, std::align_val_t a) { return allocate_or_throw(n, static_cast<std::size_t>(a)); }
+void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return allocate_or_null(n, static_cast<std::size_t>(a));
+}
+void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return allocate_or_null(n, static_cast<std::size_t>(a));
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+#endif
+
+namespace {
+#if defined(PLIMSOLL_TEST_SANITIZED)
+constexpr bool kCanFailNew = false;
+#else
+constexpr bool kCanFailNew = true;
+#endif
+#define SKIP_UNLESS_NEW_CAN_FAIL() \
+  if (!kCanFailNew) GTEST_SKIP() << "a sanitizer's runtime owns operator new here: no failure can be injected"
+}  // namespace
+
+namespace plimsoll {
+namespace {
+
+constexpr std::uint64_t MiB = 1ull << 20;
+
+// Failures apply to the front's own books only: the heap behind it allocates as usual.
+class ScopedFailures {
+ public:
+  ScopedFailures() { t_fail_new = true; }
+  ~ScopedFailures() { t_fail_new = false; }
+  ScopedFailures(const ScopedFailures&) = delete;
+  ScopedFailures& operator=(const ScopedFailures&) = delete;
+};
+
+class HeapUpstream : public engine::FrontUpstream {
+ public:
+  explicit HeapUpstream(engine::Heap& heap) : heap_(heap) {}
+  std::size_t take_blocks(std::uint64_t size, std::size_t count, std::uint64_t* out) override {
+    const bool failing = std::exchange(t_fail_new, false);
+    util::SpinGuard guard(lock_);
+    std::size_t taken = 0;
+    for (; taken < count; ++taken) {
+      out[taken] = heap_.allocate(size, engine::kFrontTag);
+      if (out[taken] == 0) break;
+    }
+    t_fail_new = failing;
+    return taken;
+  }
+  void give_back(std::span<const std::uint64_t> addrs) override {
+    const bool failing = std::exchange(t_fail_new, false);
+    util::SpinGuard guard(lock_);
+    for (std::uint64_t addr : addrs) {
+      engine::Heap::Freed freed;
+      EXPECT_TRUE(heap_.deallocate(addr, freed)) << "the front gave back a block the heap does not hold";
+    }
+    t_fail_new = failing;
+  }
+  std::uint64_t live() {
+    util::SpinGuard guard(lock_);
+    return heap_.live_allocations();
+  }
+
+ private:
+  engine::Heap& heap_;
+  util::SpinLock lock_;
+};
+
+struct Front {
+  backings::SimBacking backing{4ull << 30};
+  engine::Heap heap{backing, engine::HeapOptions{.limit = 1ull << 30}};
+  HeapUpstream upstream{heap};
+  engine::ThreadCaches front{upstream, 1 * MiB};
+};
+
+// A tag first counted by this thread needs a new chunk of counts: made before anything changes, and when it cannot
+// be made the front declines (the device's own path serves the request), instead of throwing out of noexcept code.
+TEST(ThreadsFrontFaults, AnAllocationThatCannotGrowItsBooksDeclinesWithoutThrowing) {
+  SKIP_UNLESS_NEW_CAN_FAIL();
+  Front f;
+  const std::uint64_t warm = f.front.allocate(1024, 1);
+  ASSERT_TRUE(f.front.deallocate(warm));  // cached in this thread's bin (with the rest of its run)
+  const std::uint64_t cached = f.front.totals().cached_blocks;
+  std::uint64_t addr = 1;
+  {
+    ScopedFailures failing;
+    EXPECT_NO_THROW(addr = f.front.allocate(1024, 300));  // tag 300: a chunk this cache has not made yet
+  }
+  EXPECT_EQ(addr, 0u) << "the front handed out a block it cannot count";
+  EXPECT_EQ(f.front.totals().handed_live, 0u);
+  EXPECT_EQ(f.front.totals().cached_blocks, cached) << "the declined allocation lost the cached block";
+  const std::uint64_t later = f.front.allocate(1024, 300);
+  EXPECT_EQ(later, warm);
+  ASSERT_EQ(f.front.totals().tags.size(), 301u);
+  EXPECT_EQ(f.front.totals().tags[300].live, 1u);
+  EXPECT_TRUE(f.front.deallocate(later));
+  f.front.flush();
+  EXPECT_EQ(f.upstream.live(), 0u);
+}
+
+// A thread's first allocation makes its cache: out of memory, it declines too.
+TEST(ThreadsFrontFaults, AThreadThatCannotMakeItsCacheDeclines) {
+  SKIP_UNLESS_NEW_CAN_FAIL();
+  Front f;
+  std::thread([&] {
+    std::uint64_t addr = 1;
+    {
+      ScopedFailures failing;
+      EXPECT_NO_THROW(addr = f.front.allocate(512, 1));
+    }
+    EXPECT_EQ(addr, 0u);
+    addr = f.front.allocate(512, 1);  // memory back: the thread joins now
+    EXPECT_NE(addr, 0u);
+    EXPECT_TRUE(f.front.deallocate(addr));
+  }).join();
+  EXPECT_EQ(f.front.totals().allocations, 1u);
+  f.front.flush();
+  EXPECT_EQ(f.upstream.live(), 0u);
+}
+
+// A cross-thread free of a tag the freeing thread never counted: its chunk cannot be made, so the free throws
+// before anything changed: the block is still handed out, counted once, and a later free succeeds.
+TEST(ThreadsFrontFaults, AFreeThatCannotGrowItsBooksLeavesTheBlockHandedOutAndCountedOnce) {
+  SKIP_UNLESS_NEW_CAN_FAIL();
+  Front f;
+  std::uint64_t addr = 0;
+  std::thread([&] { addr = f.front.allocate(1024, 300); }).join();
+  ASSERT_NE(addr, 0u);
+  const std::uint64_t mine = f.front.allocate(1024, 1);  // this thread's cache, without tag 300's chunk
+  ASSERT_TRUE(f.front.deallocate(mine));
+  {
+    ScopedFailures failing;
+    EXPECT_THROW(f.front.deallocate(addr), std::bad_alloc);
+  }
+  std::uint64_t requested = 0;
+  std::uint16_t tag = 0;
+  EXPECT_TRUE(f.front.handed_out(addr, requested, tag)) << "the failed free lost the block";
+  EXPECT_EQ(f.front.totals().handed_live, 1u);
+  EXPECT_EQ(f.front.totals().frees, 1u);
+  EXPECT_TRUE(f.front.deallocate(addr)) << "a second free of a block still held must succeed";
+  EXPECT_EQ(f.front.totals().handed_live, 0u);
+  EXPECT_EQ(f.front.totals().handed_bytes, 0u);
+  f.front.flush();
+  EXPECT_EQ(f.upstream.live(), 0u);
+}
+
+// A free into a bin at its depth moves half the bin to the depot, whose bin grows: out of memory, the freed block
+// goes straight back to the heap, and nothing is lost or counted twice.
+TEST(ThreadsFrontFaults, AFullCacheThatCannotGrowTheDepotGivesTheBlockToTheHeap) {
+  SKIP_UNLESS_NEW_CAN_FAIL();
+  Front f;
+  std::vector<std::uint64_t> blocks;
+  for (int i = 0; i < 66; ++i) blocks.push_back(f.front.allocate(1024, 1));  // runs of two: none left cached
+  for (int i = 0; i < 64; ++i) ASSERT_TRUE(f.front.deallocate(blocks[static_cast<std::size_t>(i)]));
+  ASSERT_EQ(f.front.totals().cached_blocks, 64u) << "the bin is at its depth";
+  bool freed = false;
+  {
+    ScopedFailures failing;
+    EXPECT_NO_THROW(freed = f.front.deallocate(blocks[64]));
+  }
+  EXPECT_TRUE(freed);
+  const engine::FrontTotals totals = f.front.totals();
+  EXPECT_EQ(totals.handed_live, 1u);
+  EXPECT_EQ(f.upstream.live(), totals.cached_blocks + 1) << "a block neither cached nor given back";
+  EXPECT_EQ(totals.cached_blocks, 64u);
+  EXPECT_TRUE(f.front.deallocate(blocks[65]));
+  f.front.flush();
+  EXPECT_EQ(f.upstream.live(), 0u);
+}
+
+}  // namespace
+}  // namespace plimsoll

@@ -1,0 +1,147 @@
+// fork() beside per-thread caches (src/engine/thread_cache.hpp): only the forking thread lives on in the child, so a
+// cache whose owner was inside an operation at the fork, or a lock another thread held, must not be copied into
+// the child as it was, or the child's next flush waits forever. The owner is parked inside its operation through a
+// seam (an upstream that holds it in take_blocks until a thread emptying its cache asks it to stop); the child
+// flushes, allocates and frees, and the parent fails the test if the child does not exit cleanly in time.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "backings/sim_backing.hpp"
+#include "engine/heap.hpp"
+#include "engine/thread_cache.hpp"
+#include "util/spin_lock.hpp"
+
+namespace plimsoll {
+namespace {
+
+constexpr std::uint64_t MiB = 1ull << 20;
+
+// The front over a bare heap, with a lock of its own; parks the next owner that takes blocks inside its operation
+// until the thread emptying its cache (a flush, or fork()'s preparation) asks it to stop, or the test releases it.
+class ParkingUpstream : public engine::FrontUpstream {
+ public:
+  explicit ParkingUpstream(engine::Heap& heap) : heap_(heap) {}
+  std::size_t take_blocks(std::uint64_t size, std::size_t count, std::uint64_t* out) override {
+    if (park_next.exchange(false)) {
+      parked = true;
+      while (!front->stop_requested() && !release.load()) std::this_thread::yield();
+      parked = false;
+    }
+    util::SpinGuard guard(lock_);
+    std::size_t taken = 0;
+    for (; taken < count; ++taken) {
+      out[taken] = heap_.allocate(size, engine::kFrontTag);
+      if (out[taken] == 0) break;
+    }
+    return taken;
+  }
+  void give_back(std::span<const std::uint64_t> addrs) override {
+    util::SpinGuard guard(lock_);
+    for (std::uint64_t addr : addrs) {
+      engine::Heap::Freed freed;
+      if (!heap_.deallocate(addr, freed)) bad_give_back = true;
+    }
+  }
+  std::uint64_t live() {
+    util::SpinGuard guard(lock_);
+    return heap_.live_allocations();
+  }
+  engine::ThreadCaches* front = nullptr;
+  std::atomic<bool> park_next{false}, parked{false}, release{false}, bad_give_back{false};
+
+ private:
+  engine::Heap& heap_;
+  util::SpinLock lock_;
+};
+
+// What the child checks; its exit status says which check failed (0: all passed).
+int child_checks(engine::ThreadCaches& front, ParkingUpstream& upstream) {
+  front.flush();  // waits for every owner's operation: hangs if a dead thread's cache still looks busy
+  if (front.totals().cached_blocks != 0) return 2;
+  // The parked owner's block was handed out before the fork: the program (in the child, nobody) still holds it.
+  if (front.totals().handed_live != 1) return 3;
+  if (upstream.live() != 1) return 4;
+  std::vector<std::uint64_t> blocks;
+  for (std::uint64_t i = 0; i < 40; ++i) blocks.push_back(front.allocate(256 * (1 + i % 8), 1));
+  for (std::uint64_t addr : blocks) {
+    if (addr == 0) return 5;
+    if (!front.deallocate(addr)) return 6;
+  }
+  if (front.totals().handed_live != 1 || front.totals().cached_blocks == 0) return 7;
+  front.flush();
+  if (upstream.live() != 1 || upstream.bad_give_back) return 8;
+  return 0;
+}
+
+TEST(ThreadsFrontFork, ForkWhileAnotherThreadIsInsideItsOperationLeavesAWorkingChild) {
+  backings::SimBacking backing(4ull << 30);
+  engine::Heap heap(backing, engine::HeapOptions{.limit = 1ull << 30});
+  ParkingUpstream upstream(heap);
+  engine::ThreadCaches front(upstream, 1 * MiB);
+  upstream.front = &front;
+  // The forking thread has a cache of its own, with blocks in it.
+  const std::uint64_t mine = front.allocate(512, 1);
+  ASSERT_NE(mine, 0u);
+  ASSERT_TRUE(front.deallocate(mine));
+
+  std::atomic<bool> owner_done{false}, owner_may_exit{false};
+  std::uint64_t owner_block = 0;
+  std::thread owner([&] {
+    std::vector<std::uint64_t> blocks;
+    for (int i = 0; i < 4; ++i) blocks.push_back(front.allocate(1024, 1));
+    for (std::uint64_t addr : blocks) front.deallocate(addr);  // four blocks cached in its bins
+    upstream.park_next = true;
+    owner_block = front.allocate(2048, 1);  // an empty bin: parked in take_blocks, inside the operation
+    owner_done = true;
+    while (!owner_may_exit.load()) std::this_thread::yield();
+  });
+  while (!upstream.parked.load()) std::this_thread::yield();
+
+  const pid_t child = fork();
+  ASSERT_NE(child, -1);
+  if (child == 0) _exit(child_checks(front, upstream));
+
+  int status = 0;
+  bool exited = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!exited && std::chrono::steady_clock::now() < deadline) {
+    const pid_t done = waitpid(child, &status, WNOHANG);
+    ASSERT_NE(done, -1);
+    exited = done == child;
+    if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!exited) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+  }
+  upstream.release = true;  // the parent's owner, in case the fork did not ask it to stop
+  EXPECT_TRUE(exited) << "the child hung: a cache of a thread that does not exist in it still looked busy";
+  if (exited) {
+    EXPECT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's check number " << WEXITSTATUS(status) << " failed";
+  }
+
+  // The parent goes on as before the fork: the owner finished its allocation, and every lock was given back.
+  while (!owner_done.load()) std::this_thread::yield();
+  EXPECT_NE(owner_block, 0u);
+  EXPECT_EQ(front.totals().handed_live, 1u);
+  EXPECT_TRUE(front.deallocate(owner_block));
+  owner_may_exit = true;
+  owner.join();
+  const std::uint64_t again = front.allocate(512, 1);
+  EXPECT_NE(again, 0u);
+  EXPECT_TRUE(front.deallocate(again));
+  front.flush();
+  EXPECT_EQ(upstream.live(), 0u);
+  EXPECT_FALSE(upstream.bad_give_back.load());
+}
+
+}  // namespace
+}  // namespace plimsoll
