@@ -15,6 +15,7 @@
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 using plimsoll::testing::CliRun;
@@ -302,6 +303,13 @@ TEST(CliReplay, RepeatLastStepRejectsBadCountsAndTracesWithoutSteps) {
   EXPECT_EQ(run.status, 2);
   EXPECT_THAT(run.err, HasSubstr("no training steps to repeat"));
   EXPECT_THAT(run.err, HasSubstr("drop --repeat-last-step"));
+  // Without the option, or with 0, a trace without steps replays as before.
+  for (const std::string option : {"", " --repeat-last-step 0"}) {
+    const CliRun plain = plimsoll("replay " + flat + option);
+    EXPECT_EQ(plain.status, 0) << option << ": " << plain.err;
+  }
+  const CliRun words = plimsoll("replay " + path + " --repeat-last-step many");
+  EXPECT_THAT(words.err, Not(HasSubstr("not in range"))) << "the message names the fix, not CLI11's range";
 }
 
 }  // namespace

@@ -274,8 +274,32 @@ TEST(TelemetryReplayRepeat, ZeroRepeatsIsTheTraceAndBadCountsAreRefused) {
   EXPECT_EQ(same.events.size(), trace.events.size());
   EXPECT_EQ(same.steps.size(), trace.steps.size());
   EXPECT_THROW(repeat_last_step(trace, kMaxStepRepeats + 1), InvalidArgument);
+  EXPECT_THROW(check_step_repeats(kMaxStepRepeats + 1), InvalidArgument);
+  EXPECT_NO_THROW(check_step_repeats(kMaxStepRepeats));
   const Trace flat = parse_trace("a 1 1024\nf 1\n", "flat.trace");
   EXPECT_THROW(repeat_last_step(flat, 1), InvalidArgument);
+  // No repeats asked: a trace without steps is replayed as it is, not refused.
+  const Trace flat_as_is = repeat_last_step(flat, 0);
+  EXPECT_EQ(flat_as_is.events.size(), flat.events.size());
+}
+
+TEST(TelemetryReplayRepeat, ATimedTraceStaysInTimeOrderMarkersAndTeardownIncluded) {
+  // Step 2 leaks a batch, so the teardown starts with the copies' unpaired frees.
+  Trace trace = parse_trace(
+      "a 1 1048576\n"
+      "# step 0 begin\na 2 2097152\n# step 0 end\n"
+      "# step 1 begin\na 3 2097152\nf 2\n# step 1 end\n"
+      "# step 2 begin\na 5 2097152\nf 3\na 7 1048576\n# step 2 end\n"
+      "f 5\nf 7\nf 1\n",
+      "timed.trace");
+  trace.has_times = true;
+  for (std::size_t i = 0; i < trace.events.size(); ++i) trace.events[i].time_ns = 1000 * (i + 1);
+  const Trace repeated = repeat_last_step(trace, 3);
+  ASSERT_EQ(repeated.steps.size(), 6u);
+  for (std::size_t i = 1; i < repeated.events.size(); ++i) {
+    EXPECT_LE(repeated.events[i - 1].time_ns, repeated.events[i].time_ns) << "event " << i;
+  }
+  EXPECT_EQ(check_well_formed(repeated), repeated.peak_live_bytes);
 }
 
 TEST(TelemetryReplayRepeat, ARealTraceRepeatedStaysWellFormedAndReplays) {

@@ -22,6 +22,7 @@
 #include "cli/output.hpp"
 #include "plimsoll/device.hpp"
 #include "plimsoll/error.hpp"
+#include "plimsoll/estimate.hpp"
 #include "plimsoll/policy.hpp"
 #include "plimsoll/runtime.hpp"
 #include "plimsoll/size.hpp"
@@ -54,7 +55,7 @@ struct ReplayArgs {
   std::string limit_over_live;  // a factor above 0, checked by parse_number (cli/option_values.hpp)
   bool touch_memory = false;
   bool no_step_plan = false;
-  std::size_t repeat_last_step = 0;  // extra copies of each trace's last step (0: the trace as recorded)
+  std::string repeat_last_step;  // extra copies of each trace's last step (none: the trace as recorded)
   bool json = false;
   // Memory timeline files; empty when not asked for.
   std::string plot;
@@ -221,24 +222,33 @@ std::string fallback_note(const ReplayResult& result) {
                      plan.past_plan, plan.skipped, plan.growth);
 }
 
-// The steps that mapped or unmapped, and from which step on none did: "steps 0 (3/0), 1 (2/1); none from step 2 on".
-std::string step_traffic_note(const ReplayResult& result) {
+// The steps that mapped or unmapped, by the trace's step numbers, and from which step on none did:
+// "steps 0 (3/0), 1 (2/1); none in steps 2-6".
+std::string step_traffic_note(const ReplayResult& result, const plimsoll::Trace& trace) {
+  const auto number = [&trace](std::size_t k) {
+    return k < trace.steps.size() ? trace.steps[k].number : static_cast<int>(k);
+  };
   std::string busy;
   std::size_t quiet_from = 0;
   for (std::size_t k = 0; k < result.maps_by_step.size(); ++k) {
     if (result.maps_by_step[k] + result.unmaps_by_step[k] == 0) continue;
-    busy += fmt::format("{}{} ({}/{})", busy.empty() ? "" : ", ", k, result.maps_by_step[k], result.unmaps_by_step[k]);
+    busy += fmt::format("{}{} ({}/{})", busy.empty() ? "" : ", ", number(k), result.maps_by_step[k],
+                        result.unmaps_by_step[k]);
     quiet_from = k + 1;
   }
   const std::size_t reached = result.maps_by_step.size();
   std::string text = fmt::format("{} ({}): ", std::filesystem::path(result.trace).filename().string(), result.policy);
   text += busy.empty() ? "no step mapped or unmapped" : "steps " + busy;
   if (quiet_from < reached) {
-    text += fmt::format("; none in steps {}-{}", quiet_from, reached - 1);
+    text += fmt::format("; none in steps {}-{}", number(quiet_from), number(reached - 1));
   } else {
-    text += "; the last step did";
+    text += "; the last step mapped or unmapped too";
   }
-  if (result.oom) text += fmt::format(" (ran out of memory in step {})", reached - 1);
+  if (result.oom) {
+    const bool in_teardown = !trace.steps.empty() && result.oom_event && *result.oom_event >= trace.steps.back().end;
+    text += in_teardown ? std::string(" (ran out of memory in the teardown, after the last step)")
+                        : fmt::format(" (ran out of memory in step {})", number(reached - 1));
+  }
   return text;
 }
 
@@ -309,6 +319,10 @@ void run_replay(const ReplayArgs& args) {
                                ? plimsoll::cli::parse_number(args.limit_over_live, "--limit-over-live",
                                                              {.minimum = 0, .minimum_excluded = true, .maximum = {}})
                                : 0.0;
+  // Checked before any trace is read; 0 (the default) replays each trace as recorded.
+  const std::size_t repeats =
+      args.repeat_last_step.empty() ? 0 : plimsoll::parse_count(args.repeat_last_step, "--repeat-last-step");
+  plimsoll::telemetry::check_step_repeats(repeats);
   const std::vector<std::string> traces = args.traces.empty() ? traces_in(default_trace_dir()) : args.traces;
 
   plimsoll::cli::Table table = results_table();
@@ -325,7 +339,7 @@ void run_replay(const ReplayArgs& args) {
   std::size_t run = 0;
   for (const std::string& path : traces) {
     const plimsoll::Trace trace =
-        plimsoll::telemetry::repeat_last_step(plimsoll::read_trace(path), args.repeat_last_step);
+        plimsoll::telemetry::repeat_last_step(plimsoll::read_trace(path), repeats);
     if (trace.step_source != plimsoll::StepSource::markers) {
       step_notes.push_back(fmt::format("{}: {}", trace.origin, trace.step_detection.summary));
     }
@@ -351,7 +365,7 @@ void run_replay(const ReplayArgs& args) {
       if (result.step_plan.plans + result.step_plan.unfit > 0) plan_notes.push_back(fallback_note(result));
       // Only where steady state mapped or unmapped: a clean run says so in the table already.
       if (result.steady_maps + result.steady_unmaps > 0 && !result.maps_by_step.empty()) {
-        step_traffic_notes.push_back(step_traffic_note(result));
+        step_traffic_notes.push_back(step_traffic_note(result, trace));
       }
       add_to_summary(summaries, result);
       if (result.oom) out_of_memory.push_back(std::move(result));
@@ -431,8 +445,7 @@ void add_replay_command(CLI::App& app) {
       ->add_option("--repeat-last-step", args->repeat_last_step,
                    "Replay each trace's last step N more times before its teardown (fresh allocations; the blocks "
                    "a step frees from the step before are the previous copy's), to see a long run's steady state")
-      ->type_name("N")
-      ->check(CLI::Range(std::size_t{0}, plimsoll::telemetry::kMaxStepRepeats));
+      ->type_name("N");  // checked by parse_count and check_step_repeats, naming the fix
   replay->add_flag("--json", args->json,
                    "One JSON object per line per (trace, policy), instead of the table; no device log lines");
   replay->add_option("--plot", args->plot,

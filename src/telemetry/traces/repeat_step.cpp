@@ -74,27 +74,23 @@ StepShape shape_of(const Trace& trace, const TraceStep& step) {
   return shape;
 }
 
-// "step N begin" or "step N end" when `text` is one; otherwise empty.
-std::string renumbered_step_marker(const std::string& text, int number) {
-  if (text.rfind("step ", 0) != 0) return {};
-  if (text.size() > 6 && text.compare(text.size() - 6, 6, " begin") == 0) return fmt::format("step {} begin", number);
-  if (text.size() > 4 && text.compare(text.size() - 4, 4, " end") == 0) return fmt::format("step {} end", number);
-  return {};
-}
-
 }  // namespace
 
-Trace repeat_last_step(const Trace& trace, std::size_t times) {
+void check_step_repeats(std::size_t times) {
+  if (times > kMaxStepRepeats) {
+    throw InvalidArgument(fmt::format("--repeat-last-step {} is over the {} repeats it takes; use at most {}", times,
+                                      kMaxStepRepeats, kMaxStepRepeats));
+  }
+}
+
+Trace repeat_last_step(Trace trace, std::size_t times) {
+  check_step_repeats(times);
+  if (times == 0) return trace;  // any trace, with steps or without
   if (trace.steps.empty()) {
     throw InvalidArgument(fmt::format("{} has no training steps to repeat (no 'step N begin/end' markers and no "
                                       "repeating pattern found); drop --repeat-last-step for this trace",
                                       trace.origin));
   }
-  if (times > kMaxStepRepeats) {
-    throw InvalidArgument(fmt::format("--repeat-last-step {} is over the {} repeats it takes; use at most {}", times,
-                                      kMaxStepRepeats, kMaxStepRepeats));
-  }
-  if (times == 0) return trace;
   const TraceStep last = trace.steps.back();
   const StepShape shape = shape_of(trace, last);
   const std::uint64_t slots = std::uint64_t{trace.slots} + std::uint64_t{times} * shape.allocations;
@@ -107,30 +103,32 @@ Trace repeat_last_step(const Trace& trace, std::size_t times) {
   // With markers a step is [begin marker + 1, end marker); a copy goes after the end marker, wrapped in its own.
   const std::size_t insert_at = with_markers ? last.end + 1 : last.end;
 
-  Trace out = trace;
-  out.events.assign(trace.events.begin(), trace.events.begin() + static_cast<std::ptrdiff_t>(insert_at));
-  out.steps = trace.steps;
-  // Copies and the teardown after them move on in time by one step each, so a timeline stays in order.
-  const std::uint64_t period_ns = trace.has_times && last.end > last.begin
-                                      ? trace.events[insert_at - 1].time_ns - trace.events[last.begin].time_ns + 1
+  // The events are rebuilt beside the trace's own (read while copying), then replace them; markers are appended.
+  std::vector<TraceEvent> events(trace.events.begin(), trace.events.begin() + static_cast<std::ptrdiff_t>(insert_at));
+  // Copies and the teardown after them move on in time by one step each (its markers included), so a timeline
+  // stays in order.
+  const std::size_t copied_from = with_markers && last.begin > 0 ? last.begin - 1 : last.begin;
+  const std::uint64_t period_ns = trace.has_times && insert_at > copied_from
+                                      ? trace.events[insert_at - 1].time_ns - trace.events[copied_from].time_ns + 1
                                       : 0;
   const auto slot_in_copy = [&](std::uint32_t slot, std::size_t copy) {
     return copy == 0 ? slot
                      : static_cast<std::uint32_t>(trace.slots + (copy - 1) * shape.allocations +
                                                   shape.index_in_step[slot]);
   };
-  const auto push_marker = [&out](const std::string& text, const TraceEvent& like) {
+  const auto push_marker = [&](const std::string& text, const TraceEvent& like, std::uint64_t shift_ns) {
     TraceEvent marker = like;
     marker.kind = TraceEvent::Kind::marker;
-    marker.slot = static_cast<std::uint32_t>(out.markers.size());
-    out.markers.push_back(text);
-    out.events.push_back(marker);
+    marker.slot = static_cast<std::uint32_t>(trace.markers.size());
+    marker.time_ns += shift_ns;
+    trace.markers.push_back(text);
+    events.push_back(marker);
   };
   for (std::size_t copy = 1; copy <= times; ++copy) {
     const int number = last.number + static_cast<int>(copy);
     const TraceEvent& edge = trace.events[last.begin == 0 ? 0 : last.begin - 1];
-    if (with_markers) push_marker(fmt::format("step {} begin", number), edge);
-    const std::size_t begin = out.events.size();
+    if (with_markers) push_marker(fmt::format("step {} begin", number), edge, copy * period_ns);
+    const std::size_t begin = events.size();
     for (std::size_t index = last.begin; index < last.end; ++index) {
       TraceEvent event = trace.events[index];
       event.time_ns += copy * period_ns;
@@ -144,21 +142,16 @@ Trace repeat_last_step(const Trace& trace, std::size_t times) {
         } else {
           continue;  // the original step freed it; it is gone
         }
-      } else if (event.kind == TraceEvent::Kind::marker) {
-        const std::string renumbered = renumbered_step_marker(trace.markers[event.slot], number);
-        if (!renumbered.empty()) {
-          push_marker(renumbered, event);
-          continue;
-        }
-      }
-      out.events.push_back(event);
+      }  // a note inside the step is copied as it is (a marked step holds no step marker)
+      events.push_back(event);
     }
-    const std::size_t end = out.events.size();
-    out.steps.push_back(TraceStep{number, begin, end});
-    if (with_markers) push_marker(fmt::format("step {} end", number), trace.events[last.end]);
+    const std::size_t end = events.size();
+    trace.steps.push_back(TraceStep{number, begin, end});
+    if (with_markers) push_marker(fmt::format("step {} end", number), trace.events[last.end], copy * period_ns);
   }
   // The teardown: first the copies' unpaired leftovers, then the trace's own, the paired ones on the last copy.
-  const TraceEvent& teardown_like = trace.events.back();
+  // Their frees come first in the teardown, so they take the time of its first event.
+  const TraceEvent& teardown_like = trace.events[std::min(insert_at, trace.events.size() - 1)];
   for (std::size_t copy = 1; copy <= times; ++copy) {
     for (const std::uint32_t slot : shape.unpaired_leftovers) {
       TraceEvent free_event = teardown_like;
@@ -166,7 +159,7 @@ Trace repeat_last_step(const Trace& trace, std::size_t times) {
       free_event.slot = slot_in_copy(slot, copy);
       free_event.bytes = 0;
       free_event.time_ns += times * period_ns;
-      out.events.push_back(free_event);
+      events.push_back(free_event);
     }
   }
   for (std::size_t index = insert_at; index < trace.events.size(); ++index) {
@@ -175,28 +168,29 @@ Trace repeat_last_step(const Trace& trace, std::size_t times) {
     if (event.kind == TraceEvent::Kind::free && shape.paired[event.slot]) {
       event.slot = slot_in_copy(event.slot, times);
     }
-    out.events.push_back(event);
+    events.push_back(event);
   }
+  trace.events = std::move(events);
 
-  out.slots = static_cast<std::uint32_t>(slots);
-  out.allocations = 0;
-  out.frees = 0;
-  out.peak_live_bytes = 0;
-  std::vector<std::uint64_t> live_bytes(out.slots, 0);
+  trace.slots = static_cast<std::uint32_t>(slots);
+  trace.allocations = 0;
+  trace.frees = 0;
+  trace.peak_live_bytes = 0;
+  std::vector<std::uint64_t> live_bytes(trace.slots, 0);
   std::uint64_t live = 0;
-  for (const TraceEvent& event : out.events) {
+  for (const TraceEvent& event : trace.events) {
     if (event.kind == TraceEvent::Kind::allocate) {
-      ++out.allocations;
+      ++trace.allocations;
       live_bytes[event.slot] = event.bytes;
       live += event.bytes;
-      out.peak_live_bytes = std::max(out.peak_live_bytes, live);
+      trace.peak_live_bytes = std::max(trace.peak_live_bytes, live);
     } else if (event.kind == TraceEvent::Kind::free) {
-      ++out.frees;
+      ++trace.frees;
       live -= live_bytes[event.slot];
       live_bytes[event.slot] = 0;
     }
   }
-  return out;
+  return trace;
 }
 
 }  // namespace plimsoll::telemetry

@@ -19,8 +19,13 @@ inline constexpr std::size_t kMaxStepRepeats = 1000;
 /// no such pair (a leak, state the step made for good) stays live in every copy until the teardown, which frees
 /// them first; a free of an older block with no leftover to pair with (memory the job freed once) is not repeated.
 /// The teardown's frees of paired leftovers free the last copy's. Peak live, counts and slots are recomputed.
-/// Throws InvalidArgument naming the fix when the trace has no steps, `times` is over kMaxStepRepeats, or the
-/// copies would need more than 2^32 slots.
-Trace repeat_last_step(const Trace& trace, std::size_t times);
+/// `times` 0 gives the trace back as it is, steps or none. Throws InvalidArgument naming the fix when `times` is
+/// over kMaxStepRepeats, the trace has no steps, or the copies would need more than 2^32 slots. The trace is taken
+/// by value so that a caller done with it (move it in) holds one copy of its events, not two.
+Trace repeat_last_step(Trace trace, std::size_t times);
+
+/// Throws InvalidArgument naming the fix when `times` is over kMaxStepRepeats (for a caller that checks its
+/// options before reading any trace).
+void check_step_repeats(std::size_t times);
 
 }  // namespace plimsoll::telemetry
