@@ -13,6 +13,9 @@
 //   sleep MS | hold           sleeps | prints "holding" and sleeps until killed
 //   next                      dlsym(RTLD_NEXT, "malloc"), as a library wrapping malloc does: prints "next 1" when it
 //                             is the malloc the program calls (libc's)
+//   probe preloaded|PATH      asks tests/fake_libcuda/next_probe.cpp (a later preload, or dlopen'ed from PATH) what
+//                             its dlsym(RTLD_NEXT, "getppid") is: prints "probe libc=L own=O" (L: it is libc's
+//                             getppid; O: it is the probe's own)
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -158,6 +161,21 @@ int main(int argc, char** argv) {
     if (op == "next") {
       void* const next = dlsym(RTLD_NEXT, "malloc");
       std::printf("next %d\n", next != nullptr && next == dlsym(RTLD_DEFAULT, "malloc") ? 1 : 0);
+    } else if (op == "probe") {
+      if (i + 1 >= argc) fail("probe needs `preloaded` or the probe library's path");
+      const std::string where = argv[++i];
+      const bool preloaded = where == "preloaded";
+      void* const probe_library = preloaded ? RTLD_DEFAULT : dlopen(where.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (!preloaded && probe_library == nullptr) fail("dlopen " + where + ": " + dlerror());
+      void* const probe_symbol = dlsym(probe_library, "plimsoll_next_probe");
+      if (probe_symbol == nullptr) fail("no plimsoll_next_probe in " + where);
+      void* const next = reinterpret_cast<void* (*)()>(probe_symbol)();
+      void* const libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+      Dl_info probe_object{}, next_object{};
+      const bool own = next != nullptr && dladdr(next, &next_object) != 0 && dladdr(probe_symbol, &probe_object) != 0 &&
+                       next_object.dli_fbase == probe_object.dli_fbase;
+      std::printf("probe libc=%d own=%d\n", next != nullptr && libc != nullptr && next == dlsym(libc, "getppid") ? 1 : 0,
+                  own ? 1 : 0);
     } else if (op == "init") {
       CUcontext context = nullptr;
       int device = 0;
