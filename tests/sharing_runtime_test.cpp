@@ -518,6 +518,25 @@ TEST(RuntimeShare, AnotherShimWrappingTheDriverIsNotTakenForTheInterposer) {
   EXPECT_THAT(entries[0], HasSubstr("charged=" + limit[0].substr(6) + " ")) << run.out;
 }
 
+TEST(RuntimeShare, AForeignShimBeforeTheInterposerIsNotTakenForIt) {
+#ifdef PLIMSOLL_SANITIZED
+  GTEST_SKIP() << kInterposerUnderSanitizers;
+#endif
+  // Both preloaded, the foreign shim first: plimsoll's marker is loaded, but the driver's allocation calls bind to the
+  // foreign shim (which charges nothing), so the Runtime must join the ledger itself.
+  const LedgerDirectory dir;
+  auto environment = fake_gpu_environment(dir);
+  environment["LD_PRELOAD"] = std::string(PLIMSOLL_FOREIGN_CUDA_SHIM) + " " + PLIMSOLL_CUDA_INTERCEPT_SO;
+  const ClientRun run = run_client({PLIMSOLL_RUNTIME_CLIENT, "cuda:0", "8MiB"}, environment);
+  ASSERT_EQ(run.status, 0) << run.err;
+  const auto entries = lines_starting(run.out, "entry ");
+  ASSERT_EQ(entries.size(), 1u) << "the Runtime's own entry:\n" << run.out;
+  EXPECT_THAT(entries[0], HasSubstr("interposed=0 can_trim=1"));
+  const auto limit = lines_starting(run.out, "limit ");
+  ASSERT_EQ(limit.size(), 1u);
+  EXPECT_THAT(entries[0], HasSubstr("charged=" + limit[0].substr(6) + " ")) << run.out;
+}
+
 // The client holding its memory (its last argument `hold`) until destroyed, for `plimsoll pause PID`.
 class HeldClient {
  public:
