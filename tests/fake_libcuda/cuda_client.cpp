@@ -12,7 +12,7 @@
 //   bench N                   N x (cuMemAlloc 4KiB + cuMemFree), then N x cuMemGetInfo; prints ns per call
 //   sleep MS | hold           sleeps | prints "holding" and sleeps until killed
 //   next                      dlsym(RTLD_NEXT, "malloc"), as a library wrapping malloc does: prints "next 1" when it
-//                             is the malloc the program calls (libc's)
+//                             is libc's
 //   probe preloaded|PATH      asks tests/fake_libcuda/next_probe.cpp (a later preload, or dlopen'ed from PATH) what
 //                             its dlsym(RTLD_NEXT, "getppid") is: prints "probe libc=L own=O" (L: it is libc's
 //                             getppid; O: it is the probe's own)
@@ -159,8 +159,10 @@ int main(int argc, char** argv) {
   for (int i = 2; i < argc; ++i) {
     const std::string_view op = argv[i];
     if (op == "next") {
+      // libc's, found through a handle on libc: not RTLD_DEFAULT's, which a sanitizer's malloc would be.
       void* const next = dlsym(RTLD_NEXT, "malloc");
-      std::printf("next %d\n", next != nullptr && next == dlsym(RTLD_DEFAULT, "malloc") ? 1 : 0);
+      void* const libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+      std::printf("next %d\n", next != nullptr && libc != nullptr && next == dlsym(libc, "malloc") ? 1 : 0);
     } else if (op == "probe") {
       if (i + 1 >= argc) fail("probe needs `preloaded` or the probe library's path");
       const std::string where = argv[++i];
