@@ -58,6 +58,7 @@ int cuMemRelease(unsigned long long);
 int cuMemAllocAsync(CUdeviceptr*, std::size_t, CUstream);
 int cuMemFreeAsync(CUdeviceptr, CUstream);
 int cuMemPoolCreate(CUmemoryPool*, const void*);
+int cuMemPoolDestroy(CUmemoryPool);
 int cuMemAllocFromPoolAsync(CUdeviceptr*, std::size_t, CUmemoryPool, CUstream);
 }
 #endif
@@ -81,6 +82,7 @@ struct Driver {
   int (*alloc_async)(CUdeviceptr*, std::size_t, CUstream) = nullptr;
   int (*free_async)(CUdeviceptr, CUstream) = nullptr;
   int (*pool_create)(CUmemoryPool*, const void*) = nullptr;
+  int (*pool_destroy)(CUmemoryPool) = nullptr;
   int (*alloc_from_pool)(CUdeviceptr*, std::size_t, CUmemoryPool, CUstream) = nullptr;
 };
 
@@ -100,7 +102,7 @@ Driver open_driver(std::string_view how) {
 #ifdef PLIMSOLL_CLIENT_LINKED
     d = Driver{cuInit, cuDeviceGet, cuCtxCreate_v2, cuDevicePrimaryCtxRetain, cuCtxPushCurrent_v2, cuMemAlloc_v2,
                cuMemFree_v2, cuMemGetInfo_v2, cuDeviceTotalMem_v2, cuMemAllocPitch_v2, cuMemAllocManaged, cuMemCreate,
-               cuMemRelease, cuMemAllocAsync, cuMemFreeAsync, cuMemPoolCreate, cuMemAllocFromPoolAsync};
+               cuMemRelease, cuMemAllocAsync, cuMemFreeAsync, cuMemPoolCreate, cuMemPoolDestroy, cuMemAllocFromPoolAsync};
     return d;
 #else
     fail("this build of the client is not linked against libcuda.so.1; use dlsym or procaddress");
@@ -135,6 +137,7 @@ Driver open_driver(std::string_view how) {
   set(d.alloc_async, resolve("cuMemAllocAsync", "cuMemAllocAsync"));
   set(d.free_async, resolve("cuMemFreeAsync", "cuMemFreeAsync"));
   set(d.pool_create, resolve("cuMemPoolCreate", "cuMemPoolCreate"));
+  set(d.pool_destroy, resolve("cuMemPoolDestroy", "cuMemPoolDestroy"));
   set(d.alloc_from_pool, resolve("cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync"));
   if (d.mem_alloc == nullptr || d.mem_get_info == nullptr) fail("the driver lacks cuMemAlloc or cuMemGetInfo");
   return d;
@@ -156,6 +159,7 @@ int main(int argc, char** argv) {
   const Driver d = open_driver(argv[1]);
   std::vector<CUdeviceptr> kept;
   std::vector<unsigned long long> handles;
+  std::vector<CUmemoryPool> pools;  // destroyed at the end (a sanitized run's leak check sees them)
   for (int i = 2; i < argc; ++i) {
     const std::string_view op = argv[i];
     if (op == "next") {
@@ -235,6 +239,7 @@ int main(int argc, char** argv) {
       const char props[88] = {};
       CUdeviceptr pointer = 0;
       const int created = d.pool_create(&pool, props);
+      if (created == 0) pools.push_back(pool);
       const int status = created == 0 ? d.alloc_from_pool(&pointer, bytes, pool, nullptr) : created;
       if (status == 0) kept.push_back(pointer);
       std::printf("pool %llu %d\n", static_cast<unsigned long long>(bytes), status);
@@ -296,5 +301,7 @@ int main(int argc, char** argv) {
     }
     std::fflush(stdout);
   }
+  for (CUmemoryPool pool : pools)
+    if (d.pool_destroy != nullptr) d.pool_destroy(pool);
   return 0;
 }
