@@ -163,6 +163,35 @@ TEST(CudaIntercept, DlsymRtldNextFindsTheNextObjectsSymbol) {
   }
 }
 
+TEST(CudaIntercept, DlsymRtldNextFromALaterPreloadIsNotItsOwnDefinition) {
+  // A preload after the interposer wraps getppid (tests/fake_libcuda/next_probe.cpp) and asks dlsym(RTLD_NEXT,
+  // "getppid") for the real one: the interposer's dlsym answers, and must search after the probe (libc's), not from
+  // the start (which finds the probe's own: RTLD_DEFAULT's answer, and a wrapper calling itself forever).
+  const TempDirectory dir;
+  Environment environment = governed(dir, "cuda:0=256MiB");
+  environment["LD_PRELOAD"] = std::string(PLIMSOLL_CUDA_INTERCEPT_SO) + " " + PLIMSOLL_NEXT_PROBE_SO;
+  const ProgramRun run = client("dlsym", {"probe", "preloaded", "init", "alloc", "1MiB"}, environment);
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("probe libc=1 own=0"));
+  EXPECT_THAT(run.out, HasSubstr("alloc 1048576 0"));
+}
+
+TEST(CudaIntercept, DlsymRtldNextFromADlopenedLibrarySearchesItsDependencies) {
+  // The same probe dlopen'ed by the program, as an extension module is: glibc searches the probe's own scope (it and
+  // its dependencies, libc among them, all loaded before it), not the objects loaded after it (there are none).
+  const TempDirectory dir;
+  const ProgramRun run = client("dlsym", {"probe", PLIMSOLL_NEXT_PROBE_SO, "init", "alloc", "1MiB"},
+                                governed(dir, "cuda:0=256MiB"));
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("probe libc=1 own=0"));
+  // Without the interposer, glibc's own answer is the same.
+  Environment plain = governed(dir, "cuda:0=256MiB");
+  plain.erase("LD_PRELOAD");
+  const ProgramRun glibc = client("dlsym", {"probe", PLIMSOLL_NEXT_PROBE_SO}, plain);
+  ASSERT_EQ(glibc.status, 0) << glibc.err;
+  EXPECT_THAT(glibc.out, HasSubstr("probe libc=1 own=0"));
+}
+
 TEST(CudaIntercept, EveryAllocationKindIsChargedAndCredited) {
   const TempDirectory dir;
   const ProgramRun run = client(

@@ -31,7 +31,6 @@
 #include "plimsoll/runtime.hpp"
 #include "plimsoll/sharing.hpp"
 #include "runtime/runtime_access.hpp"
-#include "sanitized.hpp"
 #include "sharing_support.hpp"
 #include "sharing/ledger.hpp"
 #include "sharing/ledger_file.hpp"
@@ -454,15 +453,10 @@ std::vector<std::string> lines_starting(const std::string& text, const std::stri
   return found;
 }
 
-// Why a client with plimsoll's interposer preloaded is not run in sanitized builds: ASan looks its interceptors up
-// with dlsym(RTLD_NEXT, ...) while it starts, the interposer's dlsym answers (uninstrumented, so that far it works),
-// and its RTLD_NEXT walk opens each object after the caller (dlopen RTLD_NOLOAD), which ASan wraps and cannot serve
-// before it has started. The fake driver's types match its callers' (UBSan's -fsanitize=function), so every
-// client run without the interposer runs here, sanitized.
-[[maybe_unused]] constexpr const char* kInterposerUnderSanitizers =
-    "the interposer's dlsym(RTLD_NEXT) walk needs dlopen, which ASan cannot serve while it starts; the interposer's tests "
-    "(label integrations) run in unsanitized builds";
-
+// The client runs with and without plimsoll's interposer preloaded, sanitized builds included: ASan looks its
+// interceptors up with dlsym(RTLD_NEXT, ...) while it starts, which the interposer's dlsym answers without opening
+// or allocating anything (src/integrations/cuda_intercept/elf_lookup.cpp); the fake driver's types match its callers'
+// (UBSan's -fsanitize=function).
 TEST(RuntimeShare, AProcessGetsItsShareFromTheEnvironmentWithoutTheInterposer) {
   const LedgerDirectory dir;
   const ClientRun run = run_client({PLIMSOLL_RUNTIME_CLIENT, "cuda:0", "8MiB"}, fake_gpu_environment(dir));
@@ -477,9 +471,6 @@ TEST(RuntimeShare, AProcessGetsItsShareFromTheEnvironmentWithoutTheInterposer) {
 }
 
 TEST(RuntimeShare, UnderTheInterposerTheProcessKeepsOneEntryChargedOnce) {
-#ifdef PLIMSOLL_SANITIZED
-  GTEST_SKIP() << kInterposerUnderSanitizers;
-#endif
   // `plimsoll run --device cuda:0=SHARE:CAP` preloads the interposer and sets PLIMSOLL_SHARE; the PyTorch library's
   // Runtime device then allocates through the interposer, which charges it: the Runtime does not join again.
   const LedgerDirectory dir;
@@ -508,6 +499,22 @@ TEST(RuntimeShare, AnotherShimWrappingTheDriverIsNotTakenForTheInterposer) {
   const LedgerDirectory dir;
   auto environment = fake_gpu_environment(dir);
   environment["LD_PRELOAD"] = PLIMSOLL_FOREIGN_CUDA_SHIM;
+  const ClientRun run = run_client({PLIMSOLL_RUNTIME_CLIENT, "cuda:0", "8MiB"}, environment);
+  ASSERT_EQ(run.status, 0) << run.err;
+  const auto entries = lines_starting(run.out, "entry ");
+  ASSERT_EQ(entries.size(), 1u) << "the Runtime's own entry:\n" << run.out;
+  EXPECT_THAT(entries[0], HasSubstr("interposed=0 can_trim=1"));
+  const auto limit = lines_starting(run.out, "limit ");
+  ASSERT_EQ(limit.size(), 1u);
+  EXPECT_THAT(entries[0], HasSubstr("charged=" + limit[0].substr(6) + " ")) << run.out;
+}
+
+TEST(RuntimeShare, AForeignShimBeforeTheInterposerIsNotTakenForIt) {
+  // Both preloaded, the foreign shim first: plimsoll's marker is loaded, but the driver's allocation calls bind to the
+  // foreign shim (which charges nothing), so the Runtime must join the ledger itself.
+  const LedgerDirectory dir;
+  auto environment = fake_gpu_environment(dir);
+  environment["LD_PRELOAD"] = std::string(PLIMSOLL_FOREIGN_CUDA_SHIM) + " " + PLIMSOLL_CUDA_INTERCEPT_SO;
   const ClientRun run = run_client({PLIMSOLL_RUNTIME_CLIENT, "cuda:0", "8MiB"}, environment);
   ASSERT_EQ(run.status, 0) << run.err;
   const auto entries = lines_starting(run.out, "entry ");
@@ -574,9 +581,6 @@ TEST(RuntimeShare, PlimsollPauseReachesARuntimeProcessButNotOneUnderTheInterpose
     EXPECT_EQ(pause.status, 1) << pause.out << pause.err;
     EXPECT_THAT(pause.out + pause.err, HasSubstr("preallocate"));
   }
-#ifdef PLIMSOLL_SANITIZED
-  GTEST_SKIP() << "the engine process was checked; the interposed one is not run here: " << kInterposerUnderSanitizers;
-#endif
   {
     auto environment = fake_gpu_environment(dir);
     environment["LD_PRELOAD"] = PLIMSOLL_CUDA_INTERCEPT_SO;

@@ -21,12 +21,19 @@ const void* object_of(Function function) {
 }  // namespace
 
 bool memory_calls_interposed(const cuda_driver::Api& api) {
-  if (::dlsym(RTLD_DEFAULT, kInterposerMarker) == nullptr) return false;
+  // The object exporting the marker must be the one serving the allocations: with another shim preloaded before the
+  // interposer (LD_PRELOAD="foreign.so libplimsoll_cuda_intercept.so"), the marker is loaded but the calls bind to
+  // the foreign shim, which charges nothing.
+  const void* interposer = object_of(::dlsym(RTLD_DEFAULT, kInterposerMarker));
   const void* driver = object_of(api.init);
-  if (driver == nullptr) return false;
-  for (const void* allocation : {object_of(api.mem_create), object_of(api.mem_alloc)})
-    if (allocation != nullptr && allocation != driver) return true;
-  return false;
+  if (interposer == nullptr || driver == nullptr || interposer == driver) return false;
+  bool served = false;
+  for (const void* allocation : {object_of(api.mem_create), object_of(api.mem_alloc)}) {
+    if (allocation == nullptr) continue;  // an entry point this driver lacks
+    if (allocation != interposer) return false;
+    served = true;
+  }
+  return served;
 }
 
 bool interposer_governs(const cuda_driver::Api& api) {

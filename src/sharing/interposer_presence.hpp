@@ -12,7 +12,8 @@ namespace plimsoll::sharing {
 inline constexpr const char* kInterposerMarker = "plimsoll_cuda_intercept_present";
 
 /// True when plimsoll's interposer is loaded (kInterposerMarker resolves in the global scope) and `api`'s allocation
-/// entry points live in another object than its cuInit: the interposer stands between this code and the driver.
+/// entry points (those the driver has) all live in the object that exports the marker: the interposer stands between
+/// this code and the driver. A foreign shim serving them (preloaded before the interposer) makes it false.
 bool memory_calls_interposed(const cuda_driver::Api& api);
 
 /// memory_calls_interposed(api) and PLIMSOLL_SHARE is set (not empty), which the interposer reads.

@@ -12,7 +12,10 @@
 //   bench N                   N x (cuMemAlloc 4KiB + cuMemFree), then N x cuMemGetInfo; prints ns per call
 //   sleep MS | hold           sleeps | prints "holding" and sleeps until killed
 //   next                      dlsym(RTLD_NEXT, "malloc"), as a library wrapping malloc does: prints "next 1" when it
-//                             is the malloc the program calls (libc's)
+//                             is libc's
+//   probe preloaded|PATH      asks tests/fake_libcuda/next_probe.cpp (a later preload, or dlopen'ed from PATH) what
+//                             its dlsym(RTLD_NEXT, "getppid") is: prints "probe libc=L own=O" (L: it is libc's
+//                             getppid; O: it is the probe's own)
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -55,6 +58,7 @@ int cuMemRelease(unsigned long long);
 int cuMemAllocAsync(CUdeviceptr*, std::size_t, CUstream);
 int cuMemFreeAsync(CUdeviceptr, CUstream);
 int cuMemPoolCreate(CUmemoryPool*, const void*);
+int cuMemPoolDestroy(CUmemoryPool);
 int cuMemAllocFromPoolAsync(CUdeviceptr*, std::size_t, CUmemoryPool, CUstream);
 }
 #endif
@@ -78,6 +82,7 @@ struct Driver {
   int (*alloc_async)(CUdeviceptr*, std::size_t, CUstream) = nullptr;
   int (*free_async)(CUdeviceptr, CUstream) = nullptr;
   int (*pool_create)(CUmemoryPool*, const void*) = nullptr;
+  int (*pool_destroy)(CUmemoryPool) = nullptr;
   int (*alloc_from_pool)(CUdeviceptr*, std::size_t, CUmemoryPool, CUstream) = nullptr;
 };
 
@@ -97,7 +102,7 @@ Driver open_driver(std::string_view how) {
 #ifdef PLIMSOLL_CLIENT_LINKED
     d = Driver{cuInit, cuDeviceGet, cuCtxCreate_v2, cuDevicePrimaryCtxRetain, cuCtxPushCurrent_v2, cuMemAlloc_v2,
                cuMemFree_v2, cuMemGetInfo_v2, cuDeviceTotalMem_v2, cuMemAllocPitch_v2, cuMemAllocManaged, cuMemCreate,
-               cuMemRelease, cuMemAllocAsync, cuMemFreeAsync, cuMemPoolCreate, cuMemAllocFromPoolAsync};
+               cuMemRelease, cuMemAllocAsync, cuMemFreeAsync, cuMemPoolCreate, cuMemPoolDestroy, cuMemAllocFromPoolAsync};
     return d;
 #else
     fail("this build of the client is not linked against libcuda.so.1; use dlsym or procaddress");
@@ -132,6 +137,7 @@ Driver open_driver(std::string_view how) {
   set(d.alloc_async, resolve("cuMemAllocAsync", "cuMemAllocAsync"));
   set(d.free_async, resolve("cuMemFreeAsync", "cuMemFreeAsync"));
   set(d.pool_create, resolve("cuMemPoolCreate", "cuMemPoolCreate"));
+  set(d.pool_destroy, resolve("cuMemPoolDestroy", "cuMemPoolDestroy"));
   set(d.alloc_from_pool, resolve("cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync"));
   if (d.mem_alloc == nullptr || d.mem_get_info == nullptr) fail("the driver lacks cuMemAlloc or cuMemGetInfo");
   return d;
@@ -153,11 +159,29 @@ int main(int argc, char** argv) {
   const Driver d = open_driver(argv[1]);
   std::vector<CUdeviceptr> kept;
   std::vector<unsigned long long> handles;
+  std::vector<CUmemoryPool> pools;  // destroyed at the end (a sanitized run's leak check sees them)
   for (int i = 2; i < argc; ++i) {
     const std::string_view op = argv[i];
     if (op == "next") {
+      // libc's, found through a handle on libc: not RTLD_DEFAULT's, which a sanitizer's malloc would be.
       void* const next = dlsym(RTLD_NEXT, "malloc");
-      std::printf("next %d\n", next != nullptr && next == dlsym(RTLD_DEFAULT, "malloc") ? 1 : 0);
+      void* const libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+      std::printf("next %d\n", next != nullptr && libc != nullptr && next == dlsym(libc, "malloc") ? 1 : 0);
+    } else if (op == "probe") {
+      if (i + 1 >= argc) fail("probe needs `preloaded` or the probe library's path");
+      const std::string where = argv[++i];
+      const bool preloaded = where == "preloaded";
+      void* const probe_library = preloaded ? RTLD_DEFAULT : dlopen(where.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (!preloaded && probe_library == nullptr) fail("dlopen " + where + ": " + dlerror());
+      void* const probe_symbol = dlsym(probe_library, "plimsoll_next_probe");
+      if (probe_symbol == nullptr) fail("no plimsoll_next_probe in " + where);
+      void* const next = reinterpret_cast<void* (*)()>(probe_symbol)();
+      void* const libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+      Dl_info probe_object{}, next_object{};
+      const bool own = next != nullptr && dladdr(next, &next_object) != 0 && dladdr(probe_symbol, &probe_object) != 0 &&
+                       next_object.dli_fbase == probe_object.dli_fbase;
+      std::printf("probe libc=%d own=%d\n", next != nullptr && libc != nullptr && next == dlsym(libc, "getppid") ? 1 : 0,
+                  own ? 1 : 0);
     } else if (op == "init") {
       CUcontext context = nullptr;
       int device = 0;
@@ -215,6 +239,7 @@ int main(int argc, char** argv) {
       const char props[88] = {};
       CUdeviceptr pointer = 0;
       const int created = d.pool_create(&pool, props);
+      if (created == 0) pools.push_back(pool);
       const int status = created == 0 ? d.alloc_from_pool(&pointer, bytes, pool, nullptr) : created;
       if (status == 0) kept.push_back(pointer);
       std::printf("pool %llu %d\n", static_cast<unsigned long long>(bytes), status);
@@ -276,5 +301,7 @@ int main(int argc, char** argv) {
     }
     std::fflush(stdout);
   }
+  for (CUmemoryPool pool : pools)
+    if (d.pool_destroy != nullptr) d.pool_destroy(pool);
   return 0;
 }

@@ -20,12 +20,16 @@ using Dlsym = void* (*)(void*, const char*);
 // dlsym path is left uninstrumented (a no-op in other builds).
 #define UNINSTRUMENTED __attribute__((no_sanitize("address", "undefined")))
 
+UNINSTRUMENTED Dlsym find_real_dlsym() {
+  void* found = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+  if (found == nullptr) found = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+  if (found == nullptr) found = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.17");
+  return reinterpret_cast<Dlsym>(found);
+}
+
 UNINSTRUMENTED Dlsym real_dlsym() {
-  // Found once; threads racing here find the same answer.
-  static Dlsym found = nullptr;
-  if (found == nullptr) found = reinterpret_cast<Dlsym>(dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34"));
-  if (found == nullptr) found = reinterpret_cast<Dlsym>(dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5"));
-  if (found == nullptr) found = reinterpret_cast<Dlsym>(dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.17"));
+  // Found once, under the guard of a function-local static: threads racing here wait for the one answer.
+  static const Dlsym found = find_real_dlsym();
   return found;
 }
 

@@ -4,7 +4,6 @@
 // libcuda.so.1 (our dlsym hands back the wrapper for a driver entry point), and through cuGetProcAddress (ours hands
 // back the wrapper for the entry point the real one returned), which is how the CUDA runtime finds every call.
 #include <dlfcn.h>
-#include <link.h>
 
 #include <atomic>
 #include <cstdio>
@@ -13,6 +12,7 @@
 #include <optional>
 #include <string_view>
 
+#include "elf_lookup.hpp"
 #include "real_driver.hpp"
 #include "sharing/driver_governor.hpp"
 #include "sharing/interposer_presence.hpp"
@@ -297,43 +297,13 @@ PLIMSOLL_EXPORT cu::Result cuGetProcAddress_v2(const char* symbol, void** functi
   return result;
 }
 
-namespace {
-
-// `symbol` as `object` itself defines it, or null. A link_map of an object loaded at start is no dlsym handle (glibc
-// faults on it), so the object is opened again (RTLD_NOLOAD: only a reference); that handle's scope holds the
-// object's dependencies too, so the answer counts only when it lies in `object`.
-PLIMSOLL_UNINSTRUMENTED void* defined_in(link_map* object, const char* symbol) {
-  if (object->l_name == nullptr || object->l_name[0] == '\0') return nullptr;  // the program itself: never "next"
-  void* handle = dlopen(object->l_name, RTLD_LAZY | RTLD_NOLOAD);
-  if (handle == nullptr) return nullptr;  // the vDSO
-  void* found = real_dlsym(handle, symbol);
-  dlclose(handle);
-  Dl_info info{};
-  link_map* owner = nullptr;
-  if (found == nullptr || dladdr1(found, &info, reinterpret_cast<void**>(&owner), RTLD_DL_LINKMAP) == 0 ||
-      owner != object) {
-    return nullptr;
-  }
-  return found;
-}
-
-}  // namespace
-
 // RTLD_NEXT means "after the object that called dlsym", and the caller glibc sees is now this library: asked as is,
-// it would hand a later preload (a profiler wrapping malloc) its own symbol back. So for RTLD_NEXT the objects
-// after the real caller are searched here, in load order.
+// it would hand a later preload (a profiler wrapping malloc) its own symbol back. So the loader's rule is computed
+// here for the real caller, from the objects' own symbol tables (elf_lookup.hpp): nothing is opened, nothing
+// allocated, so a tool that wraps dlopen or malloc and asks for the real one while it starts is answered.
 PLIMSOLL_EXPORT PLIMSOLL_UNINSTRUMENTED void* dlsym(void* handle, const char* symbol) {
   if (handle != RTLD_NEXT) return substitute_named(symbol, real_dlsym(handle, symbol));
-  Dl_info info{};
-  link_map* caller = nullptr;
-  if (dladdr1(__builtin_return_address(0), &info, reinterpret_cast<void**>(&caller), RTLD_DL_LINKMAP) == 0 ||
-      caller == nullptr) {
-    return nullptr;
-  }
-  for (link_map* next = caller->l_next; next != nullptr; next = next->l_next) {
-    if (void* found = defined_in(next, symbol)) return substitute_named(symbol, found);
-  }
-  return nullptr;
+  return substitute_named(symbol, plimsoll::elf_lookup::next_definition(__builtin_return_address(0), symbol));
 }
 
 namespace plimsoll::cuda_intercept {
