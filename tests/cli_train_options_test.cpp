@@ -1,7 +1,8 @@
 // `plimsoll train`'s numeric options (--epochs, --limit-batches, --batch-size, --nproc, --world-size, --threads,
-// --devices, --workers, --timeout) given a bad value: bad input like every other option of the CLI, exit status 2 and a message naming the option, the value
-// and the fix, not CLI11's range message and its status 105. Checked before the job needs libtorch or data, so this
-// runs in every build. Other commands' usage errors (CLI11's own checks) exit 2 as well: CliUsageErrors.
+// --devices, --workers, --timeout) given a bad value: bad input like every other option of the CLI, exit status 2
+// and a message naming the option, the value and the fix, not CLI11's range message and its status 105. Checked
+// before the job needs libtorch or data, so this runs in every build. Other commands' usage errors (CLI11's own
+// checks, and values CLI11 cannot convert) exit 2 as well: CliUsageErrors.
 #include <string>
 
 #include <gmock/gmock.h>
@@ -95,7 +96,8 @@ TEST(CliUsageErrors, BadNumbersNameTheOptionAndTheFix) {
         Case{"pause 1 --timeout 0", "--timeout 0 is too small; give --timeout a number from 0.01 to 3600"},
         Case{"resume 1 --timeout 2s", "--timeout \"2s\" is not a number; give --timeout a number from 0.01 to 3600"},
         Case{"plan --batch \"\" x.trace", "--batch is empty; give --batch a whole number of at least 1"},
-        Case{"plan --fit --margin 1 x.trace", "--margin 1 is too large; give --margin a number of at least 0 and below 1"},
+        Case{"plan --fit --margin 1 x.trace",
+             "--margin 1 is too large; give --margin a number of at least 0 and below 1"},
         Case{"plan --fit --margin -0.1 x.trace", "--margin -0.1 is too small"},
         Case{"plan --fit --margin lots x.trace", "--margin \"lots\" is not a number"},
         Case{"replay --memory-fraction 0 x.trace",
@@ -103,7 +105,8 @@ TEST(CliUsageErrors, BadNumbersNameTheOptionAndTheFix) {
         Case{"replay --memory-fraction 1.5 x.trace", "--memory-fraction 1.5 is too large"},
         Case{"replay --memory-fraction most x.trace", "--memory-fraction \"most\" is not a number"},
         // Options CLI11 converts itself: the message says what the option takes, from its type.
-        Case{"train --quiet --lr fast", "--lr \"fast\" is not a number; give --lr a number (see plimsoll train --help)"},
+        Case{"train --quiet --lr fast",
+             "--lr \"fast\" is not a number; give --lr a number (see plimsoll train --help)"},
         Case{"train --quiet --rank first", "--rank \"first\" is not a whole number; give --rank a whole number"}}) {
     const CliRun run = run_plimsoll(c.args);
     EXPECT_EQ(run.status, 2) << c.args << ": " << run.err;

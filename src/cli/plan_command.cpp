@@ -59,7 +59,8 @@ std::map<std::string, std::uint64_t> parse_batch_of(const std::vector<std::strin
 }
 
 void run_plan(const PlanArgs& args) {
-  const std::uint64_t asked_batch = args.batch_option->count() > 0 ? plimsoll::parse_count(args.batch, "--batch", 1) : 0;
+  const std::uint64_t asked_batch =
+      args.batch_option->count() > 0 ? plimsoll::parse_count(args.batch, "--batch", 1) : 0;
   const double margin = plimsoll::cli::parse_number(args.margin, "--margin", kMarginShare);
   if (!args.html.empty()) plimsoll::telemetry::check_writable(args.html, "--html");
   const std::uint64_t device_bytes = plimsoll::plan_device_bytes(args.device);
