@@ -211,6 +211,45 @@ TEST(RuntimeShare, ListingSaysWhyAShareCannotBeTaken) {
   EXPECT_TRUE(dir.empty());
 }
 
+TEST(RuntimeShare, ListingAGpuWhoseShareCannotBeTakenKeepsItsLogicalDevicesAndNotes) {
+  const LedgerDirectory dir;
+  plimsoll::fake_cuda::Driver driver(fake_gpu());
+  {
+    // A 300 MiB share of a 256 MiB GPU: the GPU and each of its configured logical devices are listed, each saying
+    // why it cannot be created, with the sizes the config gives them.
+    Config config = shared_config("cuda:0=300MiB");
+    config.logical_devices["cuda:0"] = {plimsoll::LogicalDeviceConfig::sized(48 * kMiB),
+                                        plimsoll::LogicalDeviceConfig::sized(32 * kMiB)};
+    auto runtime = runtime_on(driver, std::move(config));
+    const std::vector<plimsoll::DeviceListing> rows = runtime->list_devices();
+    const std::string refusal = "cannot be created: cuda:0 cannot join its GPU's shared ledger as cuda:0=300MiB";
+    EXPECT_THAT(listed(rows, "cuda:0").details, HasSubstr(refusal));
+    EXPECT_THAT(listed(rows, "cuda:0").details, HasSubstr("split into 2 logical devices"));
+    EXPECT_EQ(listed(rows, "cuda:0").limit_bytes, 80 * kMiB);
+    EXPECT_THAT(listed(rows, "cuda:0/0").details, HasSubstr("logical device 0 of cuda:0"));
+    EXPECT_THAT(listed(rows, "cuda:0/0").details, HasSubstr(refusal));
+    EXPECT_EQ(listed(rows, "cuda:0/0").limit_bytes, 48 * kMiB);
+    EXPECT_THAT(listed(rows, "cuda:0/1").details, HasSubstr(refusal));
+    EXPECT_EQ(listed(rows, "cuda:0/1").limit_bytes, 32 * kMiB);
+  }
+  {
+    // GPUs listed without a driver behind them: the refused row still says no driver can allocate from it.
+    plimsoll::GpuScan scan;
+    plimsoll::GpuInfo gpu;
+    gpu.name = "Fake GPU";
+    gpu.total_bytes = kGpuBytes;
+    gpu.free_bytes = kGpuBytes;
+    gpu.uuid = kFakeUuid;
+    scan.gpus.push_back(gpu);
+    Runtime runtime(shared_config("cuda:0=300MiB"));
+    runtime.inject_hardware(std::move(scan), fake_host());
+    const plimsoll::DeviceListing row = listed(runtime.list_devices(), "cuda:0");
+    EXPECT_THAT(row.details, HasSubstr("cannot be created: cuda:0 cannot join its GPU's shared ledger"));
+    EXPECT_THAT(row.details, HasSubstr("no CUDA driver is loaded"));
+  }
+  EXPECT_TRUE(dir.empty()) << "listing must not take a share";
+}
+
 TEST(RuntimeShare, ARuntimeWithoutAShareTouchesNoLedger) {
   const LedgerDirectory dir;
   plimsoll::fake_cuda::Driver driver(fake_gpu());

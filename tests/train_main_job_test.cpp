@@ -147,7 +147,8 @@ TEST_F(TrainCommand, BadOptionsNameTheProblemAndTheFix) {
     const char* args;
     const char* message;
   };
-  for (const Case& c : {Case{"--devices 0", "--devices 0: give 1 to 16"},
+  for (const Case& c : {Case{"--devices 0", "--devices 0 is too small; give --devices a whole number of at least 1"},
+                        Case{"--devices 17", "--devices 17: give 1 to 16"},
                         Case{"--device cuda:0", "needs a host device"},
                         Case{"--device sim:1GiB", "needs a host device"},
                         Case{"--memory-limit lots", "lots"},

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.hpp"
+#include "cli/usage_errors.hpp"
 #include "plimsoll/error.hpp"
 
 int main(int argc, char** argv) {
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
   add_top_command(app);
   add_pause_commands(app);
   add_run_command(app);
+  app.failure_message(plimsoll::cli::usage_failure_message);
 
   // Arguments in reverse order, as CLI11's vector overload takes them. The (argc, argv) overload would do the
   // same, but GCC 12 at -O2 reports a false null dereference inside it, which -Werror turns into a failure.

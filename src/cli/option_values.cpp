@@ -12,6 +12,10 @@ namespace plimsoll::cli {
 namespace {
 
 std::string accepted(std::string_view option, const NumberRange& range) {
+  if (range.maximum && range.maximum_excluded) {
+    return fmt::format("give {} a number {} {} and below {}", option, range.minimum_excluded ? "above" : "of at least",
+                       range.minimum, *range.maximum);
+  }
   if (range.maximum) {
     return fmt::format("give {} a number {} {} to {}", option, range.minimum_excluded ? "above" : "from",
                        range.minimum, *range.maximum);
@@ -38,7 +42,7 @@ double parse_number(std::string_view text, std::string_view option, const Number
     throw InvalidArgument(fmt::format("{} \"{}\" is not a number; {}", option, text, fix));
   if (value < range.minimum || (range.minimum_excluded && value == range.minimum))
     throw InvalidArgument(fmt::format("{} {} is too small; {}", option, text, fix));
-  if (range.maximum && value > *range.maximum)
+  if (range.maximum && (value > *range.maximum || (range.maximum_excluded && value == *range.maximum)))
     throw InvalidArgument(fmt::format("{} {} is too large; {}", option, text, fix));
   return value;
 }

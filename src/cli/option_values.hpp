@@ -8,11 +8,13 @@
 
 namespace plimsoll::cli {
 
-/// The values an option accepts: from `minimum` (itself excluded when `minimum_excluded`) up to `maximum`, if any.
+/// The values an option accepts: from `minimum` (itself excluded when `minimum_excluded`) up to `maximum`, if any
+/// (itself excluded when `maximum_excluded`).
 struct NumberRange {
   double minimum = 0;
   bool minimum_excluded = false;
   std::optional<double> maximum;
+  bool maximum_excluded = false;
 };
 
 /// Parses `text`, given for the option `option` (such as "--interval"), as a finite number within `range`. Throws

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.hpp"
+#include "cli/option_values.hpp"
 #include "plan/plan_chart.hpp"
 #include "plan/plan_report.hpp"
 #include "plimsoll/error.hpp"
@@ -25,14 +26,18 @@ namespace {
 struct PlanArgs {
   std::vector<std::string> traces;
   std::string device = "sim:16GiB";
-  std::string batch;  // empty: the largest recorded; checked by plimsoll::parse_count
+  std::string batch;  // checked by plimsoll::parse_count; not given: the largest recorded
   bool fit = false;
-  double margin = 0;
+  std::string margin = "0";  // a share of the device in [0, 1), checked by cli::parse_number
   std::vector<std::string> allocators{"plimsoll", "pytorch", "tensorflow"};
   std::vector<std::string> batch_of;
   bool json = false;
   std::string html;
+  CLI::Option* batch_option = nullptr;  // given or not (CLI11 fills it after parsing): an empty --batch is an error
 };
+
+// --margin's range: a share of the device kept free; all of it would leave nothing to fit.
+constexpr plimsoll::cli::NumberRange kMarginShare{.minimum = 0, .maximum = 1, .maximum_excluded = true};
 
 // --batch-of TRACE=N, by the path as given.
 std::map<std::string, std::uint64_t> parse_batch_of(const std::vector<std::string>& entries) {
@@ -54,7 +59,9 @@ std::map<std::string, std::uint64_t> parse_batch_of(const std::vector<std::strin
 }
 
 void run_plan(const PlanArgs& args) {
-  const std::uint64_t asked_batch = args.batch.empty() ? 0 : plimsoll::parse_count(args.batch, "--batch", 1);
+  const std::uint64_t asked_batch =
+      args.batch_option->count() > 0 ? plimsoll::parse_count(args.batch, "--batch", 1) : 0;
+  const double margin = plimsoll::cli::parse_number(args.margin, "--margin", kMarginShare);
   if (!args.html.empty()) plimsoll::telemetry::check_writable(args.html, "--html");
   const std::uint64_t device_bytes = plimsoll::plan_device_bytes(args.device);
   std::vector<plimsoll::PlanAllocator> allocators;
@@ -79,11 +86,11 @@ void run_plan(const PlanArgs& args) {
 
   std::uint64_t chart_up_to = 0;
   if (args.fit) {
-    const auto results = plimsoll::largest_batch(model, device_bytes, args.margin, allocators);
+    const auto results = plimsoll::largest_batch(model, device_bytes, margin, allocators);
     if (args.json) {
-      fmt::print("{}\n", plimsoll::plan::largest_batch_json(model, device_bytes, args.margin, results).dump());
+      fmt::print("{}\n", plimsoll::plan::largest_batch_json(model, device_bytes, margin, results).dump());
     } else {
-      fmt::print("{}", plimsoll::plan::largest_batch_text(model, device_bytes, args.margin, results));
+      fmt::print("{}", plimsoll::plan::largest_batch_text(model, device_bytes, margin, results));
     }
     for (const auto& result : results) chart_up_to = std::max(chart_up_to, result.largest_batch + 1);
   } else {
@@ -117,7 +124,7 @@ void add_plan_command(CLI::App& app) {
       ->required();
   plan->add_option("--device", args->device, "The device: sim:SIZE, a size (16GiB), or cuda:N (needs a driver)")
       ->capture_default_str();
-  CLI::Option* batch =
+  CLI::Option* batch = args->batch_option =
       plan->add_option("--batch", args->batch, "The batch size to predict, at least 1 (default: the largest recorded)")
           ->type_name("N");
   CLI::Option* fit =
@@ -125,6 +132,7 @@ void add_plan_command(CLI::App& app) {
   plan->add_option("--margin", args->margin,
                    "With --fit: the share of the device kept free, in [0, 1) (e.g. 0.05 for 5%)")
       ->capture_default_str()
+      ->type_name("SHARE")
       ->needs(fit);
   plan->add_option("--allocator", args->allocators,
                    "Allocators to replay under, comma-separated: plimsoll, pytorch, tensorflow")

@@ -51,7 +51,7 @@ struct ReplayArgs {
   std::string policy;
   std::vector<std::string> compare;
   std::string memory_limit;
-  double memory_fraction = 0;
+  std::string memory_fraction;  // a share of the device in (0, 1], checked by parse_number (cli/option_values.hpp)
   std::string limit_over_live;  // a factor above 0, checked by parse_number (cli/option_values.hpp)
   bool touch_memory = false;
   bool no_step_plan = false;
@@ -104,7 +104,10 @@ std::vector<plimsoll::Growth> growths_to_run(const ReplayArgs& args) {
 plimsoll::Policy base_policy(const ReplayArgs& args) {
   plimsoll::Policy policy;
   if (!args.memory_limit.empty()) policy.memory_limit = plimsoll::parse_size(args.memory_limit);
-  if (args.memory_fraction_option->count() > 0) policy.memory_fraction = args.memory_fraction;
+  if (args.memory_fraction_option->count() > 0) {
+    policy.memory_fraction = plimsoll::cli::parse_number(
+        args.memory_fraction, "--memory-fraction", {.minimum = 0, .minimum_excluded = true, .maximum = 1});
+  }
   return policy;
 }
 
@@ -427,6 +430,7 @@ void add_replay_command(CLI::App& app) {
       replay->add_option("--memory-limit", args->memory_limit, "Device memory limit, e.g. 8GiB");
   args->memory_fraction_option =
       replay->add_option("--memory-fraction", args->memory_fraction, "Limit as a share of the device, in (0, 1]")
+          ->type_name("SHARE")
           ->excludes(memory_limit);
   args->limit_over_live_option =
       replay

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/option_values.hpp"
 #include "plimsoll/datasets.hpp"
 #include "plimsoll/error.hpp"
 #include "plimsoll/estimate.hpp"
@@ -69,18 +70,25 @@ struct TrainArgs {
   // Model parallelism.
   std::size_t model_parallel = 1;
   std::optional<std::size_t> micro_batches;  // none: plimsoll::train::kDefaultMicroBatches
-  // The whole-number options as given; read_counts() parses them into the fields above, so that a bad one (0, -1,
+  // The numeric options as given; read_numbers() parses them into the fields above, so that a bad one (0, -1,
   // "two") is bad input like any other (exit status 2, a message naming the option and the fix).
   struct {
-    std::optional<std::string> epochs, limit_batches, nproc, world_size;
+    std::optional<std::string> epochs, limit_batches, nproc, world_size, threads;
     std::string batch_size = "128";
+    std::string devices = "1";
+    std::string workers = "1";
+    std::string timeout = "60";
   } given;
 };
 
 // The largest --world-size taken: a rank is an int, and no job comes near it.
 constexpr std::uint64_t kMaxWorldSize = 65535;
+// The most --threads taken: libtorch takes an int, and no machine comes near it.
+constexpr std::uint64_t kMaxThreads = 4096;
+// --timeout's range in seconds: a collective needs some time, and a day is more than any step waits.
+constexpr plimsoll::cli::NumberRange kTimeoutSeconds{.minimum = 0, .minimum_excluded = true, .maximum = 86400};
 
-void read_counts(TrainArgs& args) {
+void read_numbers(TrainArgs& args) {
   const auto count = [](const std::string& text, const char* option) { return plimsoll::parse_count(text, option, 1); };
   if (args.given.epochs) args.epochs = count(*args.given.epochs, "--epochs");
   if (args.given.limit_batches) args.limit_batches = count(*args.given.limit_batches, "--limit-batches");
@@ -94,6 +102,15 @@ void read_counts(TrainArgs& args) {
     }
     args.world_size = static_cast<int>(world);
   }
+  if (args.given.threads) {
+    args.threads = count(*args.given.threads, "--threads");
+    if (args.threads > kMaxThreads) {
+      throw plimsoll::InvalidArgument(fmt::format("--threads {}: give at most {} threads", args.threads, kMaxThreads));
+    }
+  }
+  args.devices = count(args.given.devices, "--devices");  // the job refuses more than it splits into
+  args.workers = plimsoll::parse_count(args.given.workers, "--workers");
+  args.timeout_seconds = plimsoll::cli::parse_number(args.given.timeout, "--timeout", kTimeoutSeconds);
 }
 
 #ifdef PLIMSOLL_HAVE_TRAIN
@@ -175,7 +192,6 @@ std::optional<plimsoll::train::ProcessGroupOptions> distributed_of(const TrainAr
   }
   d.master_addr = master.substr(0, colon);
   d.master_port = static_cast<std::uint16_t>(port);
-  if (!(args.timeout_seconds > 0)) throw plimsoll::InvalidArgument("--timeout must be a positive number of seconds");
   d.timeout = std::chrono::milliseconds(static_cast<long long>(args.timeout_seconds * 1000));
   return d;
 }
@@ -423,17 +439,18 @@ void add_train_command(CLI::App& app) {
   train->add_option("--seed", args->seed, "Initial weights, shuffling and augmentation")->capture_default_str();
   train->add_option("--device", args->device, "Host device to train on: cpu, or cpu/K of a configured split")
       ->capture_default_str();
-  train->add_option("--devices", args->devices,
+  train->add_option("--devices", args->given.devices,
                     "Split --device into N logical devices and train data-parallel, one replica on each (each "
                     "within its own limit)")
-      ->capture_default_str();
+      ->capture_default_str()->type_name("N");
   train->add_option("--policy", args->policy, "Growth policy: preallocate or on_demand (default: the config's)")
       ->check(CLI::IsMember({"preallocate", "on_demand"}));
   train->add_option("--memory-limit", args->memory_limit,
                     "Limit of each training device, e.g. 64MiB; too low ends with plimsoll's out-of-memory report "
                     "and exit status 3");
-  train->add_option("--threads", args->threads, "libtorch's compute threads in all (default: one per replica)");
-  train->add_option("--workers", args->workers, "Input pipeline workers")->capture_default_str();
+  train->add_option("--threads", args->given.threads, "libtorch's compute threads in all (default: one per replica)")
+      ->type_name("N");
+  train->add_option("--workers", args->given.workers, "Input pipeline workers")->capture_default_str()->type_name("N");
   train->add_option("--record", args->record, "Keep the run's allocation trace in FILE (with call sites)")
       ->type_name("FILE");
   train->add_option("--html", args->html, "Write the run's memory timeline as one HTML file")
@@ -450,9 +467,9 @@ void add_train_command(CLI::App& app) {
   train->add_option("--world-size", args->given.world_size, "Processes in the job (default: $WORLD_SIZE)")
       ->type_name("N");
   train->add_option("--master", args->master, "Rank 0's address, HOST:PORT (default: $MASTER_ADDR:$MASTER_PORT)");
-  train->add_option("--timeout", args->timeout_seconds,
-                    "Seconds a rank waits for the others (joining, each collective) before it gives up")
-      ->capture_default_str();
+  train->add_option("--timeout", args->given.timeout,
+                    "Seconds a rank waits for the others (joining, each collective) before it gives up, up to a day")
+      ->capture_default_str()->type_name("SECONDS");
   train->add_flag("--verify-replicas", args->verify_replicas,
                   "After every step, check that every rank holds bitwise-equal weights (an all-gather of a hash)");
   train->add_option("--model-parallel", args->model_parallel,
@@ -462,7 +479,7 @@ void add_train_command(CLI::App& app) {
   train->add_option("--micro-batches", args->micro_batches,
                     "Micro-batches per step with --model-parallel (default 4)");
   train->callback([args] {
-    read_counts(*args);
+    read_numbers(*args);
     run_train(*args);
   });
 }

@@ -25,44 +25,76 @@ void add_note(DeviceListing& row, const std::string& note) {
   row.details += row.details.empty() ? note : "; " + note;
 }
 
+// Marks `row` as a device that cannot be created: the policy its config asks for, and why not. Every such row is
+// made here, so a refused device reads the same wherever the refusal came from.
+void mark_refused(DeviceListing& row, const Config& config, const DeviceName& name, const std::string& why) {
+  row.policy = config.policy_for(name);
+  add_note(row, fmt::format("cannot be created: {}", why));
+}
+
+// Fills in the policy and limit `name` would be created with over `physical`; where it cannot be created
+// (`refusal`, or planning fails) the row keeps its limit and says why.
+void plan_into(DeviceListing& row, const Config& config, const PhysicalDevice& physical, const DeviceName& name,
+               const std::optional<std::string>& refusal) {
+  if (refusal) return mark_refused(row, config, name, *refusal);
+  try {
+    const DevicePlan plan = plan_device(config, physical, name);
+    row.policy = plan.description.policy;
+    row.limit_bytes = plan.description.limit_bytes;
+  } catch (const Error& error) {
+    mark_refused(row, config, name, error.what());
+  }
+}
+
+// The physical row of a split device shows the split as a whole: the sum of its logical devices' limits.
+void plan_split_into(DeviceListing& row, const Config& config, const PhysicalDevice& physical,
+                     const std::vector<LogicalDeviceConfig>& split, const std::optional<std::string>& refusal) {
+  const auto configured_sizes = [&] {
+    for (const LogicalDeviceConfig& logical : split) row.limit_bytes += logical.memory_limit;
+  };
+  if (refusal) {
+    configured_sizes();
+    return mark_refused(row, config, physical.name, *refusal);
+  }
+  try {
+    const Budget budget = compute_budget(physical.name.str(), physical.memory, config.policy_for(physical.name));
+    row.policy = budget.policy;
+    for (const std::uint64_t limit : logical_limits(physical.name.str(), physical.memory, budget, split))
+      row.limit_bytes += limit;
+  } catch (const Error&) {
+    row.policy = config.policy_for(physical.name);  // the logical rows below say what is wrong
+    row.limit_bytes = 0;
+    configured_sizes();
+  }
+}
+
+// `physical`'s row, each followed by its logical devices' rows. `refusal`, when given, is why none of them can be
+// created (their GPU's share cannot be taken): every row says so, and they are listed as configured.
 void add_device(std::vector<DeviceListing>& rows, const Config& config, const PhysicalDevice& physical,
-                bool driver_loaded) {
+                bool driver_loaded, const std::optional<std::string>& refusal = std::nullopt) {
   const std::string unbuildable = missing_backing_reason(physical.name, driver_loaded);
   const std::vector<LogicalDeviceConfig>* split = nullptr;
+  DeviceListing row = listing_of(physical, physical.name);
   try {
     split = find_logical_split(config, physical.name);
   } catch (const Error& error) {
-    DeviceListing row = listing_of(physical, physical.name);
-    add_note(row, fmt::format("cannot be created: {}", error.what()));
-    rows.push_back(std::move(row));
-    return;
-  }
-
-  DeviceListing row = listing_of(physical, physical.name);
-  if (split == nullptr) {
-    try {
-      const DevicePlan plan = plan_device(config, physical, physical.name);
-      row.policy = plan.description.policy;
-      row.limit_bytes = plan.description.limit_bytes;
-    } catch (const Error& error) {
-      row.policy = config.policy_for(physical.name);
-      add_note(row, fmt::format("cannot be created: {}", error.what()));
-    }
+    // The split itself is malformed: there are no logical devices to list.
+    if (refusal) mark_refused(row, config, physical.name, *refusal);
+    mark_refused(row, config, physical.name, error.what());
     if (!unbuildable.empty()) add_note(row, unbuildable);
     rows.push_back(std::move(row));
     return;
   }
 
-  // The physical row shows the split as a whole; the rows after it are the devices to ask for.
-  try {
-    const Budget budget = compute_budget(physical.name.str(), physical.memory, config.policy_for(physical.name));
-    row.policy = budget.policy;
-    for (const std::uint64_t limit : logical_limits(physical.name.str(), physical.memory, budget, *split))
-      row.limit_bytes += limit;
-  } catch (const Error&) {
-    row.policy = config.policy_for(physical.name);  // the logical rows below say what is wrong
-    for (const LogicalDeviceConfig& logical : *split) row.limit_bytes += logical.memory_limit;
+  if (split == nullptr) {
+    plan_into(row, config, physical, physical.name, refusal);
+    if (!unbuildable.empty()) add_note(row, unbuildable);
+    rows.push_back(std::move(row));
+    return;
   }
+
+  // The rows after the physical one are the devices to ask for.
+  plan_split_into(row, config, physical, *split, refusal);
   add_note(row, fmt::format("split into {} logical devices", split->size()));
   if (!unbuildable.empty()) add_note(row, unbuildable);
   rows.push_back(std::move(row));
@@ -71,15 +103,8 @@ void add_device(std::vector<DeviceListing>& rows, const Config& config, const Ph
     name.logical = static_cast<int>(i);
     DeviceListing logical_row = listing_of(physical, name);
     logical_row.details = fmt::format("logical device {} of {}", i, physical.name.str());
-    try {
-      const DevicePlan plan = plan_device(config, physical, name);
-      logical_row.policy = plan.description.policy;
-      logical_row.limit_bytes = plan.description.limit_bytes;
-    } catch (const Error& error) {
-      logical_row.policy = config.policy_for(name);
-      logical_row.limit_bytes = (*split)[i].memory_limit;
-      add_note(logical_row, fmt::format("cannot be created: {}", error.what()));
-    }
+    logical_row.limit_bytes = (*split)[i].memory_limit;
+    plan_into(logical_row, config, physical, name, refusal);
     rows.push_back(std::move(logical_row));
   }
 }
@@ -108,17 +133,15 @@ std::vector<DeviceListing> list_devices(const Config& config, const VisibleGpus&
   if (driver_loaded && !gpus.gpus.empty()) add_device(rows, config, describe_pinned_host(host), driver_loaded);
   for (std::size_t index = 0; index < gpus.gpus.size(); ++index) {
     const PhysicalDevice physical = describe_visible_gpu(gpus, index);
+    // A GPU whose share cannot be taken is still listed, as the driver shows it, with every row saying why.
     std::optional<PhysicalDevice> planned;
+    std::optional<std::string> refusal;
     try {
       planned = as_planned(physical);
     } catch (const Error& error) {
-      DeviceListing row = listing_of(physical, physical.name);
-      row.policy = config.policy_for(physical.name);
-      add_note(row, fmt::format("cannot be created: {}", error.what()));
-      rows.push_back(std::move(row));
-      continue;
+      refusal = error.what();
     }
-    add_device(rows, config, *planned, driver_loaded);
+    add_device(rows, config, planned.value_or(physical), driver_loaded, refusal);
   }
 
   std::vector<std::uint64_t> sim_sizes;

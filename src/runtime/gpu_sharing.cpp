@@ -8,9 +8,23 @@
 
 #include "plimsoll/error.hpp"
 #include "sharing/gpu_share.hpp"
+#include "sharing/share_view.hpp"
 #include "sharing/shared_gpu_backing.hpp"
 
 namespace plimsoll::runtime {
+namespace {
+
+// `memory` under the share's view (sharing/share_view.hpp); the most the process can ever get is what it is shown.
+PhysicalMemory seen_under_share(PhysicalMemory memory, std::uint64_t cap, std::uint64_t headroom) {
+  const sharing::GpuMemoryView seen = sharing::seen_under_share(
+      {.free_bytes = memory.free_bytes, .total_bytes = memory.total_bytes}, cap, headroom);
+  memory.free_bytes = seen.free_bytes;
+  memory.total_bytes = seen.total_bytes;
+  memory.ceiling_bytes = std::min(memory.ceiling_bytes, seen.total_bytes);
+  return memory;
+}
+
+}  // namespace
 
 std::optional<ShareSpec> share_for(const std::vector<ShareSpec>& specs, int driver_ordinal) {
   const auto found =
@@ -21,6 +35,17 @@ std::optional<ShareSpec> share_for(const std::vector<ShareSpec>& specs, int driv
 
 std::string share_refusal_prefix(const std::string& device, const ShareSpec& spec) {
   return fmt::format("{} cannot join its GPU's shared ledger as {} (PLIMSOLL_SHARE): ", device, spec.str());
+}
+
+PhysicalDevice planned_under_share(PhysicalDevice physical, const ShareSpec& spec) {
+  std::uint64_t cap = 0;
+  try {
+    cap = spec.resolve(physical.memory.total_bytes).second;
+  } catch (const InvalidArgument& error) {
+    throw InvalidArgument(share_refusal_prefix(physical.name.str(), spec) + error.what());
+  }
+  physical.memory = seen_under_share(physical.memory, cap, cap);
+  return physical;
 }
 
 GpuSharing::GpuSharing(const std::string& device, const std::string& uuid, std::uint64_t device_bytes,
@@ -47,13 +72,6 @@ GpuSharing::~GpuSharing() {
   stop();
   // A forked child (CUDA does not follow a fork) destroying its copy must not take the parent's entry out.
   if (::getpid() != joined_by_) static_cast<void>(share_.release());
-}
-
-PhysicalMemory seen_under_share(PhysicalMemory memory, std::uint64_t cap, std::uint64_t headroom) {
-  memory.total_bytes = std::min(memory.total_bytes, cap);
-  memory.ceiling_bytes = std::min(memory.ceiling_bytes, cap);
-  memory.free_bytes = std::min(memory.free_bytes, headroom);
-  return memory;
 }
 
 PhysicalMemory GpuSharing::as_seen(PhysicalMemory memory) const {

@@ -14,16 +14,19 @@
 #include "plimsoll/sharing.hpp"
 #include "runtime/allocator_group.hpp"
 #include "runtime/budget.hpp"
+#include "runtime/physical_device.hpp"
 
 namespace plimsoll::runtime {
 
 /// The share `specs` give the GPU with this driver ordinal (PLIMSOLL_SHARE's cuda:N is the driver's N), or none.
 std::optional<ShareSpec> share_for(const std::vector<ShareSpec>& specs, int driver_ordinal);
 
-/// The GPU as a process under a share sees it, the interposer's cuMemGetInfo rule: its total and ceiling at most
-/// `cap`, its free memory at most `headroom` (what the ledger would charge the process). The budget rules
-/// (budget.hpp) then apply unchanged, so a device planned over this view gets the limit it would be created with.
-PhysicalMemory seen_under_share(PhysicalMemory memory, std::uint64_t cap, std::uint64_t headroom);
+/// `physical` as its devices would be planned under `spec` before its GPU's ledger is joined (listing must not take
+/// a share): the interposer's view (sharing/share_view.hpp) with the cap taken as what the ledger would charge
+/// (never more than the driver's free; the others' shares are not read, so joining may give less). The budget
+/// rules (budget.hpp) then apply unchanged. Throws InvalidArgument, naming the device and share, for a cap the GPU
+/// cannot hold.
+PhysicalDevice planned_under_share(PhysicalDevice physical, const ShareSpec& spec);
 
 /// "cuda:0 cannot join its GPU's shared ledger as cuda:0=8GiB (PLIMSOLL_SHARE): ", before the ledger's own reason.
 std::string share_refusal_prefix(const std::string& device, const ShareSpec& spec);

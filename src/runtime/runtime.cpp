@@ -102,22 +102,12 @@ struct Runtime::Impl {
   }
 
   /// `physical` as its devices would be planned now, without joining its ledger (listing must not take a share):
-  /// a GPU already joined as the share showed it at the join; one not joined yet under its share's cap, with the
-  /// cap taken as what the ledger would charge (never more than the driver's free). Throws as creating would for a
-  /// malformed PLIMSOLL_SHARE or a cap the GPU cannot hold.
+  /// a GPU already joined as the share showed it at the join; one not joined yet as runtime::planned_under_share
+  /// says. Throws as creating would for a malformed PLIMSOLL_SHARE or a cap the GPU cannot hold.
   runtime::PhysicalDevice as_planned(const runtime::PhysicalDevice& physical) {
     if (gpu_sharing.count(physical.name.str()) != 0) return as_seen(physical);
     const std::optional<ShareSpec> spec = share_to_join(physical);
-    if (!spec) return physical;
-    std::uint64_t cap = 0;
-    try {
-      cap = spec->resolve(physical.memory.total_bytes).second;
-    } catch (const InvalidArgument& error) {
-      throw InvalidArgument(runtime::share_refusal_prefix(physical.name.str(), *spec) + error.what());
-    }
-    runtime::PhysicalDevice seen = physical;
-    seen.memory = runtime::seen_under_share(physical.memory, cap, cap);
-    return seen;
+    return spec ? runtime::planned_under_share(physical, *spec) : physical;
   }
 
   std::vector<ShareSpec> parsed_share_specs() const {

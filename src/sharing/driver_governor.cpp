@@ -15,6 +15,7 @@
 #include "sharing/process_identity.hpp"
 #include "sharing/refusal_report.hpp"
 #include "sharing/settings.hpp"
+#include "sharing/share_view.hpp"
 
 namespace plimsoll::sharing {
 
@@ -26,6 +27,7 @@ struct DriverGovernor::Device {
   std::optional<Ledger> ledger;  // empty: refused (no share, or the ledger could not be joined)
   int slot = -1;
   std::uint64_t cap = 0;
+  std::uint64_t total = 0;       // the GPU's memory as the driver reported it at the join
   std::string problem;           // why `ledger` is empty
   std::once_flag context_measured;
   std::atomic<bool> measured{false};
@@ -110,6 +112,7 @@ void DriverGovernor::join(Device& d) {
     d.slot = ledger.join(Member{.who = me_, .share = share, .cap = cap, .can_trim = false, .interposed = true,
                                 .command = command_of(me_.pid)});
     d.cap = cap;
+    d.total = total;
     d.ledger.emplace(std::move(ledger));
   } catch (const std::exception& error) {
     d.problem = error.what();
@@ -195,19 +198,18 @@ void DriverGovernor::context_done(int ordinal) noexcept {
   if (d != nullptr && d->ledger && d->holds_token.exchange(false)) d->ledger->release_context_token(me_);
 }
 
-
-
 std::optional<std::pair<std::size_t, std::size_t>> DriverGovernor::memory_info(int ordinal, std::size_t driver_free) {
   Device* d = device(ordinal);
   if (d == nullptr || !d->ledger) return std::nullopt;
-  const std::uint64_t room = d->ledger->headroom(d->slot);
-  return std::pair<std::size_t, std::size_t>{std::min<std::uint64_t>(room, driver_free), d->cap};
+  const GpuMemoryView seen =
+      seen_under_share({.free_bytes = driver_free, .total_bytes = d->total}, d->cap, d->ledger->headroom(d->slot));
+  return std::pair<std::size_t, std::size_t>{seen.free_bytes, seen.total_bytes};
 }
 
 std::optional<std::size_t> DriverGovernor::total_memory(int ordinal) {
   Device* d = device(ordinal);
   if (d == nullptr || !d->ledger) return std::nullopt;
-  return d->cap;
+  return seen_under_share({.free_bytes = 0, .total_bytes = d->total}, d->cap, 0).total_bytes;
 }
 
 }  // namespace plimsoll::sharing

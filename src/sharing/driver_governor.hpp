@@ -74,7 +74,8 @@ class DriverGovernor {
   void context_done(int device) noexcept;
 
   /// cuMemGetInfo's answer for a governed device: total = the cap, free = what the process could be charged now
-  /// (never more than the driver's free). Nothing for a device the process has no share of.
+  /// (never more than the driver's free), by sharing::seen_under_share. Nothing for a device the process has no
+  /// share of.
   std::optional<std::pair<std::size_t, std::size_t>> memory_info(int device, std::size_t driver_free);
   /// cuDeviceTotalMem's answer: the cap, or nothing as above.
   std::optional<std::size_t> total_memory(int device);
