@@ -39,7 +39,7 @@ const std::set<std::string> kJsonKeys = {
 const std::set<std::string> kStepPlanKeys = {"steps",   "plans",       "unfit",    "stale",     "learning",  "followed",
                                              "growth",
                                              "fallbacks", "not_in_plan", "occupied", "over_limit", "past_plan",
-                                             "skipped", "plan_bytes",  "plan_peak_bytes"};
+                                             "skipped", "plan_bytes",  "plan_peak_bytes", "packs", "pack_ms"};
 
 TEST(CliReplay, JsonHasOneLinePerPolicyWithExactlyTheDocumentedKeys) {
   const std::string gpt = trace_path("gpt-6-512-b8.trace");
