@@ -242,8 +242,9 @@ void PlanFollower::install(StepPlan plan, const PlanCost& cost) {
   // that fits ran GPT and ResNet-50 out of memory at 1.01 x, at events 1,576 and 41,976). It is followed for its
   // leftovers alone, where already mapped (follows_unfit_plan), and packed again at the next boundary while the
   // packs get cheaper (UnfitBackoff): each step leaves its leftovers where the plan wants them, so the next plan,
-  // packed around them, costs fewer granules, until one fits (docs/engine.md, "Against the target"). Not when the step grows (growth entries): its kept
-  // blocks change every plan, and following its plans unfit made the trace that keeps batches run out sooner.
+  // packed around them, costs fewer granules, until one fits (docs/engine.md, "Against the target"). Not when the
+  // step grows (growth entries): its kept blocks change every plan, and following its plans unfit made the trace
+  // that keeps batches run out sooner.
   // Then the next step runs best fit, is observed, and is packed again after 1, 3, 7, ... boundaries.
   plan_unfit_ = false;
   if (!heap_.map_ranges(covered_ranges(plan))) {
