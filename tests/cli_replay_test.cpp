@@ -40,7 +40,7 @@ const std::set<std::string> kJsonKeys = {
 const std::set<std::string> kStepPlanKeys = {"steps",   "plans",       "unfit",    "stale",     "learning",  "followed",
                                              "growth",
                                              "fallbacks", "not_in_plan", "occupied", "over_limit", "past_plan",
-                                             "skipped", "plan_bytes",  "plan_peak_bytes"};
+                                             "skipped", "plan_bytes",  "plan_peak_bytes", "packs", "pack_ms"};
 
 TEST(CliReplay, JsonHasOneLinePerPolicyWithExactlyTheDocumentedKeys) {
   const std::string gpt = trace_path("gpt-6-512-b8.trace");
@@ -62,6 +62,11 @@ TEST(CliReplay, JsonHasOneLinePerPolicyWithExactlyTheDocumentedKeys) {
     EXPECT_EQ(row["step_plan"]["steps"].get<std::uint64_t>(), 3u);
     EXPECT_GE(row["step_plan"]["plans"].get<std::uint64_t>(), 1u);
     EXPECT_GT(row["step_plan"]["followed"].get<std::uint64_t>(), row["step_plan"]["fallbacks"].get<std::uint64_t>());
+    // Every plan, unfit or stale one was one pack, and packing took time.
+    EXPECT_EQ(row["step_plan"]["packs"].get<std::uint64_t>(),
+              row["step_plan"]["plans"].get<std::uint64_t>() + row["step_plan"]["unfit"].get<std::uint64_t>() +
+                  row["step_plan"]["stale"].get<std::uint64_t>());
+    EXPECT_GT(row["step_plan"]["pack_ms"].get<double>(), 0.0);
 
     EXPECT_EQ(row["trace"], gpt);
     EXPECT_EQ(row["device"], "sim:16GiB");
@@ -142,6 +147,7 @@ TEST(CliReplay, NoStepPlanReplaysWithBestFitAlone) {
   const nlohmann::json row = nlohmann::json::parse(lines_of(run.out).at(0));
   EXPECT_EQ(row["step_plan"]["steps"].get<std::uint64_t>(), 0u);
   EXPECT_EQ(row["step_plan"]["followed"].get<std::uint64_t>(), 0u);
+  EXPECT_EQ(row["step_plan"]["packs"].get<std::uint64_t>(), 0u);
 }
 
 TEST(CliReplay, TableExplainsAnOutOfMemory) {

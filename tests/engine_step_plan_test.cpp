@@ -15,6 +15,7 @@
 #include "engine/plan_candidates.hpp"
 #include "engine/plan_follower.hpp"
 #include "engine/step_plan.hpp"
+#include "engine/unfit_backoff.hpp"
 #include "engine_heap_checker.hpp"
 #include "plimsoll/allocator.hpp"
 #include "plimsoll/device.hpp"
@@ -616,6 +617,65 @@ TEST(EngineStepPlan, AnUnfitPlanPlacesOnlyLeftoversInMappedGranulesAndStaysUnder
   }
   EXPECT_GT(unfit_limits, 0) << "some limit must make a plan unfit, or this test tests nothing";
   EXPECT_GT(placed_unfit, 0u) << "an unfit plan placed some leftovers";
+}
+
+// Unfit plans are packed again at every boundary while they get cheaper than the best so far, and less and less
+// often once they stop (UnfitBackoff): a job whose plans never fit must not pay a pack at every boundary forever.
+TEST(EngineStepPlan, UnfitBackoffPacksAtEveryBoundaryOnlyWhileTheBestUnfitPlanImproves) {
+  UnfitBackoff converging;  // ResNet-50's unfit plans at 1.01 x, in granules, before one fits
+  for (const std::uint64_t granules : {1527u, 1498u, 1494u, 1494u, 1499u, 1492u, 1499u})
+    EXPECT_EQ(converging.after_unfit(granules), 1u) << granules << " granules: still converging, pack again next";
+
+  UnfitBackoff stuck;
+  std::vector<std::uint64_t> waits;
+  for (int i = 0; i < 14; ++i) waits.push_back(stuck.after_unfit(1500));
+  const std::vector<std::uint64_t> expected{1, 1, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 1024};
+  EXPECT_EQ(waits, expected) << "no progress: every boundary for kPatience packs, then doubling waits, capped";
+  EXPECT_EQ(stuck.after_unfit(1499), 1u) << "a new best resumes packing at every boundary";
+  EXPECT_EQ(stuck.after_unfit(1499), 1u);
+  stuck.reset();
+  EXPECT_EQ(stuck.after_unfit(2000), 1u) << "after a plan fit, the next unfit plan starts afresh";
+}
+
+// Through the follower: at limits where no plan ever fits, 40 steps pack at a few boundaries, not at each, and the
+// packs and their time are reported (StepPlanStats::packs, pack_ns).
+TEST(EngineStepPlan, PlansThatNeverFitArePackedAtFewBoundaries) {
+  const StepShape shape = training_like_shape();
+  constexpr int kSteps = 40;
+  int never_fit = 0;
+  for (std::uint64_t limit = 40 * MiB; limit <= 300 * MiB; limit += 4 * MiB) {
+    PlannedHeap planned(limit);
+    auto& [sim, heap, follower, check, loop] = planned;
+    std::vector<std::uint64_t> weights, holes;
+    for (int i = 0; i < 24; ++i)
+      if (!add_weight_and_hole(heap, check, weights, holes, 3 * MiB + 256, 5 * MiB)) break;
+    for (std::uint64_t hole : holes) {
+      Heap::Freed freed;
+      ASSERT_TRUE(heap.deallocate(hole, freed));
+      check.freed(hole);
+    }
+    follower.step_boundary();
+    std::uint64_t failed = 0;
+    for (int s = 0; s < kSteps; ++s) ASSERT_NO_FATAL_FAILURE(loop.step(shape, 1, &failed));
+    const StepPlanStats& stats = follower.stats();
+    EXPECT_EQ(stats.packs, stats.plans + stats.unfit + stats.stale) << "limit " << limit / MiB << " MiB";
+    if (stats.packs > 0) {
+      EXPECT_GT(stats.pack_ns, 0u) << "limit " << limit / MiB << " MiB: pack time counted";
+    }
+    if (stats.plans == 0 && stats.unfit > 0) {
+      ++never_fit;
+      EXPECT_LE(stats.packs, std::uint64_t{kSteps} / 2) << "limit " << limit / MiB << " MiB: " << stats.packs
+                                                        << " packs in " << kSteps << " steps of plans that never fit";
+    }
+    loop.finish();
+    for (std::uint64_t weight : weights) {
+      Heap::Freed freed;
+      ASSERT_TRUE(heap.deallocate(weight, freed));
+      check.freed(weight);
+    }
+    ASSERT_NO_FATAL_FAILURE(check.walk());
+  }
+  EXPECT_GT(never_fit, 0) << "some limit must keep every plan unfit, or this test tests nothing";
 }
 
 // Random steps around one pattern: most match it exactly, the rest add tensors, drop some, change sizes, or are

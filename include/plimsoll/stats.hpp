@@ -36,6 +36,11 @@ struct StepPlanStats {
   std::uint64_t skipped = 0;      // planned requests a step did not make (the follower resynchronised past them)
   std::uint64_t plan_bytes = 0;   // the current plan's footprint: address span from its lowest to highest byte
   std::uint64_t plan_peak_bytes = 0;  // the live peak of the step it was packed from (its lower bound)
+  // What packing cost: step boundaries that packed a plan (each O(requests^2), off the device's lock, in the
+  // thread calling step()), and their time in all. Unfit plans are packed again at every boundary only while
+  // they get cheaper (docs/engine.md, "What packing costs"), so on a job that never fits packs stay few.
+  std::uint64_t packs = 0;
+  std::uint64_t pack_ns = 0;
   std::uint64_t fallbacks() const { return not_in_plan + occupied + over_limit + past_plan; }
 };
 

@@ -1,6 +1,7 @@
 #include "engine/plan_follower.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <unordered_set>
 #include <vector>
 
@@ -10,7 +11,11 @@ namespace plimsoll::engine {
 
 void PackJob::pack() {
   if (void (*hook)() = while_packing.load()) hook();
+  const auto start = std::chrono::steady_clock::now();
   plan = best_plan({as_obstacles, obstacles}, {pinned, around_pinned}, heap);
+  if (!plan.entries.empty()) cost = plan_cost(plan, heap);
+  pack_ns = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
 }
 
 std::uint64_t PlanFollower::allocate(std::uint64_t bytes, std::uint16_t tag) {
@@ -146,6 +151,8 @@ std::unique_ptr<PackJob> PlanFollower::begin_boundary() {
 
 void PlanFollower::finish_boundary(std::unique_ptr<PackJob> job) {
   packing_ = false;
+  ++stats_.packs;
+  stats_.pack_ns += job->pack_ns;
   // Anything allocated or freed since the copy may lie in the plan's ranges, and the step it belongs to has begun
   // without the plan: installing it now would start its cursor mid-step. Best fit goes on; the next boundary
   // packs again (no plan, or a step that falls back).
@@ -160,7 +167,7 @@ void PlanFollower::finish_boundary(std::unique_ptr<PackJob> job) {
   outlives_.assign(job->plan.entries.size(), false);
   for (std::size_t i = 0; i < job->as_obstacles.requests.size() && i < outlives_.size(); ++i)
     outlives_[i] = job->as_obstacles.requests[i].died == StepObservation::kOutlives;
-  install(std::move(job->plan));
+  install(std::move(job->plan), job->cost);
 }
 
 std::unique_ptr<PackJob> PlanFollower::prepare_pack() {
@@ -229,14 +236,15 @@ std::unique_ptr<PackJob> PlanFollower::prepare_pack() {
   return job;
 }
 
-void PlanFollower::install(StepPlan plan) {
+void PlanFollower::install(StepPlan plan, const PlanCost& cost) {
   // Mapped once, here. A plan whose ranges cannot all be mapped under the limit is not followed whole: half a
   // plan scatters planned blocks through the space best fit needs for the rest (measured: following every entry
   // that fits ran GPT and ResNet-50 out of memory at 1.01 x, at events 1,576 and 41,976). It is followed for its
-  // leftovers alone, where already mapped (follows_unfit_plan), and packed again at the next boundary: each step
-  // leaves its leftovers where the plan wants them, so the next plan, packed around them, costs fewer granules,
-  // until one fits (docs/engine.md, "Against the target"). Not when the step grows (growth entries): its kept
-  // blocks change every plan, and following its plans unfit made the trace that keeps batches run out sooner.
+  // leftovers alone, where already mapped (follows_unfit_plan), and packed again at the next boundary while the
+  // packs get cheaper (UnfitBackoff): each step leaves its leftovers where the plan wants them, so the next plan,
+  // packed around them, costs fewer granules, until one fits (docs/engine.md, "Against the target"). Not when the
+  // step grows (growth entries): its kept blocks change every plan, and following its plans unfit made the trace
+  // that keeps batches run out sooner.
   // Then the next step runs best fit, is observed, and is packed again after 1, 3, 7, ... boundaries.
   plan_unfit_ = false;
   if (!heap_.map_ranges(covered_ranges(plan))) {
@@ -245,9 +253,8 @@ void PlanFollower::install(StepPlan plan) {
     const bool grows = std::any_of(plan.entries.begin(), plan.entries.end(),
                                    [](const StepPlan::Entry& entry) { return entry.addr == 0; });
     if (!grows) {
-      // Packed again at every boundary (O(requests^2), off the lock), with no back-off: the unfit plans' cost is
-      // not monotone on the way (ResNet-50), and backing off once one was no cheaper than the last kept ResNet-50
-      // from converging within 10 repeated steps (321/480 maps/unmaps where this makes 178/258).
+      // Packed again at every boundary while the packs get cheaper, less often once they do not (UnfitBackoff).
+      next_try_ = stats_.steps + unfit_backoff_.after_unfit(cost.granules);
       plan_ = std::move(plan);
       plan_unfit_ = true;
       return;
@@ -259,6 +266,7 @@ void PlanFollower::install(StepPlan plan) {
   }
   plan_ = std::move(plan);
   ++stats_.plans;
+  unfit_backoff_.reset();
   stats_.plan_bytes = plan_.footprint == 0 ? 0 : [&] {
     std::uint64_t lo = UINT64_MAX;
     for (const StepPlan::Entry& e : plan_.entries)

@@ -9,8 +9,9 @@
 // unmap), and from then on places each request that matches the plan, in size and in order, at its planned
 // address. A plan whose ranges cannot be mapped under the limit (StepPlanStats::unfit) is followed only for the
 // blocks that outlive the step, where their granules are mapped already, best fit placing the rest, and the next
-// boundary packs again: plans converge to one that fits as the leftovers settle where plans want them (a growing
-// step's unfit plan is not followed at all). Everything that does not match goes to best fit, at once:
+// boundary packs again while the unfit plans get cheaper (unfit_backoff.hpp): plans converge to one that fits as
+// the leftovers settle where plans want them (a growing step's unfit plan is not followed at all). Everything
+// that does not match goes to best fit, at once:
 //  - a request whose size is not among the next kLookahead planned ones (an extra tensor, another batch, a
 //    data-dependent shape) falls back and leaves the plan's cursor where it is, so the step resynchronises with
 //    the plan at the next request that matches;
@@ -39,6 +40,7 @@
 #include "engine/heap.hpp"
 #include "engine/plan_candidates.hpp"
 #include "engine/step_plan.hpp"
+#include "engine/unfit_backoff.hpp"
 #include "plimsoll/stats.hpp"
 
 namespace plimsoll::engine {
@@ -53,6 +55,8 @@ struct PackJob {
   std::uint64_t follower = 0;  // PlanFollower::serial() of the follower that made it
   std::uint64_t events = 0;    // the follower's allocations and frees when it was made
   StepPlan plan;               // pack()'s result
+  PlanCost cost;               // the plan's cost on the snapshot
+  std::uint64_t pack_ns = 0;   // how long pack() took
 
   /// The cheapest candidate plan (best_plan). Touches nothing shared: call it without the lock.
   void pack();
@@ -100,7 +104,7 @@ class PlanFollower {
   bool follows_unfit_plan(std::size_t match) const;
   void observe(std::uint64_t addr, std::uint64_t size);
   std::unique_ptr<PackJob> prepare_pack();
-  void install(StepPlan plan);
+  void install(StepPlan plan, const PlanCost& cost);
 
   Heap& heap_;
   StepObservation observation_;
@@ -113,6 +117,7 @@ class PlanFollower {
   std::uint64_t step_fallbacks_ = 0;  // in the step under way
   bool previous_step_fell_back_ = false;
   std::uint64_t next_try_ = 0;  // the boundary (stats_.steps) from which packing is tried again after unfit plans
+  UnfitBackoff unfit_backoff_;  // when to pack again after unfit plans of a step that does not grow
   StepPlanStats stats_;
   std::uint64_t events_ = 0;  // allocations and frees seen: a pack made at one count is stale at another
   bool packing_ = false;      // a job is out (between begin_boundary and finish_boundary)

@@ -93,7 +93,8 @@ std::string replay_result_json(const ReplayResult& result) {
                        {"fallbacks", plan.fallbacks()}, {"not_in_plan", plan.not_in_plan},
                        {"occupied", plan.occupied},   {"over_limit", plan.over_limit},
                        {"past_plan", plan.past_plan}, {"skipped", plan.skipped},
-                       {"plan_bytes", plan.plan_bytes}, {"plan_peak_bytes", plan.plan_peak_bytes}};
+                       {"plan_bytes", plan.plan_bytes}, {"plan_peak_bytes", plan.plan_peak_bytes},
+                       {"packs", plan.packs}, {"pack_ms", static_cast<double>(plan.pack_ns) / 1e6}};
   line["oom"] = result.oom;
   line["oom_event"] = result.oom_event ? nlohmann::ordered_json(*result.oom_event) : nlohmann::ordered_json();
   line["ops"] = result.ops;
