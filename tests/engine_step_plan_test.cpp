@@ -577,11 +577,13 @@ bool add_weight_and_hole(Heap& heap, testing::HeapChecker& check, std::vector<st
 // mapped already, and packed again at the next boundary; everything else takes best fit. Across tight limits the
 // independent checker sees every request inside a free block, the loop checks the limit after each, and the
 // requests placed by an unfit plan are never more a step than the step's leftovers.
-TEST(EngineStepPlan, AnUnfitPlanPlacesOnlyLeftoversInMappedGranulesAndStaysUnderTheLimit) {
+// A plan over the limit is not followed, not even for its leftovers: following them where already mapped made
+// ResNet-50 converge at 1.01 x but ran VGG-16 (1.005 x) and ResNet-50 (1.009 x) out of memory where best fit alone
+// does not (docs/engine.md, "Against the target").
+TEST(EngineStepPlan, AnUnfitPlanIsNotFollowedAndTheHeapStaysUnderTheLimit) {
   const StepShape shape = training_like_shape();
-  const auto leftovers = static_cast<std::uint64_t>(std::count(shape.life.begin(), shape.life.end(), 0));
   int unfit_limits = 0;
-  std::uint64_t placed_unfit = 0;
+  int steps_after_unfit = 0;
   for (std::uint64_t limit = 40 * MiB; limit <= 300 * MiB; limit += 2 * MiB) {
     PlannedHeap planned(limit);
     auto& [sim, heap, follower, check, loop] = planned;
@@ -598,12 +600,14 @@ TEST(EngineStepPlan, AnUnfitPlanPlacesOnlyLeftoversInMappedGranulesAndStaysUnder
     std::uint64_t failed = 0;
     for (int s = 0; s < 8; ++s) {
       const StepPlanStats before = follower.stats();
-      const bool following_unfit = before.unfit > 0 && !follower.plan().entries.empty() && before.plans == 0;
+      const bool after_unfit = before.unfit > 0 && before.plans == 0;
+      if (after_unfit) {
+        EXPECT_TRUE(follower.plan().entries.empty()) << "limit " << limit / MiB << " MiB: no unfit plan is active";
+      }
       ASSERT_NO_FATAL_FAILURE(loop.step(shape, 1, &failed)) << "limit " << limit / MiB << " MiB, step " << s;
-      if (!following_unfit) continue;
-      const std::uint64_t followed = follower.stats().followed - before.followed;
-      EXPECT_LE(followed, leftovers) << "limit " << limit / MiB << " MiB: only leftovers follow an unfit plan";
-      placed_unfit += followed;
+      if (!after_unfit) continue;
+      EXPECT_EQ(follower.stats().followed, before.followed) << "limit " << limit / MiB << " MiB: nothing follows it";
+      ++steps_after_unfit;
     }
     if (follower.stats().unfit > 0) ++unfit_limits;
     loop.finish();
@@ -616,7 +620,7 @@ TEST(EngineStepPlan, AnUnfitPlanPlacesOnlyLeftoversInMappedGranulesAndStaysUnder
     EXPECT_EQ(heap.counters().in_use, 0u);
   }
   EXPECT_GT(unfit_limits, 0) << "some limit must make a plan unfit, or this test tests nothing";
-  EXPECT_GT(placed_unfit, 0u) << "an unfit plan placed some leftovers";
+  EXPECT_GT(steps_after_unfit, 0) << "some step must run after an unfit plan";
 }
 
 // Unfit plans are packed again at every boundary while they get cheaper than the best so far, and less and less

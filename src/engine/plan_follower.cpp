@@ -37,11 +37,6 @@ std::uint64_t PlanFollower::allocate(std::uint64_t bytes, std::uint16_t tag) {
   if (match == end) return fall_back(bytes, tag, &StepPlanStats::not_in_plan);
   stats_.skipped += match - cursor_;
   cursor_ = match + 1;
-  if (plan_unfit_ && !follows_unfit_plan(match)) {  // best fit, as without a plan: not a fallback
-    const std::uint64_t addr = heap_.allocate(bytes, tag);
-    if (addr != 0) observe(addr, size);
-    return addr;
-  }
   if (plan_.entries[match].addr == 0) {  // growth: above the plan, where it never takes a planned range
     const std::uint64_t addr = place_above_plan(bytes, tag);
     if (addr != 0) {
@@ -65,18 +60,6 @@ std::uint64_t PlanFollower::allocate(std::uint64_t bytes, std::uint16_t tag) {
   }
   return fall_back(bytes, tag,
                    heap_.last_failure() == HeapFailure::occupied ? &StepPlanStats::occupied : &StepPlanStats::over_limit);
-}
-
-bool PlanFollower::follows_unfit_plan(std::size_t match) const {
-  // Only the blocks that outlive the step (its leftovers: gradients, state), which the next plan packs around,
-  // and only where every granule of the planned range is mapped already: this never maps, so it never takes a
-  // granule from best fit, which places everything else. A growth entry (addr 0) never gets here: a plan of a
-  // growing step is not followed unfit (install).
-  const StepPlan::Entry& entry = plan_.entries[match];
-  if (match >= outlives_.size() || !outlives_[match] || entry.addr == 0) return false;
-  const GranuleMap& granules = heap_.granules();
-  const std::uint64_t first = granules.first_covering(entry.addr);
-  return granules.count_unmapped(first, granules.end_covering(entry.addr, entry.size)) == 0;
 }
 
 std::uint64_t PlanFollower::place_above_plan(std::uint64_t bytes, std::uint16_t tag) {
@@ -135,7 +118,7 @@ std::unique_ptr<PackJob> PlanFollower::begin_boundary() {
   }
   const bool fell_back = step_fallbacks_ > 0;
   const bool pack =
-      plan_.entries.empty() || plan_unfit_ || (fell_back && (first_plan_ || previous_step_fell_back_));
+      plan_.entries.empty() || (fell_back && (first_plan_ || previous_step_fell_back_));
   std::unique_ptr<PackJob> job;
   if (pack && !packing_ && !observation_.requests.empty() && stats_.steps >= next_try_) {
     first_plan_ = stats_.plans + stats_.unfit == 0;
@@ -164,9 +147,6 @@ void PlanFollower::finish_boundary(std::unique_ptr<PackJob> job) {
     return;
   }
   if (job->plan.entries.empty()) return;  // does not fit the address space: keep what there was
-  outlives_.assign(job->plan.entries.size(), false);
-  for (std::size_t i = 0; i < job->as_obstacles.requests.size() && i < outlives_.size(); ++i)
-    outlives_[i] = job->as_obstacles.requests[i].died == StepObservation::kOutlives;
   install(std::move(job->plan), job->cost);
 }
 
@@ -237,31 +217,20 @@ std::unique_ptr<PackJob> PlanFollower::prepare_pack() {
 }
 
 void PlanFollower::install(StepPlan plan, const PlanCost& cost) {
-  // Mapped once, here. A plan whose ranges cannot all be mapped under the limit is not followed whole: half a
-  // plan scatters planned blocks through the space best fit needs for the rest (measured: following every entry
-  // that fits ran GPT and ResNet-50 out of memory at 1.01 x, at events 1,576 and 41,976). It is followed for its
-  // leftovers alone, where already mapped (follows_unfit_plan), and packed again at the next boundary while the
-  // packs get cheaper (UnfitBackoff): each step leaves its leftovers where the plan wants them, so the next plan,
-  // packed around them, costs fewer granules, until one fits (docs/engine.md, "Against the target"). Not when the
-  // step grows (growth entries): its kept blocks change every plan, and following its plans unfit made the trace
-  // that keeps batches run out sooner.
-  // Then the next step runs best fit, is observed, and is packed again after 1, 3, 7, ... boundaries.
-  plan_unfit_ = false;
+  // Mapped once, here. A plan whose ranges cannot all be mapped under the limit is not followed: half a plan
+  // scatters planned blocks through the space best fit needs for the rest (measured: following every entry that
+  // fits ran GPT and ResNet-50 out of memory at 1.01 x, at events 1,576 and 41,976; following only its leftovers
+  // where already mapped made ResNet-50 converge at 1.01 x but ran VGG-16 out of memory at 1.005 x and ResNet-50 at
+  // 1.009 x, where best fit alone does not: docs/engine.md, "Against the target"). The next steps run best fit, are
+  // observed, and are packed again: for a step that does not grow, at every boundary while the packs get cheaper
+  // and less often once they do not (UnfitBackoff); for one that grows, after 1, 3, 7, ... boundaries.
   if (!heap_.map_ranges(covered_ranges(plan))) {
     ++stats_.unfit;
     plan_ = StepPlan{};
     const bool grows = std::any_of(plan.entries.begin(), plan.entries.end(),
                                    [](const StepPlan::Entry& entry) { return entry.addr == 0; });
-    if (!grows) {
-      // Packed again at every boundary while the packs get cheaper, less often once they do not (UnfitBackoff).
-      next_try_ = stats_.steps + unfit_backoff_.after_unfit(cost.granules);
-      plan_ = std::move(plan);
-      plan_unfit_ = true;
-      return;
-    }
-    // Packing costs O(requests^2) at the boundary: after plans that did not fit, try again after 1, 3, 7, ...
-    // boundaries rather than at every one.
-    next_try_ = stats_.steps + (std::uint64_t{1} << std::min<std::uint64_t>(stats_.unfit, 10)) - 1;
+    next_try_ = stats_.steps + (grows ? (std::uint64_t{1} << std::min<std::uint64_t>(stats_.unfit, 10)) - 1
+                                      : unfit_backoff_.after_unfit(cost.granules));
     return;
   }
   plan_ = std::move(plan);

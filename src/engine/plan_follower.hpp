@@ -101,7 +101,6 @@ class PlanFollower {
  private:
   std::uint64_t fall_back(std::uint64_t bytes, std::uint16_t tag, std::uint64_t StepPlanStats::*reason);
   std::uint64_t place_above_plan(std::uint64_t bytes, std::uint16_t tag);
-  bool follows_unfit_plan(std::size_t match) const;
   void observe(std::uint64_t addr, std::uint64_t size);
   std::unique_ptr<PackJob> prepare_pack();
   void install(StepPlan plan, const PlanCost& cost);
@@ -112,8 +111,6 @@ class PlanFollower {
   StepPlan plan_;           // empty: none active
   std::size_t cursor_ = 0;  // the next planned request of this step
   bool first_plan_ = false;          // plan_ was packed from the first observed step
-  std::vector<bool> outlives_;       // by entry: its request outlived the step it was packed from
-  bool plan_unfit_ = false;          // plan_ could not be mapped whole: followed where it fits, packed again
   std::uint64_t step_fallbacks_ = 0;  // in the step under way
   bool previous_step_fell_back_ = false;
   std::uint64_t next_try_ = 0;  // the boundary (stats_.steps) from which packing is tried again after unfit plans
