@@ -173,6 +173,30 @@ TEST(ElfLookup, ALibraryDlopenedByAConstructorAtStartIsADlopenedOne) {
   dlclose(libc);
 }
 
+// What the reentrant library's resolver saw when it asked for its next malloc (set by its hook).
+void* reentrant_answer = reinterpret_cast<void*>(std::uintptr_t{1});
+
+__attribute__((noinline)) void ask_from_the_resolver() { reentrant_answer = next_from_here("malloc"); }
+
+TEST(ElfLookup, AWalkEnteredAgainOnTheSameThreadAnswersNullAndTheOuterWalkStaysRight) {
+  void* const library = dlopen(PLIMSOLL_ELF_REENTRANT_SO, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(library, nullptr) << dlerror();
+  const auto set_hook = reinterpret_cast<void (*)(void (*)())>(dlsym(library, "plimsoll_reentrant_set_hook"));
+  ASSERT_NE(set_hook, nullptr);
+  void* const resolved = dlsym(library, "plimsoll_reentrant_ifunc");
+  ASSERT_NE(resolved, nullptr);
+  set_hook(&ask_from_the_resolver);
+  // The walk calls the library's resolver, which asks elf_lookup again on this thread: that inner call must not
+  // overwrite the outer walk's buffers, so it answers null, and the outer walk still answers the resolved function.
+  EXPECT_EQ(next_from_here("plimsoll_reentrant_ifunc"), resolved);
+  EXPECT_EQ(reentrant_answer, nullptr);
+  // Outside a walk the same question is answered.
+  ask_from_the_resolver();
+  EXPECT_EQ(reentrant_answer, dlsym(RTLD_NEXT, "malloc"));
+  set_hook(nullptr);
+  dlclose(library);
+}
+
 TEST(ElfLookup, ACallerInNoLoadedObjectGetsNothing) {
   EXPECT_EQ(plimsoll::elf_lookup::next_definition(reinterpret_cast<const void*>(std::uintptr_t{16}), "malloc"),
             nullptr);
