@@ -295,6 +295,7 @@ PLIMSOLL_ELF_UNINSTRUMENTED int count_start_objects() {
   while (count < loaded.count && !needs(loaded.objects[0], loaded.objects[count])) ++count;
   if (count >= loaded.count) return loaded.count;
   for (++count; count < loaded.count; ++count) {
+    if (is_vdso(loaded.objects[count])) continue;  // wherever it is listed, it was there at start
     bool needed = false;
     for (int j = 0; j < count && !needed; ++j) needed = needs(loaded.objects[j], loaded.objects[count]);
     if (!needed) break;
