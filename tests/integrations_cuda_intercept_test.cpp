@@ -176,6 +176,26 @@ TEST(CudaIntercept, DlsymRtldNextFromALaterPreloadIsNotItsOwnDefinition) {
   EXPECT_THAT(run.out, HasSubstr("alloc 1048576 0"));
 }
 
+TEST(CudaIntercept, DlsymRtldNextSkipsADefinitionBeforeTheCaller) {
+  // Two preloads wrap getppid (the probe twice, under two names): the second one's next getppid is libc's, neither the
+  // first one's (before it: a walk from the start finds that) nor its own. `probe PATH` reaches the second one by
+  // dlopen, which returns the preloaded object.
+  const TempDirectory dir;
+  Environment environment = governed(dir, "cuda:0=256MiB");
+  const std::string probes = std::string(PLIMSOLL_NEXT_PROBE_TWIN_SO) + " " + PLIMSOLL_NEXT_PROBE_SO;
+  environment["LD_PRELOAD"] = std::string(PLIMSOLL_CUDA_INTERCEPT_SO) + " " + probes;
+  const ProgramRun run = client("dlsym", {"probe", PLIMSOLL_NEXT_PROBE_SO, "init", "alloc", "1MiB"}, environment);
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("probe libc=1 own=0"));
+  EXPECT_THAT(run.out, HasSubstr("alloc 1048576 0"));
+  // glibc's own answer, without the interposer, is the same.
+  Environment plain = governed(dir, "cuda:0=256MiB");
+  plain["LD_PRELOAD"] = probes;
+  const ProgramRun glibc = client("dlsym", {"probe", PLIMSOLL_NEXT_PROBE_SO}, plain);
+  ASSERT_EQ(glibc.status, 0) << glibc.err;
+  EXPECT_THAT(glibc.out, HasSubstr("probe libc=1 own=0"));
+}
+
 TEST(CudaIntercept, DlsymRtldNextFromADlopenedLibrarySearchesItsDependencies) {
   // The same probe dlopen'ed by the program, as an extension module is: glibc searches the probe's own scope (it and
   // its dependencies, libc among them, all loaded before it), not the objects loaded after it (there are none).

@@ -1,9 +1,11 @@
 // elf_lookup (src/integrations/cuda_intercept/elf_lookup.hpp), checked against glibc's own dlsym in this process:
 // libc's and libm's symbols (indirect functions and versioned ones among them) found where dlsym finds them, an
 // absent symbol and an imported (undefined) one not found, the default version chosen over a hidden one, and the
-// RTLD_NEXT rule for a caller loaded at start answering what dlsym(RTLD_NEXT, ...) answers here.
+// RTLD_NEXT rule for a caller loaded at start answering what dlsym(RTLD_NEXT, ...) answers here, the vDSO never
+// searched, and a library dlopen'ed by a constructor during start-up taken for a dlopen'ed one.
 #include <dlfcn.h>
 #include <link.h>
+#include <time.h>
 
 #include <cmath>
 #include <cstdint>
@@ -13,6 +15,16 @@
 #include <gtest/gtest.h>
 
 #include "elf_lookup.hpp"
+
+// Exported by the program (-Wl,--export-dynamic-symbol in tests/CMakeLists.txt): in its dynamic symbol table, which
+// `main` is not.
+extern "C" {
+__attribute__((visibility("default"))) int plimsoll_elf_test_exported = 1;
+}
+
+// tests/fake_libcuda/elf_opener.cpp (linked): the handle of tests/fake_libcuda/elf_asker.cpp, which its constructor
+// dlopen'ed while the program started.
+extern "C" void* plimsoll_opened_by_constructor();
 
 namespace {
 
@@ -108,8 +120,81 @@ TEST(ElfLookup, NextDefinitionForAProgramAnswersWhatDlsymRtldNextDoes) {
     EXPECT_EQ(next_from_here(name), expected) << name;
   }
   EXPECT_EQ(next_from_here("plimsoll_no_such_symbol"), nullptr);
-  // The program's own definition is never its next one: main is defined here and nowhere after it.
-  EXPECT_EQ(next_from_here("main"), nullptr);
+}
+
+TEST(ElfLookup, TheProgramsOwnDefinitionIsNeverItsNextOne) {
+  // plimsoll_elf_test_exported is in the program's dynamic symbol table (find_symbol sees it) and nowhere after it.
+  // dl_iterate_phdr lists the program first (under an empty name).
+  std::optional<dl_phdr_info> program;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t, void* data) {
+        *static_cast<std::optional<dl_phdr_info>*>(data) = *info;
+        return 1;
+      },
+      &program);
+  ASSERT_TRUE(program);
+  ASSERT_NE(plimsoll::elf_lookup::find_symbol(*program, "plimsoll_elf_test_exported"), nullptr)
+      << "the program exports it (tests/CMakeLists.txt)";
+  EXPECT_EQ(plimsoll::elf_lookup::find_symbol(*program, "plimsoll_elf_test_exported"),
+            static_cast<void*>(&plimsoll_elf_test_exported));
+  EXPECT_EQ(dlsym(RTLD_NEXT, "plimsoll_elf_test_exported"), nullptr);
+  EXPECT_EQ(next_from_here("plimsoll_elf_test_exported"), nullptr);
+}
+
+TEST(ElfLookup, TheVdsoIsNeverSearched) {
+  // The vDSO comes right after the program in load order and defines clock_gettime; glibc never searches it, so the
+  // program's next clock_gettime is libc's.
+  void* const libc = handle_of("libc.so.6");
+  ASSERT_NE(libc, nullptr);
+  void* const libc_clock_gettime = dlsym(libc, "clock_gettime");
+  ASSERT_NE(libc_clock_gettime, nullptr);
+  EXPECT_EQ(dlsym(RTLD_NEXT, "clock_gettime"), libc_clock_gettime);
+  EXPECT_EQ(next_from_here("clock_gettime"), libc_clock_gettime);
+  EXPECT_EQ(next_from_here("gettimeofday"), dlsym(libc, "gettimeofday"));
+  dlclose(libc);
+}
+
+TEST(ElfLookup, ALibraryDlopenedByAConstructorAtStartIsADlopenedOne) {
+  // elf_opener's constructor dlopen'ed elf_asker before any of the program's constructors ran. glibc searches the
+  // asker's own scope (it, then libc) for its RTLD_NEXT, and so must elf_lookup: the objects after it in load order
+  // (none) would answer null.
+  void* const asker = plimsoll_opened_by_constructor();
+  ASSERT_NE(asker, nullptr) << "elf_opener's constructor could not dlopen elf_asker";
+  using AskElfLookup = void* (*)(void* (*)(const void*, const char*));
+  using AskGlibc = void* (*)();
+  const auto ask = reinterpret_cast<AskElfLookup>(dlsym(asker, "plimsoll_asker_next"));
+  const auto ask_glibc = reinterpret_cast<AskGlibc>(dlsym(asker, "plimsoll_asker_glibc_next"));
+  ASSERT_TRUE(ask != nullptr && ask_glibc != nullptr);
+  void* const libc = handle_of("libc.so.6");
+  ASSERT_NE(libc, nullptr);
+  void* const libc_getppid = dlsym(libc, "getppid");
+  EXPECT_EQ(ask_glibc(), libc_getppid);
+  EXPECT_EQ(ask(&plimsoll::elf_lookup::next_definition), libc_getppid);
+  dlclose(libc);
+}
+
+// What the reentrant library's resolver saw when it asked for its next malloc (set by its hook).
+void* reentrant_answer = reinterpret_cast<void*>(std::uintptr_t{1});
+
+__attribute__((noinline)) void ask_from_the_resolver() { reentrant_answer = next_from_here("malloc"); }
+
+TEST(ElfLookup, AWalkEnteredAgainOnTheSameThreadAnswersNullAndTheOuterWalkStaysRight) {
+  void* const library = dlopen(PLIMSOLL_ELF_REENTRANT_SO, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(library, nullptr) << dlerror();
+  const auto set_hook = reinterpret_cast<void (*)(void (*)())>(dlsym(library, "plimsoll_reentrant_set_hook"));
+  ASSERT_NE(set_hook, nullptr);
+  void* const resolved = dlsym(library, "plimsoll_reentrant_ifunc");
+  ASSERT_NE(resolved, nullptr);
+  set_hook(&ask_from_the_resolver);
+  // The walk calls the library's resolver, which asks elf_lookup again on this thread: that inner call must not
+  // overwrite the outer walk's buffers, so it answers null, and the outer walk still answers the resolved function.
+  EXPECT_EQ(next_from_here("plimsoll_reentrant_ifunc"), resolved);
+  EXPECT_EQ(reentrant_answer, nullptr);
+  // Outside a walk the same question is answered.
+  ask_from_the_resolver();
+  EXPECT_EQ(reentrant_answer, dlsym(RTLD_NEXT, "malloc"));
+  set_hook(nullptr);
+  dlclose(library);
 }
 
 TEST(ElfLookup, ACallerInNoLoadedObjectGetsNothing) {

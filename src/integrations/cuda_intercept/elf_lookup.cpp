@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <elf.h>
+#include <sys/auxv.h>
 
 #include <atomic>
 #include <cstdint>
@@ -68,13 +69,27 @@ PLIMSOLL_ELF_UNINSTRUMENTED Dynamic dynamic_of(const dl_phdr_info& object) {
   return d;
 }
 
+// What one object answers for a name: nothing (search on), a definition, or a definition this lookup cannot give
+// (an indirect function whose resolver must not or cannot be called here), which ends the search with null: the
+// objects after it must not answer in its place.
+struct Answer {
+  enum Kind { kAbsent, kFound, kUnanswerable } kind = kAbsent;
+  void* address = nullptr;
+};
+
+#if defined(__x86_64__) || defined(__i386__)
+constexpr bool kResolvesIndirect = true;
+#else
+constexpr bool kResolvesIndirect = false;  // other architectures pass hwcap arguments (documented in the header)
+#endif
+
 PLIMSOLL_ELF_UNINSTRUMENTED void* resolve_indirect(Address resolver) {
 #if defined(__x86_64__) || defined(__i386__)
   // As glibc calls an IFUNC resolver on x86 (elf_ifunc_invoke): no arguments.
   return reinterpret_cast<void* (*)()>(resolver)();
 #else
   (void)resolver;
-  return nullptr;  // other architectures pass hwcap arguments; not resolved here (documented in the header)
+  return nullptr;
 #endif
 }
 
@@ -145,13 +160,19 @@ PLIMSOLL_ELF_UNINSTRUMENTED Word index_of(const Dynamic& d, const char* name) {
   return 0;
 }
 
-PLIMSOLL_ELF_UNINSTRUMENTED void* definition(const dl_phdr_info& object, const Dynamic& d, const char* name) {
+// `may_resolve`: whether an indirect function's resolver may be called, i.e. the object is known to be relocated (a
+// resolver reads its own object's GOT).
+PLIMSOLL_ELF_UNINSTRUMENTED Answer definition(const dl_phdr_info& object, const Dynamic& d, const char* name,
+                                              bool may_resolve) {
   const Word index = index_of(d, name);
-  if (index == 0) return nullptr;
+  if (index == 0) return {};
   const ElfW(Sym)& symbol = d.symbols[index];
   const Address address = object.dlpi_addr + symbol.st_value;
-  if (ELF64_ST_TYPE(symbol.st_info) == STT_GNU_IFUNC) return resolve_indirect(address);
-  return reinterpret_cast<void*>(address);
+  if (ELF64_ST_TYPE(symbol.st_info) == STT_GNU_IFUNC) {
+    if (!kResolvesIndirect || !may_resolve) return {Answer::kUnanswerable, nullptr};
+    return {Answer::kFound, resolve_indirect(address)};
+  }
+  return {Answer::kFound, reinterpret_cast<void*>(address)};
 }
 
 // The loaded objects, copied while dl_iterate_phdr holds the loader's lock; only used while it still holds it (the
@@ -164,9 +185,27 @@ struct Loaded {
 };
 Loaded loaded;
 
-// Objects loaded before the interposer's constructor ran: the ones loaded at start (-1 until then: every object
-// counts as loaded at start).
+// Set while a walk uses the buffers above. Only the thread holding the loader's lock reads or writes it, so when a
+// walk finds it set, the same thread has come back in (a signal handler, a resolver asking dlsym) and must not
+// overwrite what the outer walk is still reading.
+bool walking = false;
+
+// The vDSO's ELF header (getauxval(AT_SYSINFO_EHDR)), read under the lock for the current walk: dl_iterate_phdr
+// lists the vDSO, but glibc never searches it for a symbol.
+Address vdso = 0;
+
+// How many objects, first in load order, glibc loaded at start (the program, the preloads and their dependencies);
+// -1 until the first walk counts them. They are never unloaded and all come before any dlopen'ed object, so the
+// count taken once holds for the process's life.
 std::atomic<int> start_objects{-1};
+
+// glibc's _dl_find_object (2.35 and later), or null: it knows an object only once ld.so has relocated it, while
+// dl_iterate_phdr already lists objects another thread's dlopen has only mapped.
+using FindObject = int (*)(void*, void*);
+// Room for struct dl_find_object (12 words in glibc 2.35) and whatever later versions add to it.
+struct alignas(16) FoundObject {
+  unsigned char bytes[512];
+};
 
 using IteratePhdr = int (*)(int (*)(dl_phdr_info*, std::size_t, void*), void*);
 
@@ -184,6 +223,13 @@ PLIMSOLL_ELF_UNINSTRUMENTED IteratePhdr iterate_phdr() {
   return found;
 }
 
+// Looked up outside the loader's lock (dlvsym takes ld.so's other lock, which a dlopen holds while it waits for
+// the one dl_iterate_phdr holds).
+PLIMSOLL_ELF_UNINSTRUMENTED FindObject find_object() {
+  static const FindObject found = reinterpret_cast<FindObject>(dlvsym(RTLD_DEFAULT, "_dl_find_object", "GLIBC_2.35"));
+  return found;
+}
+
 PLIMSOLL_ELF_UNINSTRUMENTED int copy_one(dl_phdr_info* info, std::size_t, void*) {
   if (loaded.count < kMaxObjects) loaded.objects[loaded.count++] = *info;
   return 0;
@@ -198,6 +244,19 @@ PLIMSOLL_ELF_UNINSTRUMENTED bool contains(const dl_phdr_info& object, Address ad
   return false;
 }
 
+PLIMSOLL_ELF_UNINSTRUMENTED bool is_vdso(const dl_phdr_info& object) { return vdso != 0 && contains(object, vdso); }
+
+// Whether ld.so has finished relocating `object` (_dl_find_object knows it); without _dl_find_object, unknown.
+PLIMSOLL_ELF_UNINSTRUMENTED bool published(const dl_phdr_info& object, FindObject find) {
+  for (ElfW(Half) i = 0; i < object.dlpi_phnum; ++i) {
+    if (object.dlpi_phdr[i].p_type == PT_LOAD) {
+      FoundObject found;
+      return find(reinterpret_cast<void*>(object.dlpi_addr + object.dlpi_phdr[i].p_vaddr), &found) == 0;
+    }
+  }
+  return false;
+}
+
 PLIMSOLL_ELF_UNINSTRUMENTED const char* base_name(const char* path) {
   const char* base = path;
   for (const char* c = path; *c != '\0'; ++c) {
@@ -206,26 +265,48 @@ PLIMSOLL_ELF_UNINSTRUMENTED const char* base_name(const char* path) {
   return base;
 }
 
-// Whether `object` is what the DT_NEEDED entry `needed` names: by its soname, else by its file's name.
+// Whether an object with this soname and file name is what the DT_NEEDED entry `needed` names.
+PLIMSOLL_ELF_UNINSTRUMENTED bool answers(const char* soname, const char* file, const char* needed) {
+  if (soname != nullptr && same(soname, needed)) return true;
+  return file != nullptr && (same(file, needed) || same(base_name(file), needed));
+}
+
 PLIMSOLL_ELF_UNINSTRUMENTED bool answers(const dl_phdr_info& object, const char* needed) {
-  const Dynamic d = dynamic_of(object);
-  if (d.soname != nullptr && same(d.soname, needed)) return true;
-  return object.dlpi_name != nullptr && (same(object.dlpi_name, needed) || same(base_name(object.dlpi_name), needed));
+  return answers(dynamic_of(object).soname, object.dlpi_name, needed);
 }
 
 PLIMSOLL_ELF_UNINSTRUMENTED bool needs(const dl_phdr_info& object, const dl_phdr_info& dependency) {
   const Dynamic d = dynamic_of(object);
   if (d.entries == nullptr || d.strings == nullptr) return false;
+  const char* const soname = dynamic_of(dependency).soname;
   for (const ElfW(Dyn)* e = d.entries; e->d_tag != DT_NULL; ++e) {
-    if (e->d_tag == DT_NEEDED && answers(dependency, d.strings + e->d_un.d_val)) return true;
+    if (e->d_tag == DT_NEEDED && answers(soname, dependency.dlpi_name, d.strings + e->d_un.d_val)) return true;
   }
   return false;
 }
 
-// The first loaded object that the DT_NEEDED entry `needed` names, or -1.
+// glibc's start objects by structure: the program (first), then the vDSO and the preloads (ahead of the program's
+// first dependency that was not preloaded), then every object of the breadth-first DT_NEEDED walk, each needed by an
+// object before it. The first object after them that no earlier object needs was dlopen'ed, possibly by a
+// constructor before the interposer's own ran. A program that needs nothing loaded counts every object as a start
+// one (the load-order rule for all).
+PLIMSOLL_ELF_UNINSTRUMENTED int count_start_objects() {
+  int count = 1;
+  while (count < loaded.count && !needs(loaded.objects[0], loaded.objects[count])) ++count;
+  if (count >= loaded.count) return loaded.count;
+  for (++count; count < loaded.count; ++count) {
+    if (is_vdso(loaded.objects[count])) continue;  // wherever it is listed, it was there at start
+    bool needed = false;
+    for (int j = 0; j < count && !needed; ++j) needed = needs(loaded.objects[j], loaded.objects[count]);
+    if (!needed) break;
+  }
+  return count;
+}
+
+// The first loaded object that the DT_NEEDED entry `needed` names, or -1 (never the vDSO).
 PLIMSOLL_ELF_UNINSTRUMENTED int named(const char* needed) {
   for (int i = 0; i < loaded.count; ++i) {
-    if (answers(loaded.objects[i], needed)) return i;
+    if (!is_vdso(loaded.objects[i]) && answers(loaded.objects[i], needed)) return i;
   }
   return -1;
 }
@@ -269,22 +350,43 @@ PLIMSOLL_ELF_UNINSTRUMENTED void build_scope(int root) {
 struct Question {
   Address caller;
   const char* name;
+  FindObject find_object;
   void* answer;
 };
 
-// Called for the first object only: the whole walk runs here, under the lock the outer dl_iterate_phdr holds (it
-// is recursive, so the inner call that copies the list takes it again).
-PLIMSOLL_ELF_UNINSTRUMENTED int answer_under_lock(dl_phdr_info*, std::size_t, void* data) {
-  auto& question = *static_cast<Question*>(data);
+// Object `i`'s answer to the question. An object loaded after start is searched only once relocated (glibc >= 2.35
+// tells); without _dl_find_object it is searched, but its resolvers are not called (the walk ends with null there).
+PLIMSOLL_ELF_UNINSTRUMENTED Answer ask(int i, int at_start, const Question& question) {
+  const dl_phdr_info& object = loaded.objects[i];
+  if (is_vdso(object)) return {};
+  const bool loaded_later = i >= at_start;
+  if (loaded_later && question.find_object != nullptr && !published(object, question.find_object)) return {};
+  const bool may_resolve = !loaded_later || question.find_object != nullptr;
+  return definition(object, dynamic_of(object), question.name, may_resolve);
+}
+
+// Whether the walk ends at this answer (found, or unanswerable: null); stores what it found.
+PLIMSOLL_ELF_UNINSTRUMENTED bool settles(const Answer& answer, Question& question) {
+  if (answer.kind == Answer::kAbsent) return false;
+  question.answer = answer.address;
+  return true;
+}
+
+PLIMSOLL_ELF_UNINSTRUMENTED void walk(Question& question) {
   loaded.count = 0;
   iterate_phdr()(copy_one, nullptr);
+  vdso = static_cast<Address>(getauxval(AT_SYSINFO_EHDR));
   int caller = -1;
   for (int i = 0; i < loaded.count && caller < 0; ++i) {
     if (contains(loaded.objects[i], question.caller)) caller = i;
   }
-  if (caller < 0) return 1;
-  const int at_start = start_objects.load(std::memory_order_acquire);
-  if (at_start >= 0 && caller >= at_start) {
+  if (caller < 0) return;
+  int at_start = start_objects.load(std::memory_order_relaxed);
+  if (at_start < 0) {
+    at_start = count_start_objects();
+    start_objects.store(at_start, std::memory_order_relaxed);
+  }
+  if (caller >= at_start) {
     build_scope(load_root(at_start, caller));
     int position = -1;
     for (int k = 0; k < scope.count && position < 0; ++k) {
@@ -292,45 +394,36 @@ PLIMSOLL_ELF_UNINSTRUMENTED int answer_under_lock(dl_phdr_info*, std::size_t, vo
     }
     if (position >= 0) {
       for (int k = position + 1; k < scope.count; ++k) {
-        const dl_phdr_info& object = loaded.objects[scope.members[k]];
-        if (void* found = definition(object, dynamic_of(object), question.name)) {
-          question.answer = found;
-          return 1;
-        }
+        if (settles(ask(scope.members[k], at_start, question), question)) return;
       }
-      return 1;
+      return;
     }
   }
   for (int i = caller + 1; i < loaded.count; ++i) {
-    if (void* found = definition(loaded.objects[i], dynamic_of(loaded.objects[i]), question.name)) {
-      question.answer = found;
-      return 1;
-    }
+    if (settles(ask(i, at_start, question), question)) return;
   }
+}
+
+// Called for the first object only: the whole walk runs here, under the lock the outer dl_iterate_phdr holds (it
+// is recursive, so the inner call that copies the list takes it again). A call that comes back in on the same thread
+// answers null rather than overwrite the buffers the outer walk reads.
+PLIMSOLL_ELF_UNINSTRUMENTED int answer_under_lock(dl_phdr_info*, std::size_t, void* data) {
+  if (walking) return 1;
+  walking = true;
+  walk(*static_cast<Question*>(data));
+  walking = false;
   return 1;
-}
-
-PLIMSOLL_ELF_UNINSTRUMENTED int count_one(dl_phdr_info*, std::size_t, void* data) {
-  ++*static_cast<int*>(data);
-  return 0;
-}
-
-// Runs after every object loaded at start is mapped (before main); one dlopen'ed by an earlier constructor is taken
-// for loaded at start.
-__attribute__((constructor)) PLIMSOLL_ELF_UNINSTRUMENTED void count_start_objects() {
-  int count = 0;
-  iterate_phdr()(count_one, &count);
-  start_objects.store(count, std::memory_order_release);
 }
 
 }  // namespace
 
 PLIMSOLL_ELF_UNINSTRUMENTED void* find_symbol(const dl_phdr_info& object, const char* name) {
-  return definition(object, dynamic_of(object), name);
+  const Answer answer = definition(object, dynamic_of(object), name, true);
+  return answer.kind == Answer::kFound ? answer.address : nullptr;
 }
 
 PLIMSOLL_ELF_UNINSTRUMENTED void* next_definition(const void* caller, const char* name) {
-  Question question{reinterpret_cast<Address>(caller), name, nullptr};
+  Question question{reinterpret_cast<Address>(caller), name, find_object(), nullptr};
   iterate_phdr()(answer_under_lock, &question);
   return question.answer;
 }
