@@ -496,17 +496,25 @@ std::vector<std::string> lines_starting(const std::string& text, const std::stri
 // interceptors up with dlsym(RTLD_NEXT, ...) while it starts, which the interposer's dlsym answers without opening
 // or allocating anything (src/integrations/cuda_intercept/elf_lookup.cpp); the fake driver's types match its callers'
 // (UBSan's -fsanitize=function).
-TEST(RuntimeShare, AProcessGetsItsShareFromTheEnvironmentWithoutTheInterposer) {
+// Runs the client over the fake driver with `preload` (may be empty) and checks that its Runtime joined the ledger
+// itself: one entry, an engine process's (which plimsoll pause reaches), charged with the device's limit (the fake
+// libcuda.so.1 has no virtual memory management: the device takes its whole limit at once, with cuMemAlloc).
+void expect_the_runtime_joined_itself(const std::string& preload) {
   const LedgerDirectory dir;
-  const ClientRun run = run_client({PLIMSOLL_RUNTIME_CLIENT, "cuda:0", "8MiB"}, fake_gpu_environment(dir));
+  auto environment = fake_gpu_environment(dir);
+  if (!preload.empty()) environment["LD_PRELOAD"] = preload;
+  const ClientRun run = run_client({PLIMSOLL_RUNTIME_CLIENT, "cuda:0", "8MiB"}, environment);
   ASSERT_EQ(run.status, 0) << run.err;
   const auto entries = lines_starting(run.out, "entry ");
-  ASSERT_EQ(entries.size(), 1u) << run.out;
-  EXPECT_THAT(entries[0], HasSubstr("interposed=0 can_trim=1")) << "an engine process, which plimsoll pause reaches";
-  // The fake libcuda.so.1 has no virtual memory management: the device takes its whole limit at once (cuMemAlloc).
+  ASSERT_EQ(entries.size(), 1u) << "the Runtime's own entry:\n" << run.out;
+  EXPECT_THAT(entries[0], HasSubstr("interposed=0 can_trim=1"));
   const auto limit = lines_starting(run.out, "limit ");
   ASSERT_EQ(limit.size(), 1u);
   EXPECT_THAT(entries[0], HasSubstr("charged=" + limit[0].substr(6) + " ")) << run.out;
+}
+
+TEST(RuntimeShare, AProcessGetsItsShareFromTheEnvironmentWithoutTheInterposer) {
+  expect_the_runtime_joined_itself("");
 }
 
 TEST(RuntimeShare, UnderTheInterposerTheProcessKeepsOneEntryChargedOnce) {
@@ -535,33 +543,13 @@ TEST(RuntimeShare, UnderTheInterposerTheProcessKeepsOneEntryChargedOnce) {
 TEST(RuntimeShare, AnotherShimWrappingTheDriverIsNotTakenForTheInterposer) {
   // A shim of someone else's (HAMi-core, a profiler) wraps cuMemAlloc_v2 and cuMemCreate but charges no ledger: the
   // Runtime must join the ledger itself, or the process would run ungoverned.
-  const LedgerDirectory dir;
-  auto environment = fake_gpu_environment(dir);
-  environment["LD_PRELOAD"] = PLIMSOLL_FOREIGN_CUDA_SHIM;
-  const ClientRun run = run_client({PLIMSOLL_RUNTIME_CLIENT, "cuda:0", "8MiB"}, environment);
-  ASSERT_EQ(run.status, 0) << run.err;
-  const auto entries = lines_starting(run.out, "entry ");
-  ASSERT_EQ(entries.size(), 1u) << "the Runtime's own entry:\n" << run.out;
-  EXPECT_THAT(entries[0], HasSubstr("interposed=0 can_trim=1"));
-  const auto limit = lines_starting(run.out, "limit ");
-  ASSERT_EQ(limit.size(), 1u);
-  EXPECT_THAT(entries[0], HasSubstr("charged=" + limit[0].substr(6) + " ")) << run.out;
+  expect_the_runtime_joined_itself(PLIMSOLL_FOREIGN_CUDA_SHIM);
 }
 
 TEST(RuntimeShare, AForeignShimBeforeTheInterposerIsNotTakenForIt) {
   // Both preloaded, the foreign shim first: plimsoll's marker is loaded, but the driver's allocation calls bind to the
   // foreign shim (which charges nothing), so the Runtime must join the ledger itself.
-  const LedgerDirectory dir;
-  auto environment = fake_gpu_environment(dir);
-  environment["LD_PRELOAD"] = std::string(PLIMSOLL_FOREIGN_CUDA_SHIM) + " " + PLIMSOLL_CUDA_INTERCEPT_SO;
-  const ClientRun run = run_client({PLIMSOLL_RUNTIME_CLIENT, "cuda:0", "8MiB"}, environment);
-  ASSERT_EQ(run.status, 0) << run.err;
-  const auto entries = lines_starting(run.out, "entry ");
-  ASSERT_EQ(entries.size(), 1u) << "the Runtime's own entry:\n" << run.out;
-  EXPECT_THAT(entries[0], HasSubstr("interposed=0 can_trim=1"));
-  const auto limit = lines_starting(run.out, "limit ");
-  ASSERT_EQ(limit.size(), 1u);
-  EXPECT_THAT(entries[0], HasSubstr("charged=" + limit[0].substr(6) + " ")) << run.out;
+  expect_the_runtime_joined_itself(std::string(PLIMSOLL_FOREIGN_CUDA_SHIM) + " " + PLIMSOLL_CUDA_INTERCEPT_SO);
 }
 
 // The client holding its memory (its last argument `hold`) until destroyed, for `plimsoll pause PID`.
