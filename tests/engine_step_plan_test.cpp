@@ -559,24 +559,36 @@ TEST(EngineStepPlan, ABlockInThePlannedRangeMakesTheRequestFallBackSafely) {
   loop.finish();
 }
 
-// Allocates a weight and a hole after it (freed later by the caller); false when the limit refuses either.
-bool add_weight_and_hole(Heap& heap, testing::HeapChecker& check, std::vector<std::uint64_t>& weights,
-                  std::vector<std::uint64_t>& holes, std::uint64_t weight_bytes, std::uint64_t hole_bytes) {
-  const std::uint64_t weight = heap.allocate(weight_bytes, 0);
-  if (weight == 0) return false;
-  check.allocated(weight, weight_bytes);
-  weights.push_back(weight);
-  const std::uint64_t hole = heap.allocate(hole_bytes, 0);
-  if (hole == 0) return false;
-  check.allocated(hole, hole_bytes);
-  holes.push_back(hole);
-  return true;
+// Weights scattered by best fit before any step: up to 24 live blocks with the holes between them freed, which plans
+// pack around; returns the weights (fewer when the limit is reached).
+std::vector<std::uint64_t> scatter_weights(Heap& heap, testing::HeapChecker& check) {
+  std::vector<std::uint64_t> weights, holes;
+  for (int i = 0; i < 24; ++i) {
+    const std::uint64_t weight = heap.allocate(3 * MiB + 256, 0);
+    if (weight == 0) break;
+    check.allocated(weight, 3 * MiB + 256);
+    weights.push_back(weight);
+    const std::uint64_t hole = heap.allocate(5 * MiB, 0);
+    if (hole == 0) break;
+    check.allocated(hole, 5 * MiB);
+    holes.push_back(hole);
+  }
+  for (const std::uint64_t hole : holes) {
+    Heap::Freed freed;
+    EXPECT_TRUE(heap.deallocate(hole, freed));
+    check.freed(hole);
+  }
+  return weights;
 }
 
-// A plan over the limit (unfit) is followed for the blocks that outlive its step alone, where their granules are
-// mapped already, and packed again at the next boundary; everything else takes best fit. Across tight limits the
-// independent checker sees every request inside a free block, the loop checks the limit after each, and the
-// requests placed by an unfit plan are never more a step than the step's leftovers.
+void free_weights(Heap& heap, testing::HeapChecker& check, const std::vector<std::uint64_t>& weights) {
+  for (const std::uint64_t weight : weights) {
+    Heap::Freed freed;
+    EXPECT_TRUE(heap.deallocate(weight, freed));
+    check.freed(weight);
+  }
+}
+
 // A plan over the limit is not followed, not even for its leftovers: following them where already mapped made
 // ResNet-50 converge at 1.01 x but ran VGG-16 (1.005 x) and ResNet-50 (1.009 x) out of memory where best fit alone
 // does not (docs/engine.md, "Against the target").
@@ -587,15 +599,7 @@ TEST(EngineStepPlan, AnUnfitPlanIsNotFollowedAndTheHeapStaysUnderTheLimit) {
   for (std::uint64_t limit = 40 * MiB; limit <= 300 * MiB; limit += 2 * MiB) {
     PlannedHeap planned(limit);
     auto& [sim, heap, follower, check, loop] = planned;
-    // Weights scattered by best fit before any step: live blocks with holes between them, which plans pack around.
-    std::vector<std::uint64_t> weights, holes;
-    for (int i = 0; i < 24; ++i)
-      if (!add_weight_and_hole(heap, check, weights, holes, 3 * MiB + 256, 5 * MiB)) break;
-    for (std::uint64_t hole : holes) {
-      Heap::Freed freed;
-      ASSERT_TRUE(heap.deallocate(hole, freed));
-      check.freed(hole);
-    }
+    const std::vector<std::uint64_t> weights = scatter_weights(heap, check);
     follower.step_boundary();
     std::uint64_t failed = 0;
     for (int s = 0; s < 8; ++s) {
@@ -611,11 +615,7 @@ TEST(EngineStepPlan, AnUnfitPlanIsNotFollowedAndTheHeapStaysUnderTheLimit) {
     }
     if (follower.stats().unfit > 0) ++unfit_limits;
     loop.finish();
-    for (std::uint64_t weight : weights) {
-      Heap::Freed freed;
-      ASSERT_TRUE(heap.deallocate(weight, freed));
-      check.freed(weight);
-    }
+    free_weights(heap, check, weights);
     ASSERT_NO_FATAL_FAILURE(check.walk());
     EXPECT_EQ(heap.counters().in_use, 0u);
   }
@@ -650,14 +650,7 @@ TEST(EngineStepPlan, PlansThatNeverFitArePackedAtFewBoundaries) {
   for (std::uint64_t limit = 40 * MiB; limit <= 300 * MiB; limit += 4 * MiB) {
     PlannedHeap planned(limit);
     auto& [sim, heap, follower, check, loop] = planned;
-    std::vector<std::uint64_t> weights, holes;
-    for (int i = 0; i < 24; ++i)
-      if (!add_weight_and_hole(heap, check, weights, holes, 3 * MiB + 256, 5 * MiB)) break;
-    for (std::uint64_t hole : holes) {
-      Heap::Freed freed;
-      ASSERT_TRUE(heap.deallocate(hole, freed));
-      check.freed(hole);
-    }
+    const std::vector<std::uint64_t> weights = scatter_weights(heap, check);
     follower.step_boundary();
     std::uint64_t failed = 0;
     for (int s = 0; s < kSteps; ++s) ASSERT_NO_FATAL_FAILURE(loop.step(shape, 1, &failed));
@@ -672,11 +665,7 @@ TEST(EngineStepPlan, PlansThatNeverFitArePackedAtFewBoundaries) {
                                                         << " packs in " << kSteps << " steps of plans that never fit";
     }
     loop.finish();
-    for (std::uint64_t weight : weights) {
-      Heap::Freed freed;
-      ASSERT_TRUE(heap.deallocate(weight, freed));
-      check.freed(weight);
-    }
+    free_weights(heap, check, weights);
     ASSERT_NO_FATAL_FAILURE(check.walk());
   }
   EXPECT_GT(never_fit, 0) << "some limit must keep every plan unfit, or this test tests nothing";
