@@ -1,15 +1,16 @@
 #pragma once
 // Step-aware placement: how often to pack again while the plans packed do not fit the limit.
 //
-// A plan that cannot be mapped under the limit (StepPlanStats::unfit) is packed again at the next boundary, around
-// the leftovers the step placed where that plan wanted them; plans converge this way (docs/engine.md, "Against
-// the target"). Each pack costs O(requests^2) in the thread calling step(), so a job whose plans never fit (a limit
-// below any plan) must not pay one at every boundary forever. The rule: pack at every boundary while the unfit
+// A plan that cannot be mapped under the limit (StepPlanStats::unfit) is not followed; best fit runs, and the next
+// boundary packs again around what best fit left, which may now fit (docs/engine.md, "Against the target"). Each
+// pack costs O(requests^2) in the thread calling step(), so a job whose plans never fit (a limit below any plan)
+// must not pay one at every boundary forever. The rule: pack at every boundary while the unfit
 // plans make progress, i.e. until kPatience packs in a row found none needing fewer granules than the best unfit
 // plan so far; then after 2, 4, 8, ... boundaries (1024 at most), and at every one again as soon as a pack beats
-// that best. Progress is measured against the best so far, not the last: ResNet-50's unfit plans at 1.01 x need
-// 1527, 1498, 1494, 1494, 1499, 1492, 1499 granules and then fit, and backing off at the first pack no cheaper than
-// the one before (1494 after 1494) kept it from converging. Since the best can only fall a finite number of times
+// that best. Progress is measured against the best so far, not the last: with the dropped rule that followed unfit
+// plans' leftovers (bench/experiments/follow_unfit_leftovers.patch), ResNet-50's unfit plans at 1.01 x needed 1527,
+// 1498, 1494, 1494, 1499, 1492, 1499 granules and then fit, and backing off at the first pack no cheaper than the
+// one before (1494 after 1494) kept it from converging. Since the best can only fall a finite number of times
 // (granules are whole), the packs a non-converging job pays at every boundary are bounded.
 #include <algorithm>
 #include <cstdint>
