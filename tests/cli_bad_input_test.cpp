@@ -1,6 +1,7 @@
-// A value the library's parsers refuse (a size, a growth policy, a device name, a shape, a dtype) names the option
-// that gave it, as the README promises for every command's bad input: the library's message says what the value
-// should look like, the option's name says where to change it (cli::for_option).
+// Usage errors name what to change, as the README promises for every command's bad input: a value the library's
+// parsers refuse (a size, a growth policy, a device name, a shape, a dtype) names the option that gave it (the
+// library's message says what the value should look like; cli::for_option), and a word that is not a command is
+// named with the commands there are (cli::usage_failure_message).
 #include <string>
 #include <vector>
 
@@ -26,7 +27,7 @@ struct BadValue {
   std::string expected;  // the start of the message after "error: ": the option, then the parser's own words
 };
 
-TEST(CliOptionValues, ForOptionPutsTheOptionBeforeTheParsersMessage) {
+TEST(CliBadInput, ForOptionPutsTheOptionBeforeTheParsersMessage) {
   try {
     plimsoll::cli::for_option("--budget", [] { return plimsoll::parse_size("lots"); });
     FAIL() << "parse_size accepted \"lots\"";
@@ -36,7 +37,7 @@ TEST(CliOptionValues, ForOptionPutsTheOptionBeforeTheParsersMessage) {
   EXPECT_EQ(plimsoll::cli::for_option("--budget", [] { return plimsoll::parse_size("2KiB"); }), 2048u);
 }
 
-TEST(CliOptionValues, EveryCommandNamesTheOptionOfAValueItCannotParse) {
+TEST(CliBadInput, EveryCommandNamesTheOptionOfAValueItCannotParse) {
   const std::string trace = std::string(PLIMSOLL_TRACES_DIR) + "/vgg16-b16.trace";
   const std::vector<BadValue> cases = {
       {"replay --policy fast " + trace, 2, "--policy: invalid growth \"fast\""},
@@ -63,6 +64,20 @@ TEST(CliOptionValues, EveryCommandNamesTheOptionOfAValueItCannotParse) {
     EXPECT_THAT(run.err, HasSubstr("error: " + bad.expected)) << run.err;
     EXPECT_TRUE(run.out.empty()) << run.out;
   }
+}
+
+TEST(CliBadInput, AWordThatIsNotACommandIsNamedWithTheCommandsThereAre) {
+  const CliRun top = run_plimsoll("frobnicate");
+  EXPECT_EQ(top.status, 2);
+  EXPECT_THAT(top.err, HasSubstr("error: \"frobnicate\" is not a plimsoll command; give one of train, replay"));
+  EXPECT_THAT(top.err, HasSubstr("(see plimsoll --help)"));
+  const CliRun nested = run_plimsoll("estimate frob");
+  EXPECT_EQ(nested.status, 2);
+  EXPECT_THAT(nested.err, HasSubstr("error: \"frob\" is not a plimsoll estimate command; give one of batch, table"));
+  // No word at all: CLI11's own message stands.
+  const CliRun bare = run_plimsoll("");
+  EXPECT_EQ(bare.status, 2);
+  EXPECT_THAT(bare.err, HasSubstr("A subcommand is required"));
 }
 
 }  // namespace
