@@ -48,6 +48,7 @@ TEST(CliBadInput, EveryCommandNamesTheOptionOfAValueItCannotParse) {
       {"estimate batch --shape 2x2 --batch 2 --dtype float8", 2, "--dtype: unknown dtype \"float8\""},
       {"estimate batch --shape 2x2 --batch 2 --budget lots", 2, "--budget: invalid size \"lots\""},
       {"estimate table --dtype int4", 2, "--dtype: unknown dtype \"int4\""},
+      {"plan " + trace + " --allocator jax", 2, "--allocator: unknown allocator 'jax'"},
       {"train --memory-limit lots", 2, "--memory-limit: invalid size \"lots\""},
       {"train --device gpu0", 2, "--device: invalid device \"gpu0\""},
       {"run --memory-limit lots -- true", 125, "--memory-limit: invalid size \"lots\""},

@@ -2,7 +2,8 @@
 // Numeric option values checked by plimsoll rather than by CLI11, so that a bad value's message names the option,
 // the value and the fix (CLI11's range message names only the problem): `plimsoll::parse_count` for whole numbers,
 // `parse_number` here for the real-valued ones (seconds, factors). Either throws plimsoll::InvalidArgument, which
-// the CLI reports as bad input (exit status 2).
+// the CLI reports as bad input (exit status 2). `for_option` gives the library's own parsers' messages (sizes,
+// policies, device names) the option's name the same way.
 #include <optional>
 #include <string>
 #include <string_view>
