@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/option_values.hpp"
 #include "telemetry/reports/report_json.hpp"
 #include "cli/output.hpp"
 #include "plimsoll/estimate.hpp"
@@ -41,12 +42,14 @@ struct TableArgs {
 
 plimsoll::BatchPipeline pipeline_from(const BatchArgs& args) {
   plimsoll::BatchPipeline pipeline;
-  pipeline.sample = plimsoll::parse_shape(args.shape);
+  pipeline.sample = plimsoll::cli::for_option("--shape", [&] { return plimsoll::parse_shape(args.shape); });
   pipeline.batch = plimsoll::parse_count(args.batch, "--batch", 1);
-  pipeline.dtype = plimsoll::parse_dtype(args.dtype);
+  pipeline.dtype = plimsoll::cli::for_option("--dtype", [&] { return plimsoll::parse_dtype(args.dtype); });
   pipeline.queue_depth = plimsoll::parse_count(args.queue, "--queue");
   pipeline.workers = plimsoll::parse_count(args.workers, "--workers");
-  if (!args.budget.empty()) pipeline.budget = plimsoll::parse_size(args.budget);
+  if (!args.budget.empty()) {
+    pipeline.budget = plimsoll::cli::for_option("--budget", [&] { return plimsoll::parse_size(args.budget); });
+  }
   return pipeline;
 }
 
@@ -157,7 +160,8 @@ void print_memory_table(const plimsoll::InputMemoryTable& memory) {
 }
 
 void run_table(const TableArgs& args) {
-  const plimsoll::DType dtype = plimsoll::parse_dtype(args.dtype);
+  const plimsoll::DType dtype =
+      plimsoll::cli::for_option("--dtype", [&] { return plimsoll::parse_dtype(args.dtype); });
   const std::uint64_t channels = plimsoll::parse_count(args.channels, "--channels", 1);
   const plimsoll::InputMemoryTable table = plimsoll::input_memory_table(dtype, channels);
   if (args.json) {

@@ -65,7 +65,10 @@ void run_plan(const PlanArgs& args) {
   if (!args.html.empty()) plimsoll::telemetry::check_writable(args.html, "--html");
   const std::uint64_t device_bytes = plimsoll::plan_device_bytes(args.device);
   std::vector<plimsoll::PlanAllocator> allocators;
-  for (const std::string& name : args.allocators) allocators.push_back(plimsoll::parse_plan_allocator(name));
+  for (const std::string& name : args.allocators) {
+    allocators.push_back(
+        plimsoll::cli::for_option("--allocator", [&] { return plimsoll::parse_plan_allocator(name); }));
+  }
   std::map<std::string, std::uint64_t> batch_of = parse_batch_of(args.batch_of);
 
   std::vector<plimsoll::RecordedJob> recordings;

@@ -93,9 +93,13 @@ std::vector<std::string> traces_in(const std::filesystem::path& dir) {
 
 std::vector<plimsoll::Growth> growths_to_run(const ReplayArgs& args) {
   std::vector<plimsoll::Growth> growths;
-  for (const std::string& name : args.compare) growths.push_back(plimsoll::parse_growth(name));
+  for (const std::string& name : args.compare) {
+    growths.push_back(plimsoll::cli::for_option("--compare", [&] { return plimsoll::parse_growth(name); }));
+  }
   if (!growths.empty()) return growths;
-  if (!args.policy.empty()) return {plimsoll::parse_growth(args.policy)};
+  if (!args.policy.empty()) {
+    return {plimsoll::cli::for_option("--policy", [&] { return plimsoll::parse_growth(args.policy); })};
+  }
   // The main job (no trace named) compares the policies; a named trace gets the default policy alone.
   if (args.traces.empty()) return {plimsoll::Growth::preallocate, plimsoll::Growth::on_demand};
   return {plimsoll::Policy{}.growth};
@@ -103,7 +107,10 @@ std::vector<plimsoll::Growth> growths_to_run(const ReplayArgs& args) {
 
 plimsoll::Policy base_policy(const ReplayArgs& args) {
   plimsoll::Policy policy;
-  if (!args.memory_limit.empty()) policy.memory_limit = plimsoll::parse_size(args.memory_limit);
+  if (!args.memory_limit.empty()) {
+    policy.memory_limit =
+        plimsoll::cli::for_option("--memory-limit", [&] { return plimsoll::parse_size(args.memory_limit); });
+  }
   if (args.memory_fraction_option->count() > 0) {
     policy.memory_fraction = plimsoll::cli::parse_number(
         args.memory_fraction, "--memory-fraction", {.minimum = 0, .minimum_excluded = true, .maximum = 1});
@@ -313,7 +320,7 @@ void add_to_summary(std::vector<PolicySummary>& summaries, const ReplayResult& r
 void run_replay(const ReplayArgs& args) {
   // Checked before any trace is read, so a typo fails at once rather than after a long load.
   check_output_paths(args);
-  plimsoll::DeviceName::parse(args.device);
+  plimsoll::cli::for_option("--device", [&] { return plimsoll::DeviceName::parse(args.device); });
   const std::vector<plimsoll::Growth> growths = growths_to_run(args);
   const plimsoll::Policy policy = base_policy(args);
   policy.validate();

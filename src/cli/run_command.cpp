@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.hpp"
+#include "cli/option_values.hpp"
 #include "cli/run_devices.hpp"
 #include "cli/run_report.hpp"
 #include "plimsoll/error.hpp"
@@ -171,8 +172,11 @@ int run(const RunArgs& args) {
   std::vector<plimsoll::cli::RunDevice> devices;
   try {
     devices = plimsoll::cli::parse_run_devices(args.devices, args.memory_limit);
-    if (!args.policy.empty()) (void)plimsoll::parse_growth(args.policy);
-    (void)plimsoll::parse_size(args.release_threshold);
+    if (!args.policy.empty()) {
+      (void)plimsoll::cli::for_option("--policy", [&] { return plimsoll::parse_growth(args.policy); });
+    }
+    (void)plimsoll::cli::for_option("--release-threshold",
+                                    [&] { return plimsoll::parse_size(args.release_threshold); });
     if (!args.record.empty()) plimsoll::telemetry::check_writable(args.record, "--record");
     if (!args.html.empty()) plimsoll::telemetry::check_writable(args.html, "--html");
     if (!args.json.empty()) plimsoll::telemetry::check_writable(args.json, "--json");

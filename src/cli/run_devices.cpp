@@ -1,9 +1,11 @@
 #include "cli/run_devices.hpp"
 
 #include <algorithm>
+#include <string>
 
 #include <fmt/format.h>
 
+#include "cli/option_values.hpp"
 #include "plimsoll/device.hpp"
 #include "plimsoll/error.hpp"
 #include "plimsoll/sharing.hpp"
@@ -33,7 +35,8 @@ RunDevice parse_entry(std::string_view entry) {
                                       "e.g. --device cpu=4GiB,cuda:0=10GiB",
                                       entry));
   }
-  const DeviceName name = DeviceName::parse(entry.substr(0, equals));
+  const std::string option = fmt::format("--device entry \"{}\"", entry);
+  const DeviceName name = cli::for_option(option, [&] { return DeviceName::parse(entry.substr(0, equals)); });
   if (name.kind == DeviceKind::sim) {
     throw InvalidArgument(fmt::format("--device entry \"{}\": a simulated device holds no tensor of a Python "
                                       "program; give cpu, cpu/K or cuda:N",
@@ -41,15 +44,15 @@ RunDevice parse_entry(std::string_view entry) {
   }
   if (name.kind == DeviceKind::cuda) {
     // A GPU's entry is a share, perhaps with a cap: governed at the driver for any framework (docs/sharing.md).
-    const ShareSpec spec = parse_share_spec(entry);
+    const ShareSpec spec = cli::for_option("--device", [&] { return parse_share_spec(entry); });
     const std::string& bound = spec.cap.empty() ? spec.share : spec.cap;
     RunDevice device;
     device.name = name.str();
     device.share_spec = spec.str();
-    device.limit = bound.ends_with('%') ? 0 : parse_size(bound);
+    device.limit = bound.ends_with('%') ? 0 : cli::for_option(option, [&] { return parse_size(bound); });
     return device;
   }
-  const std::uint64_t limit = parse_size(entry.substr(equals + 1));
+  const std::uint64_t limit = cli::for_option(option, [&] { return parse_size(entry.substr(equals + 1)); });
   if (limit == 0) {
     throw InvalidArgument(fmt::format("--device entry \"{}\": a limit of 0 bytes holds nothing; give a size such as "
                                       "4GiB",
@@ -78,7 +81,7 @@ std::vector<RunDevice> parse_run_devices(std::string_view devices, std::string_v
     out.push_back(std::move(device));
   }
   if (!memory_limit.empty()) {
-    const std::uint64_t limit = parse_size(memory_limit);
+    const std::uint64_t limit = cli::for_option("--memory-limit", [&] { return parse_size(memory_limit); });
     if (limit == 0) throw InvalidArgument("--memory-limit 0 holds nothing; give a size such as 4GiB");
     if (std::any_of(out.begin(), out.end(), [](const RunDevice& d) { return d.name == "cpu"; })) {
       throw InvalidArgument("--memory-limit and a cpu entry of --device both set the host's limit; give one");

@@ -16,6 +16,7 @@
 #include "cli/commands.hpp"
 #include "cli/option_values.hpp"
 #include "plimsoll/datasets.hpp"
+#include "plimsoll/device.hpp"
 #include "plimsoll/error.hpp"
 #include "plimsoll/estimate.hpp"
 #include "plimsoll/policy.hpp"
@@ -126,10 +127,15 @@ plimsoll::train::TrainOptions job_options(const TrainArgs& args) {
   o.batch_size = args.batch_size;
   o.learning_rate = args.learning_rate;
   o.seed = args.seed;
+  // Parsed here too, so that a name that does not parse says which option gave it (the job checks its kind).
+  plimsoll::cli::for_option("--device", [&] { return plimsoll::DeviceName::parse(args.device); });
   o.device = args.device;
   o.devices = args.devices;
   if (!args.policy.empty()) o.growth = plimsoll::parse_growth(args.policy);
-  if (!args.memory_limit.empty()) o.memory_limit = plimsoll::parse_size(args.memory_limit);
+  if (!args.memory_limit.empty()) {
+    o.memory_limit =
+        plimsoll::cli::for_option("--memory-limit", [&] { return plimsoll::parse_size(args.memory_limit); });
+  }
   o.threads = args.threads;
   o.loader_workers = args.workers;
   o.record_path = args.record;

@@ -1,6 +1,8 @@
 #include "cli/usage_errors.hpp"
 
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -26,9 +28,34 @@ std::string kind_of(const std::string& type) {
   return fmt::format("a value of the form {}", type);
 }
 
+// For `plimsoll frobnicate` (or `plimsoll estimate frob`): CLI11 says only "A subcommand is required", not which
+// word it could not take as one.
+std::string unknown_command_message(const CLI::App& app) {
+  const CLI::App* deepest = &app;
+  std::string command = "plimsoll";
+  for (bool deeper = true; deeper;) {
+    const auto parsed = deepest->get_subcommands([](const CLI::App* candidate) { return candidate->parsed() > 0; });
+    deeper = !parsed.empty();
+    if (deeper) {
+      deepest = parsed.front();
+      command += " " + deepest->get_name();
+    }
+  }
+  const auto subcommands = deepest->get_subcommands([](const CLI::App*) { return true; });
+  const std::vector<std::string> left = deepest->remaining();
+  if (subcommands.empty() || left.empty() || left.front().starts_with("-")) return "";
+  std::string names;
+  for (const CLI::App* sub : subcommands) names += (names.empty() ? "" : ", ") + sub->get_name();
+  return fmt::format("plimsoll: error: \"{}\" is not a {} command; give one of {} (see {} --help)\n", left.front(),
+                     command, names, command);
+}
+
 }  // namespace
 
 std::string usage_failure_message(const CLI::App* app, const CLI::Error& error) {
+  if (dynamic_cast<const CLI::RequiredError*>(&error) != nullptr) {
+    if (std::string unknown = unknown_command_message(*app); !unknown.empty()) return unknown;
+  }
   constexpr std::string_view prefix = "Could not convert: ";
   const std::string text = error.what();
   const std::size_t equals = text.find(" = ");

@@ -35,6 +35,8 @@ py::dict stats_dict(Allocator& device) {
   out["maps"] = stats.maps;
   out["unmaps"] = stats.unmaps;
   out["live_allocations"] = stats.live_allocations;
+  out["parked_bytes"] = stats.parked_bytes;
+  out["address_space_bytes"] = stats.address_space_bytes;
   out["committed_bytes"] = stats.committed_bytes;
   out["resident_bytes"] = stats.resident_bytes;
   py::list tags;
