@@ -1,7 +1,7 @@
 // Usage errors name what to change, as the README promises for every command's bad input: a value the library's
 // parsers refuse (a size, a growth policy, a device name, a shape, a dtype) names the option that gave it (the
 // library's message says what the value should look like; cli::for_option), and a word that is not a command is
-// named with the commands there are (cli::usage_failure_message).
+// named with the commands there are, and an unknown option with its command (cli::usage_failure_message).
 #include <string>
 #include <vector>
 
@@ -79,6 +79,25 @@ TEST(CliBadInput, AWordThatIsNotACommandIsNamedWithTheCommandsThereAre) {
   const CliRun bare = run_plimsoll("");
   EXPECT_EQ(bare.status, 2);
   EXPECT_THAT(bare.err, HasSubstr("A subcommand is required"));
+  const CliRun option_for_a_command = run_plimsoll("estimate --frob");
+  EXPECT_EQ(option_for_a_command.status, 2);
+  EXPECT_THAT(option_for_a_command.err,
+              HasSubstr("error: plimsoll estimate has no option --frob; give one of its commands, batch, table"));
+}
+
+// CLI11 lists the words it could not place in reverse order, with the `--` that ended run's options among them
+// ("-- --bogus"); the message names the unknown option (or word) and the command instead.
+TEST(CliBadInput, AnUnknownOptionOrWordIsNamedWithItsCommand) {
+  const CliRun run = run_plimsoll("run --bogus -- true");
+  EXPECT_EQ(run.status, 125);
+  EXPECT_THAT(run.err, HasSubstr("error: plimsoll run has no option --bogus; see plimsoll run --help"));
+  EXPECT_THAT(run.err, ::testing::Not(HasSubstr("-- --bogus")));
+  const CliRun replay = run_plimsoll("replay --bogus x");
+  EXPECT_EQ(replay.status, 2);
+  EXPECT_THAT(replay.err, HasSubstr("error: plimsoll replay has no option --bogus"));
+  const CliRun devices = run_plimsoll("devices extra");
+  EXPECT_EQ(devices.status, 2);
+  EXPECT_THAT(devices.err, HasSubstr("error: plimsoll devices takes no argument \"extra\"; see plimsoll devices --help"));
 }
 
 }  // namespace

@@ -28,11 +28,10 @@ std::string kind_of(const std::string& type) {
   return fmt::format("a value of the form {}", type);
 }
 
-// For `plimsoll frobnicate` (or `plimsoll estimate frob`): CLI11 says only "A subcommand is required", not which
-// word it could not take as one.
-std::string unknown_command_message(const CLI::App& app) {
+// The innermost subcommand the command line named (the app itself if none), and its words ("plimsoll run").
+const CLI::App* deepest_parsed(const CLI::App& app, std::string& command) {
   const CLI::App* deepest = &app;
-  std::string command = "plimsoll";
+  command = "plimsoll";
   for (bool deeper = true; deeper;) {
     const auto parsed = deepest->get_subcommands([](const CLI::App* candidate) { return candidate->parsed() > 0; });
     deeper = !parsed.empty();
@@ -41,13 +40,39 @@ std::string unknown_command_message(const CLI::App& app) {
       command += " " + deepest->get_name();
     }
   }
+  return deepest;
+}
+
+// For `plimsoll frobnicate` (or `plimsoll estimate frob`): CLI11 says only "A subcommand is required", not which
+// word it could not take as one.
+std::string unknown_command_message(const CLI::App& app) {
+  std::string command;
+  const CLI::App* deepest = deepest_parsed(app, command);
   const auto subcommands = deepest->get_subcommands([](const CLI::App*) { return true; });
   const std::vector<std::string> left = deepest->remaining();
-  if (subcommands.empty() || left.empty() || left.front().starts_with("-")) return "";
+  if (subcommands.empty() || left.empty()) return "";
   std::string names;
   for (const CLI::App* sub : subcommands) names += (names.empty() ? "" : ", ") + sub->get_name();
+  if (left.front().starts_with("-"))
+    return fmt::format("plimsoll: error: {} has no option {}; give one of its commands, {} (see {} --help)\n",
+                       command, left.front(), names, command);
   return fmt::format("plimsoll: error: \"{}\" is not a {} command; give one of {} (see {} --help)\n", left.front(),
                      command, names, command);
+}
+
+// For `plimsoll run --bogus -- true`: CLI11 lists the words it could not place, with the `--` that ended the
+// options among them and in reverse order ("-- --bogus"). Name the first unknown option and its command instead.
+std::string unexpected_words_message(const CLI::App& app) {
+  std::string command;
+  const CLI::App* deepest = deepest_parsed(app, command);
+  for (const std::string& word : deepest->remaining()) {
+    if (word == "--") continue;
+    if (word.starts_with("-"))
+      return fmt::format("plimsoll: error: {} has no option {}; see {} --help for the options it takes\n", command,
+                         word, command);
+    return fmt::format("plimsoll: error: {} takes no argument \"{}\"; see {} --help\n", command, word, command);
+  }
+  return "";
 }
 
 }  // namespace
@@ -55,6 +80,9 @@ std::string unknown_command_message(const CLI::App& app) {
 std::string usage_failure_message(const CLI::App* app, const CLI::Error& error) {
   if (dynamic_cast<const CLI::RequiredError*>(&error) != nullptr) {
     if (std::string unknown = unknown_command_message(*app); !unknown.empty()) return unknown;
+  }
+  if (dynamic_cast<const CLI::ExtrasError*>(&error) != nullptr) {
+    if (std::string unexpected = unexpected_words_message(*app); !unexpected.empty()) return unexpected;
   }
   constexpr std::string_view prefix = "Could not convert: ";
   const std::string text = error.what();
