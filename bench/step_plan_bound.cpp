@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
   CLI::App app{"The lower bound of step-aware placement: one recorded step packed offline"};
   std::vector<std::string> traces;
   std::size_t step_index = 1;
-  std::uint64_t search_work = 2'000'000'000;
+  std::uint64_t search_work = 200'000'000;
   app.add_option("traces", traces, "Trace files")->required();
   app.add_option("--step", step_index, "Which step to pack (index into the trace's steps)")->capture_default_str();
   app.add_option("--search-work", search_work, "The search's budget in work units (0: greedy packings alone)")

@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "engine/heap.hpp"
+#include "engine/plan_search.hpp"
 
 namespace plimsoll::engine {
 
@@ -68,6 +69,7 @@ StepPlan best_plan(const PreparedStep& as_obstacles, const PreparedStep& pinned,
 
   StepPlan best;
   PlanCost best_cost;
+  std::size_t best_candidate = 0;
   // Fitting first; among those, the fewest granules to map now, then the fewest in all. Among plans that do not
   // fit, the fewest in all (the nearest miss). Ties: the earlier candidate.
   const auto better = [](const PlanCost& a, const PlanCost& b) {
@@ -89,11 +91,24 @@ StepPlan best_plan(const PreparedStep& as_obstacles, const PreparedStep& pinned,
     if (best.entries.empty() || better(cost, best_cost)) {
       best = std::move(plan);
       best_cost = cost;
+      best_candidate = c;
       if (chosen != nullptr) *chosen = c;
     }
     // A plan that fits and maps nothing new costs no map call: the rest could only save granules already mapped,
     // for another O(requests^2) each under the lock.
-    if (best_cost.fits && best_cost.new_granules == 0) break;
+    if (best_cost.fits && best_cost.new_granules == 0) return best;
+  }
+  if (best.entries.empty() || kSearchWork == 0) return best;
+  // The search, from the cheapest greedy plan, with the live blocks' granules paid for: it lowers the granules the
+  // entries add to them (plan_cost's count), then the footprint. Kept only when plan_cost says it is better.
+  const PlanCandidate& start = kPlanCandidates[best_candidate];
+  const PreparedStep& prepared = start.pinned ? pinned : as_obstacles;
+  StepPlan searched = improve_plan(prepared.step, prepared.obstacles, heap.base, heap.span, best,
+                                   {.budget = kSearchWork, .granule = map.granule(), .paid = &live});
+  const PlanCost searched_cost = plan_cost(searched, heap);
+  if (better(searched_cost, best_cost)) {
+    best = std::move(searched);
+    if (chosen != nullptr) *chosen = kCandidates;
   }
   return best;
 }

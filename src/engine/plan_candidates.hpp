@@ -29,6 +29,9 @@ struct PlanCandidate {
   bool pinned = false;         // leftovers pinned where they are (PreparedStep `pinned`), not obstacles until a tick
 };
 inline constexpr std::size_t kCandidates = 4;
+/// The search's budget (plan_search.hpp, in work units) when no greedy candidate fits and maps nothing new: about
+/// 0.1-0.3 s on the shared traces (docs/engine.md, "The search").
+inline constexpr std::uint64_t kSearchWork = 40'000'000;
 extern const std::array<PlanCandidate, kCandidates> kPlanCandidates;
 
 /// What the packer and plan_cost read of the heap, copied under the device's lock so packing can run without it.
@@ -58,8 +61,9 @@ struct PreparedStep {
 /// fewest granules in all (the caller then finds it unfit). Empty only when no candidate fits the address space.
 /// The two preparations of the step (StepObservation::leftovers_as_obstacles and pair_leftovers) have the same
 /// requests in the same order; `as_obstacles.obstacles` must hold every live block. Stops at the first candidate
-/// that fits and maps nothing new (no later one could save a map call). `chosen`, when not null, gets the index of
-/// the candidate kept.
+/// that fits and maps nothing new (no later one could save a map call). Otherwise improves the cheapest with the
+/// bounded search (improve_plan, kSearchWork) and keeps the result when it is cheaper. `chosen`, when not null, gets
+/// the index of the candidate kept, or kCandidates when the search improved it.
 StepPlan best_plan(const PreparedStep& as_obstacles, const PreparedStep& pinned, const HeapSnapshot& heap,
                    std::size_t* chosen = nullptr);
 StepPlan best_plan(const PreparedStep& as_obstacles, const PreparedStep& pinned, const Heap& heap,

@@ -1,6 +1,7 @@
 #include "engine/plan_search.hpp"
 
 #include <algorithm>
+#include <array>
 #include <random>
 #include <tuple>
 #include <utility>
@@ -14,14 +15,26 @@ namespace {
 constexpr std::uint64_t kTopBand = 2ull << 20;   // the band under the footprint whose bytes the score counts
 constexpr std::size_t kMaxTakenOut = 48;         // entries one move takes out, at most
 
+// round(1024 x sqrt(c)) for c = 0..63, then flat: a concave cost per granule, in integers so that every machine
+// scores alike.
+constexpr std::array<std::uint32_t, 64> kSqrt1024 = [] {
+  std::array<std::uint32_t, 64> table{};
+  for (std::uint32_t c = 0; c < table.size(); ++c) {
+    std::uint32_t r = 0;  // floor(sqrt(c x 2^20))
+    while ((r + 1) * (r + 1) <= c * (1u << 20)) ++r;
+    table[c] = r;
+  }
+  return table;
+}();
+
 struct Score {
-  std::uint64_t granules = 0, footprint = 0, top_bytes = 0;
-  bool operator<=(const Score& o) const {
-    return std::tie(granules, footprint, top_bytes) <= std::tie(o.granules, o.footprint, o.top_bytes);
-  }
-  bool operator<(const Score& o) const {
-    return std::tie(granules, footprint, top_bytes) < std::tie(o.granules, o.footprint, o.top_bytes);
-  }
+  std::uint64_t granules = 0;
+  std::uint64_t spread = 0;  // sum over unpaid granules of sqrt(entries covering it), x 1024: lower when the entries
+                             // crowd onto fewer granules, so moves that empty a granule step by step count
+  std::uint64_t footprint = 0, top_bytes = 0;
+  auto key() const { return std::tie(granules, footprint, top_bytes, spread); }
+  bool operator<=(const Score& o) const { return key() <= o.key(); }
+  bool operator<(const Score& o) const { return key() < o.key(); }
 };
 
 class Search {
@@ -35,19 +48,25 @@ class Search {
       used_.assign(options_.paid->size(), 0);
       for (std::uint64_t k = 0; k < used_.size(); ++k) used_[k] = static_cast<char>(paid(k));
     }
-    for (std::uint32_t i = 0; i < plan_.entries.size(); ++i) {
+    const std::size_t n = plan_.entries.size();
+    max_died_.assign((n + kBlock - 1) / kBlock, 0);
+    for (std::uint32_t i = 0; i < n; ++i) {
       if (plan_.entries[i].addr == 0) continue;
       planned_.push_back(i);
       if (step_.requests[i].pinned == 0) movable_.push_back(i);
+      if (step_.requests[i].died == StepObservation::kOutlives) outliving_.push_back(i);
+      else max_died_[i / kBlock] = std::max(max_died_[i / kBlock], step_.requests[i].died);
       cover(i, +1);
     }
-    out_.assign(plan_.entries.size(), 0);
+    out_.assign(n, 0);
   }
 
   StepPlan run(SearchReport& report) {
     if (movable_.empty()) return std::move(plan_);
     Score score = current_score();
-    while (report.work < options_.budget) {
+    std::uint64_t since_improved = 0;
+    while (report.work < options_.budget && since_improved < options_.patience) {
+      ++since_improved;
       ++report.moves;
       std::vector<std::uint32_t> taken_out = choose_move();
       if (taken_out.empty()) continue;
@@ -58,7 +77,10 @@ class Search {
       const Score after = placed ? current_score() : Score{};
       if (placed && after <= score) {
         ++report.accepted;
-        if (after < score) ++report.improved;
+        if (after < score) {
+          ++report.improved;
+          since_improved = 0;
+        }
         score = after;
         continue;
       }
@@ -105,6 +127,8 @@ class Search {
   Score current_score() const {
     Score s;
     s.granules = unpaid_;
+    for (std::uint64_t k = 0; k < covers_.size(); ++k)
+      if (covers_[k] > 0 && !paid(k)) s.spread += kSqrt1024[std::min<std::size_t>(covers_[k], kSqrt1024.size() - 1)];
     std::uint64_t top = base_;
     for (const std::uint32_t i : planned_) top = std::max(top, end_of(i));
     s.footprint = top - base_;
@@ -122,7 +146,12 @@ class Search {
       std::vector<std::uint64_t> unpaid;
       for (std::uint64_t k = 0; k < covers_.size(); ++k)
         if (covers_[k] > 0 && !paid(k)) unpaid.push_back(k);
-      const std::uint64_t g = unpaid[random_below(unpaid.size())];
+      // The least crowded of three drawn: the likeliest to be emptied.
+      std::uint64_t g = unpaid[random_below(unpaid.size())];
+      for (int draw = 0; draw < 2; ++draw) {
+        const std::uint64_t other = unpaid[random_below(unpaid.size())];
+        if (covers_[other] < covers_[g]) g = other;
+      }
       const std::uint64_t lo = base_ + g * options_.granule, hi = lo + options_.granule;
       for (const std::uint32_t i : planned_) {
         if (plan_.entries[i].addr >= hi || end_of(i) <= lo) continue;
@@ -183,12 +212,9 @@ class Search {
     // 0: best fit, 1: first fit, 2: granule-aware (only with a granule).
     const std::uint64_t rule = random_below(options_.granule != 0 ? 3 : 2);
     std::vector<std::uint32_t> others;
-    others.reserve(planned_.size());
-    for (const std::uint32_t i : planned_)
-      if (out_[i] == 0) others.push_back(i);
     for (const std::uint32_t i : taken_out) {
+      candidates(i, others, report);
       packing_.collect(i, plan_, others);
-      report.work += others.size() + 1;
       const std::uint64_t size = step_.requests[i].size;
       const std::uint64_t addr = rule == 2 ? packing_.place_in_granules(size, base_, options_.granule, used_)
                                            : packing_.place(size, base_, rule == 0);
@@ -196,11 +222,42 @@ class Search {
       plan_.entries[i].addr = addr;
       out_[i] = 0;
       cover(i, +1);
-      others.push_back(i);
     }
     return true;
   }
 
+  // Every placed entry whose lifetime may meet request i's (a superset; Packing::collect tests each exactly), each
+  // counted as one unit of work. Requests are in birth order, so those born before i dies are a prefix; within it,
+  // blocks of kBlock requests that all died before i was born are skipped whole. Requests that outlive the step
+  // (and, for one of them, every entry: its [0, held_until) meets any) are listed apart.
+  void candidates(std::uint32_t i, std::vector<std::uint32_t>& found, SearchReport& report) const {
+    found.clear();
+    const StepObservation::Request& request = step_.requests[i];
+    if (request.died == StepObservation::kOutlives) {
+      for (const std::uint32_t j : planned_)
+        if (out_[j] == 0) found.push_back(j);
+      report.work += planned_.size();
+      return;
+    }
+    const auto born_after = std::partition_point(step_.requests.begin(), step_.requests.end(),
+                                                 [&](const StepObservation::Request& r) { return r.born < request.died; });
+    const auto prefix = static_cast<std::size_t>(born_after - step_.requests.begin());
+    for (std::size_t b = 0; b * kBlock < prefix; ++b) {
+      ++report.work;
+      if (max_died_[b] <= request.born) continue;
+      for (std::size_t j = b * kBlock; j < std::min(prefix, (b + 1) * kBlock); ++j) {
+        ++report.work;
+        const auto& r = step_.requests[j];
+        if (r.died != StepObservation::kOutlives && r.died > request.born && plan_.entries[j].addr != 0 && out_[j] == 0)
+          found.push_back(static_cast<std::uint32_t>(j));
+      }
+    }
+    for (const std::uint32_t j : outliving_)
+      if (out_[j] == 0) found.push_back(j);
+    report.work += outliving_.size();
+  }
+
+  static constexpr std::size_t kBlock = 64;
   const StepObservation& step_;
   packing::Packing packing_;
   std::uint64_t base_, span_;
@@ -210,6 +267,8 @@ class Search {
   std::vector<std::uint32_t> planned_;  // entries with an address (pinned ones included)
   std::vector<std::uint32_t> movable_;  // of those, the ones not pinned
   std::vector<char> out_;               // taken out by the current move, not yet placed again
+  std::vector<std::uint32_t> outliving_;  // planned entries that outlive the step
+  std::vector<std::uint32_t> max_died_;   // per block of kBlock requests: the latest death among those that die
   std::vector<std::uint32_t> covers_;   // per granule from base: how many entries cover it
   std::vector<char> used_;              // per granule: paid, or covered by an entry
   std::uint64_t unpaid_ = 0;            // granules covered by entries and not paid

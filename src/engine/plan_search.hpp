@@ -30,6 +30,9 @@ struct SearchOptions {
   std::uint64_t granule = 0;
   const std::vector<bool>* paid = nullptr;
   std::uint64_t seed = 0x5eed;
+  /// Stop after this many moves in a row that lowered nothing (the plan has settled; the rest of the budget would
+  /// be spent walking plateaus).
+  std::uint64_t patience = 5'000;
 };
 
 struct SearchReport {
