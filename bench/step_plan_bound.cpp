@@ -23,7 +23,6 @@
 #include "engine/heap.hpp"
 #include "engine/plan_search.hpp"
 #include "engine/step_plan.hpp"
-#include "plimsoll/size.hpp"
 #include "plimsoll/trace.hpp"
 
 namespace {
@@ -152,13 +151,14 @@ int main(int argc, char** argv) {
       const auto ratio = [](std::uint64_t over, std::uint64_t under) {
         return under == 0 ? 0.0 : static_cast<double>(over) / static_cast<double>(under);
       };
+      const auto mib = [](std::uint64_t bytes) {
+        return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / static_cast<double>(1ull << 20));
+      };
       fmt::print("| {} | {} | {} | {} | {} | {} | {:.0f} | {:.4f} | {} | {} | {} | {} | {:.4f} | {:.4f} |\n",
-                 std::filesystem::path(trace.origin).filename().string(), step_index,
-                 plimsoll::format_size(b.step_peak), plimsoll::format_size(b.max_load),
-                 plimsoll::format_size(b.greedy_footprint), plimsoll::format_size(b.footprint), b.search_ms,
-                 ratio(b.footprint, b.max_load), plimsoll::format_size(b.kept), plimsoll::format_size(total),
-                 plimsoll::format_size(b.trace_peak), plimsoll::format_size(b.trace_rounded_peak),
-                 ratio(total, b.trace_peak), ratio(total, granules(b.trace_rounded_peak)));
+                 std::filesystem::path(trace.origin).filename().string(), step_index, mib(b.step_peak),
+                 mib(b.max_load), mib(b.greedy_footprint), mib(b.footprint), b.search_ms,
+                 ratio(b.footprint, b.max_load), mib(b.kept), mib(total), mib(b.trace_peak),
+                 mib(b.trace_rounded_peak), ratio(total, b.trace_peak), ratio(total, granules(b.trace_rounded_peak)));
     }
   } catch (const std::exception& error) {
     std::fprintf(stderr, "error: %s\n", error.what());
