@@ -189,7 +189,7 @@ TEST(EnginePlanSearch, HonoursItsBudget) {
   EXPECT_EQ(none.work, 0u);
   for (std::size_t i = 0; i < start.entries.size(); ++i) ASSERT_EQ(same.entries[i].addr, start.entries[i].addr);
   // A budget, with no patience (it stops only when the budget is spent): spent, and overrun by at most one move
-  // (48 entries re-placed, each looking at every request, its blocks and the leftovers: under 3 units a request).
+  // (48 entries re-placed, each looking at every request, its blocks and the leftovers, and the walks of a move).
   const std::uint64_t per_move = 48 * 3 * (step.requests.size() + 1);
   std::uint64_t last_footprint = start.footprint;
   for (const std::uint64_t budget : {100'000ull, 400'000ull, 1'600'000ull}) {

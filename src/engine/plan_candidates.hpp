@@ -31,7 +31,7 @@ struct PlanCandidate {
 };
 inline constexpr std::size_t kCandidates = 4;
 /// The search's budget (plan_search.hpp, in work units) when no greedy candidate fits (docs/engine.md, "Search").
-inline constexpr std::uint64_t kSearchWork = 40'000'000;
+inline constexpr std::uint64_t kSearchWork = 8'000'000;
 extern const std::array<PlanCandidate, kCandidates> kPlanCandidates;
 
 /// What the packer and plan_cost read of the heap, copied under the device's lock so packing can run without it.

@@ -67,6 +67,8 @@ class Search {
     std::uint64_t since_improved = 0;
     while (report.work < options_.budget && since_improved < options_.patience) {
       ++since_improved;
+      // A move's own walks: choosing what to take out and scoring the result, each over the entries and granules.
+      report.work += 2 * planned_.size() + 2 * covers_.size();
       ++report.moves;
       std::vector<std::uint32_t> taken_out = choose_move();
       if (taken_out.empty()) continue;
@@ -215,6 +217,7 @@ class Search {
     for (const std::uint32_t i : taken_out) {
       candidates(i, others, report);
       packing_.collect(i, plan_, others);
+      report.work += packing_.fixed.size() + packing_.early.size();  // the obstacles it copies in
       const std::uint64_t size = step_.requests[i].size;
       const std::uint64_t addr = rule == 2 ? packing_.place_in_granules(size, base_, options_.granule, used_)
                                            : packing_.place(size, base_, rule == 0);

@@ -14,8 +14,10 @@
 // Invariants: every plan it holds is valid (StepPlan's invariants: each re-placement goes through the packer's
 // collect/place, against every entry whose lifetime meets it and every obstacle; a move that would leave the span
 // is undone); pinned and growth entries never move; the score never rises, so the result is never worse than
-// `start`. Deterministic: a fixed-seed generator and a budget counted in work (one unit per placed entry that a
-// re-placement examines), never in time, so the same input gives the same plan on every machine.
+// `start`. Deterministic: a fixed-seed generator and a budget counted in work, never in time, so the same input
+// gives the same plan on every machine. A unit is one element walked: per re-placement, each entry (or block of 64)
+// examined for a lifetime that meets it and each obstacle copied; per move, the entries and granules walked twice
+// (choosing, scoring). The search also stops after `patience` moves in a row that lowered nothing.
 #include <cstdint>
 #include <vector>
 
