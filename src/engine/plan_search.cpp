@@ -15,23 +15,28 @@ namespace {
 constexpr std::uint64_t kTopBand = 2ull << 20;   // the band under the footprint whose bytes the score counts
 constexpr std::size_t kMaxTakenOut = 48;         // entries one move takes out, at most
 
-// round(1024 x sqrt(c)) for c = 0..63, then flat: a concave cost per granule, in integers so that every machine
-// scores alike.
+// floor(1024 x sqrt(c)) for c = 0..63, then flat: a concave cost per granule, in integers so that every machine
+// scores alike (Newton's method on integers: a few steps per entry, well inside any compiler's constexpr limits).
 constexpr std::array<std::uint32_t, 64> kSqrt1024 = [] {
   std::array<std::uint32_t, 64> table{};
-  for (std::uint32_t c = 0; c < table.size(); ++c) {
-    std::uint32_t r = 0;  // floor(sqrt(c x 2^20))
-    while ((r + 1) * (r + 1) <= c * (1u << 20)) ++r;
-    table[c] = r;
+  for (std::uint32_t c = 1; c < table.size(); ++c) {
+    const std::uint64_t n = std::uint64_t{c} << 20;
+    std::uint64_t x = n, y = (x + 1) / 2;
+    while (y < x) {
+      x = y;
+      y = (x + n / x) / 2;
+    }
+    table[c] = static_cast<std::uint32_t>(x);
   }
   return table;
 }();
 
 struct Score {
   std::uint64_t granules = 0;
-  std::uint64_t spread = 0;  // sum over unpaid granules of sqrt(entries covering it), x 1024: lower when the entries
-                             // crowd onto fewer granules, so moves that empty a granule step by step count
   std::uint64_t footprint = 0, top_bytes = 0;
+  // Last, on ties: the sum over unpaid granules of sqrt(entries covering it), x 1024. Lower when the entries crowd
+  // onto fewer granules, so a sideways move toward emptying one is preferred.
+  std::uint64_t spread = 0;
   auto key() const { return std::tie(granules, footprint, top_bytes, spread); }
   bool operator<=(const Score& o) const { return key() <= o.key(); }
   bool operator<(const Score& o) const { return key() < o.key(); }

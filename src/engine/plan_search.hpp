@@ -8,8 +8,9 @@
 // one granule nothing else pays for), place them again in another order (by size, by lifetime, or shuffled), each
 // where the packer's own rules put it, and keep the result only when it scores no worse. The score is, in order:
 // the granules the entries cover that `paid` does not (with a granule: what plan_cost counts beyond the live
-// blocks), the footprint, and the bytes that reach into the plan's top 2 MiB (so a move that lowers one of
-// several entries at the top counts as progress). Accepting equal scores lets it walk across plateaus.
+// blocks), the footprint, the bytes that reach into the plan's top 2 MiB (so a move that lowers one of several
+// entries at the top counts as progress), and how crowded the unpaid granules are (a sum of sqrt(entries on each)).
+// Accepting equal scores lets it walk across plateaus.
 //
 // Invariants: every plan it holds is valid (StepPlan's invariants: each re-placement goes through the packer's
 // collect/place, against every entry whose lifetime meets it and every obstacle; a move that would leave the span
