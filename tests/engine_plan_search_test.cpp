@@ -265,5 +265,63 @@ TEST(EnginePlanSearch, BestPlanKeepsTheSearchedPlanWhenItFitsWhereNoGreedyOneDoe
   ASSERT_NO_FATAL_FAILURE(expect_no_overlap_at_any_tick(step, plan, {}));
 }
 
+// The load bound with obstacles: an obstacle counts until its tick, a request over its lifetime; and no packing
+// around the obstacles covers fewer bytes (in 64 KiB units here) than it.
+TEST(EnginePlanSearch, TheLoadBoundCountsObstaclesUntilTheirTickAndNoPlanCoversLess) {
+  StepObservation small;
+  small.allocated(1, 2 * MiB);  // tick 0
+  small.freed(1, 0);            // tick 1
+  small.allocated(2, 3 * MiB);  // tick 2
+  small.freed(2, 0);            // tick 3
+  EXPECT_EQ(step_max_load(small), 3 * MiB);
+  EXPECT_EQ(step_max_load(small, {{kBase, 4 * MiB, 2}}), 6 * MiB) << "the obstacle meets only the first request";
+  EXPECT_EQ(step_max_load(small, {{kBase, 4 * MiB}}), 7 * MiB) << "an obstacle for the whole step meets both";
+
+  constexpr std::uint64_t kUnit = 64 * KiB;
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+    std::mt19937_64 random(300 + seed);
+    StepObservation step = random_step(random, 200);
+    std::vector<Obstacle> obstacles = step.leftovers_as_obstacles();
+    obstacles.push_back({kBase + 5 * MiB, 3 * MiB});
+    obstacles.push_back({kBase + 12 * MiB, 1 * MiB, step.ticks / 3});
+    const std::uint64_t load = step_max_load(step, obstacles);
+    for (const PackOrder order : {PackOrder::size, PackOrder::lifetime, PackOrder::area}) {
+      StepPlan plan = pack_step(step, obstacles, kBase, 1ull << 36, {order, true, false});
+      if (order == PackOrder::area) plan = improve_plan(step, obstacles, kBase, 1ull << 36, plan, {.budget = 500'000});
+      std::vector<std::uint64_t> units;  // the 64 KiB units entries and obstacles cover
+      const auto cover = [&](std::uint64_t addr, std::uint64_t size) {
+        for (std::uint64_t u = addr / kUnit; u < (addr + size + kUnit - 1) / kUnit; ++u) units.push_back(u);
+      };
+      for (const StepPlan::Entry& e : plan.entries)
+        if (e.addr != 0) cover(e.addr, e.size);
+      for (const Obstacle& o : obstacles) cover(o.addr, o.size);
+      std::sort(units.begin(), units.end());
+      units.erase(std::unique(units.begin(), units.end()), units.end());
+      EXPECT_GE(units.size() * kUnit, load) << "seed " << seed << " order " << static_cast<int>(order);
+    }
+  }
+}
+
+// best_plan does not search when the load bound says no plan of that preparation can fit: the greedy trap in
+// granules under a 12 MiB limit (6 granules; the step holds 7 at once) keeps the greedy plan (10 granules), which the
+// search would have taken to 7, still unfit.
+TEST(EnginePlanSearch, BestPlanDoesNotSearchWhereNoPlanCanFit) {
+  StepObservation step;
+  const auto a = [&](std::uint64_t id, std::uint64_t granules) { step.allocated(id, granules * 2 * MiB); };
+  const auto f = [&](std::uint64_t id) { step.freed(id, 0); };
+  a(1, 3), f(1), a(2, 4), a(3, 3), f(2), a(4, 3), f(3), a(5, 4), f(5), f(4);
+  backings::SimBacking sim(1ull << 33);
+  HeapOptions options;
+  options.limit = 12 * MiB;
+  Heap heap(sim, options);
+  const std::vector<Obstacle> none;
+  std::size_t chosen = kCandidates;
+  const StepPlan plan = best_plan({step, none}, {step, none}, heap, &chosen);
+  EXPECT_LT(chosen, kCandidates) << "a greedy plan, not the search's";
+  const PlanCost cost = plan_cost(plan, heap);
+  EXPECT_FALSE(cost.fits);
+  EXPECT_EQ(cost.granules, 10u);
+}
+
 }  // namespace
 }  // namespace plimsoll::engine

@@ -295,9 +295,13 @@ StepPlan improve_plan(const StepObservation& step, const std::vector<Obstacle>& 
   return plan;
 }
 
-std::uint64_t step_max_load(const StepObservation& step) {
+std::uint64_t step_max_load(const StepObservation& step, const std::vector<Obstacle>& obstacles) {
   std::vector<std::pair<std::uint32_t, std::int64_t>> changes;  // (tick, bytes): frees before births at one tick
-  changes.reserve(2 * step.requests.size() + 2);
+  changes.reserve(2 * step.requests.size() + 2 * obstacles.size());
+  for (const Obstacle& o : obstacles) {
+    changes.emplace_back(0, static_cast<std::int64_t>(o.size));
+    if (o.until < step.ticks) changes.emplace_back(o.until, -static_cast<std::int64_t>(o.size));
+  }
   for (const StepObservation::Request& r : step.requests) {
     if (r.growth) continue;
     const auto bytes = static_cast<std::int64_t>(r.size);

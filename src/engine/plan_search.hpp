@@ -51,8 +51,10 @@ StepPlan improve_plan(const StepObservation& step, const std::vector<Obstacle>& 
                       std::uint64_t span, const StepPlan& start, const SearchOptions& options,
                       SearchReport* report = nullptr);
 
-/// The most bytes the packer must hold at once for the step's requests: each live over [born, died) and, when it
-/// outlives the step, [0, held_until) too. No packing of the step, by any packer, has a smaller footprint.
-std::uint64_t step_max_load(const StepObservation& step);
+/// The most bytes a plan of the step must hold at one tick: its requests (each over [born, died) and, when it
+/// outlives the step, [0, held_until) too; growth requests are not planned) and the obstacles (each over
+/// [0, until)). In a valid plan these bytes are disjoint, so no packing of the step around those obstacles, by any
+/// packer, has a smaller footprint above them, nor covers fewer granules than this many bytes fill.
+std::uint64_t step_max_load(const StepObservation& step, const std::vector<Obstacle>& obstacles = {});
 
 }  // namespace plimsoll::engine
