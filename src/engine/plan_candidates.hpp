@@ -10,7 +10,8 @@
 // places a request at its planned address only inside a free block.
 //
 // Cost: each candidate is one pack_step, O(requests^2); kCandidates of them run at the boundary (bounded by
-// PlanFollower::kMaxStepRequests), off the device's lock: they read a HeapSnapshot, never the heap itself.
+// PlanFollower::kMaxStepRequests), then, when none fits, the search (kSearchWork units at most), all off the device's
+// lock: they read a HeapSnapshot, never the heap itself.
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -29,6 +30,8 @@ struct PlanCandidate {
   bool pinned = false;         // leftovers pinned where they are (PreparedStep `pinned`), not obstacles until a tick
 };
 inline constexpr std::size_t kCandidates = 4;
+/// The search's budget (plan_search.hpp, in work units) when no greedy candidate fits (docs/engine.md, "Search").
+inline constexpr std::uint64_t kSearchWork = 8'000'000;
 extern const std::array<PlanCandidate, kCandidates> kPlanCandidates;
 
 /// What the packer and plan_cost read of the heap, copied under the device's lock so packing can run without it.
@@ -58,8 +61,9 @@ struct PreparedStep {
 /// fewest granules in all (the caller then finds it unfit). Empty only when no candidate fits the address space.
 /// The two preparations of the step (StepObservation::leftovers_as_obstacles and pair_leftovers) have the same
 /// requests in the same order; `as_obstacles.obstacles` must hold every live block. Stops at the first candidate
-/// that fits and maps nothing new (no later one could save a map call). `chosen`, when not null, gets the index of
-/// the candidate kept.
+/// that fits and maps nothing new (no later one could save a map call). When none fits, improves the nearest miss
+/// with the bounded search (improve_plan, kSearchWork) and keeps the result when it is cheaper. `chosen`, when not null, gets
+/// the index of the candidate kept, or kCandidates when the search improved it.
 StepPlan best_plan(const PreparedStep& as_obstacles, const PreparedStep& pinned, const HeapSnapshot& heap,
                    std::size_t* chosen = nullptr);
 StepPlan best_plan(const PreparedStep& as_obstacles, const PreparedStep& pinned, const Heap& heap,

@@ -1,5 +1,7 @@
 #include "engine/step_plan.hpp"
 
+#include "engine/step_packing.hpp"
+
 #include <algorithm>
 #include <numeric>
 
@@ -59,13 +61,8 @@ void StepObservation::clear() {
   ticks = 0;
 }
 
-namespace {
-struct Interval {
-  std::uint64_t addr, end;
-};
+namespace packing {
 
-// [born, died) and, for a request that outlives the step, [0, held_until): whether two requests are ever live
-// at the same tick.
 bool lifetimes_overlap(const StepObservation::Request& a, std::uint32_t a_died, const StepObservation::Request& b,
                        std::uint32_t b_died) {
   const auto meets = [](std::uint32_t lo1, std::uint32_t hi1, std::uint32_t lo2, std::uint32_t hi2) {
@@ -77,88 +74,64 @@ bool lifetimes_overlap(const StepObservation::Request& a, std::uint32_t a_died, 
   return meets(0, a_held, b.born, b_died) || meets(a.born, a_died, 0, b_held) || (a_held > 0 && b_held > 0);
 }
 
-// The addresses a request may not use: whole-step obstacles, the early obstacles it meets, and the placed requests
-// whose lifetimes overlap its own. Sorted by address.
-struct Packing {
-  const StepObservation& step;
-  std::vector<Interval> fixed;         // obstacles for the whole step
-  std::vector<const Obstacle*> early;  // obstacles until a tick
-  std::vector<Interval> taken;         // scratch
-
-  std::uint32_t died(std::size_t i) const {
-    return step.requests[i].died == StepObservation::kOutlives ? step.ticks : step.requests[i].died;
+Packing::Packing(const StepObservation& observed, const std::vector<Obstacle>& obstacles) : step(observed) {
+  fixed.reserve(obstacles.size());
+  for (const Obstacle& o : obstacles) {
+    if (o.until >= step.ticks) fixed.push_back({o.addr, o.addr + o.size});
+    else if (o.until > 0) early.push_back(&o);
   }
-  // Fills `taken` for request i against the requests in `others` (skipping i itself) at their plan addresses.
-  template <class Others>
-  void collect(std::uint32_t i, const StepPlan& plan, const Others& others) {
-    const auto& request = step.requests[i];
-    taken.assign(fixed.begin(), fixed.end());
-    const std::uint32_t held = request.died == StepObservation::kOutlives ? request.held_until : 0;
-    for (const Obstacle* o : early)
-      if (request.born < o->until || held > 0) taken.push_back({o->addr, o->addr + o->size});
-    for (const std::uint32_t j : others) {
-      if (j != i && lifetimes_overlap(request, died(i), step.requests[j], died(j)))
-        taken.push_back({plan.entries[j].addr, plan.entries[j].addr + plan.entries[j].size});
-    }
-    std::sort(taken.begin(), taken.end(), [](const Interval& a, const Interval& b) { return a.addr < b.addr; });
-  }
-  // The lowest address at or above base where `size` bytes meet nothing taken (best_fit: the smallest gap that
-  // holds them instead, the open space above everything only when none does).
-  std::uint64_t place(std::uint64_t size, std::uint64_t base, bool best_fit) const {
-    std::uint64_t best_addr = 0, best_gap = UINT64_MAX;
-    std::uint64_t cursor = base;
-    for (const Interval& t : taken) {
-      if (t.end <= cursor) continue;
-      if (t.addr > cursor) {
-        const std::uint64_t gap = t.addr - cursor;
-        if (gap >= size && gap < best_gap) {
-          if (!best_fit) return cursor;
-          best_gap = gap;
-          best_addr = cursor;
-        }
-      }
-      cursor = std::max(cursor, t.end);
-    }
-    return best_gap == UINT64_MAX ? cursor : best_addr;
-  }
-  // Granule-aware: among the ends of the gaps that hold `size` bytes (and the open space above everything), the
-  // place that covers the fewest granules not `used` yet; ties go to the smaller gap, then the lower address.
-  // `used[g]`: whether granule g (counted from base) is paid for already.
-  std::uint64_t place_in_granules(std::uint64_t size, std::uint64_t base, std::uint64_t granule,
-                                  const std::vector<char>& used) const {
-    const auto new_granules = [&](std::uint64_t addr) {
-      std::uint64_t count = 0;
-      for (std::uint64_t g = (addr - base) / granule; g < (addr + size - base + granule - 1) / granule; ++g)
-        if (g >= used.size() || used[g] == 0) ++count;
-      return count;
-    };
-    std::uint64_t best_addr = 0, best_cost = UINT64_MAX, best_gap = UINT64_MAX;
-    const auto consider = [&](std::uint64_t addr, std::uint64_t gap) {
-      const std::uint64_t added = new_granules(addr);
-      if (added < best_cost || (added == best_cost && gap < best_gap)) {
-        best_addr = addr;
-        best_cost = added;
+}
+std::uint64_t Packing::place(std::uint64_t size, std::uint64_t base, bool best_fit) const {
+  std::uint64_t best_addr = 0, best_gap = UINT64_MAX;
+  std::uint64_t cursor = base;
+  for (const Interval& t : taken) {
+    if (t.end <= cursor) continue;
+    if (t.addr > cursor) {
+      const std::uint64_t gap = t.addr - cursor;
+      if (gap >= size && gap < best_gap) {
+        if (!best_fit) return cursor;
         best_gap = gap;
+        best_addr = cursor;
       }
-    };
-    std::uint64_t cursor = base;
-    for (const Interval& t : taken) {
-      if (t.end <= cursor) continue;
-      if (t.addr > cursor && t.addr - cursor >= size) {
-        consider(cursor, t.addr - cursor);
-        consider(t.addr - size, t.addr - cursor);
-      }
-      cursor = std::max(cursor, t.end);
     }
-    consider(cursor, UINT64_MAX);
-    // The open space: also from the next granule boundary, when that costs fewer new granules.
-    const std::uint64_t aligned = base + (cursor - base + granule - 1) / granule * granule;
-    if (aligned != cursor) consider(aligned, UINT64_MAX);
-    return best_addr;
+    cursor = std::max(cursor, t.end);
   }
-};
+  return best_gap == UINT64_MAX ? cursor : best_addr;
+}
 
-// Footprint, search hints and the step's peak of a plan whose entries are all placed.
+std::uint64_t Packing::place_in_granules(std::uint64_t size, std::uint64_t base, std::uint64_t granule,
+                                         const std::vector<char>& used) const {
+  const auto new_granules = [&](std::uint64_t addr) {
+    std::uint64_t count = 0;
+    for (std::uint64_t g = (addr - base) / granule; g < (addr + size - base + granule - 1) / granule; ++g)
+      if (g >= used.size() || used[g] == 0) ++count;
+    return count;
+  };
+  std::uint64_t best_addr = 0, best_cost = UINT64_MAX, best_gap = UINT64_MAX;
+  const auto consider = [&](std::uint64_t addr, std::uint64_t gap) {
+    const std::uint64_t added = new_granules(addr);
+    if (added < best_cost || (added == best_cost && gap < best_gap)) {
+      best_addr = addr;
+      best_cost = added;
+      best_gap = gap;
+    }
+  };
+  std::uint64_t cursor = base;
+  for (const Interval& t : taken) {
+    if (t.end <= cursor) continue;
+    if (t.addr > cursor && t.addr - cursor >= size) {
+      consider(cursor, t.addr - cursor);
+      consider(t.addr - size, t.addr - cursor);
+    }
+    cursor = std::max(cursor, t.end);
+  }
+  consider(cursor, UINT64_MAX);
+  // The open space: also from the next granule boundary, when that costs fewer new granules.
+  const std::uint64_t aligned = base + (cursor - base + granule - 1) / granule * granule;
+  if (aligned != cursor) consider(aligned, UINT64_MAX);
+  return best_addr;
+}
+
 void finish_plan(const StepObservation& step, std::uint64_t base, StepPlan& plan) {
   const std::size_t n = plan.entries.size();
   plan.footprint = 0;
@@ -199,12 +172,13 @@ void finish_plan(const StepObservation& step, std::uint64_t base, StepPlan& plan
     plan.peak_live = std::max(plan.peak_live, static_cast<std::uint64_t>(live));
   }
 }
-}  // namespace
+}  // namespace packing
 
 StepPlan pack_step(const StepObservation& step, std::vector<Obstacle> obstacles, std::uint64_t base,
                    std::uint64_t span, PackOptions options) {
   const std::size_t n = step.requests.size();
-  Packing packing{step, {}, {}, {}};
+  using packing::Packing;
+  Packing packing(step, obstacles);
   const auto died = [&](std::size_t i) { return packing.died(i); };
   const auto lifetime = [&](std::uint32_t i) { return std::uint64_t{died(i) - step.requests[i].born}; };
   const auto key = [&](std::uint32_t i) -> std::uint64_t {
@@ -227,11 +201,6 @@ StepPlan pack_step(const StepObservation& step, std::vector<Obstacle> obstacles,
     return a < b;
   });
 
-  packing.fixed.reserve(obstacles.size());
-  for (const Obstacle& o : obstacles) {
-    if (o.until >= step.ticks) packing.fixed.push_back({o.addr, o.addr + o.size});
-    else if (o.until > 0) packing.early.push_back(&o);
-  }
 
   StepPlan plan;
   plan.entries.resize(n);
@@ -281,7 +250,7 @@ StepPlan pack_step(const StepObservation& step, std::vector<Obstacle> obstacles,
       if (addr < plan.entries[i].addr) plan.entries[i].addr = addr;
     }
   }
-  finish_plan(step, base, plan);
+  packing::finish_plan(step, base, plan);
   return plan;
 }
 
