@@ -10,8 +10,10 @@
 //    requested bytes and tag) or *cached* (in exactly one thread's cache or the depot, in the bin of its size,
 //    its word clear). Never both, never neither.
 //  - Frees go to the freeing thread's cache, whichever thread allocated (PyTorch's autograd frees on its own
-//    threads): the block changes hands with the pointer, so no thread ever writes another's cache. A cache holds
-//    at most 64 blocks of a size (past that, the older half of the bin moves to the shared *depot*, where a
+//    threads): the block changes hands with the pointer, so no thread ever writes another's cache. Blocks over
+//    kMaxBinned (64 KiB, up to kMaxSize) are *big*: a cache keeps at most kBigSlots of them, in an eighth of its
+//    `bytes_per_thread`, matched by exact size, the oldest going back to the heap to make room; they never go to
+//    the depot (except a dead thread's at fork(), until a flush). A cache holds at most 64 blocks of a size (past that, the older half of the bin moves to the shared *depot*, where a
 //    thread whose bin is empty takes them in batches: one thread frees what another allocates) and
 //    `bytes_per_thread` bytes (past that, the older half of every bin moves there). The depot holds at most
 //    4 x `bytes_per_thread`; past that, it goes back to the heap whole.
@@ -82,8 +84,10 @@ class ThreadCache;
 
 class ThreadCaches {
  public:
-  static constexpr std::uint64_t kMaxSize = 64ull << 10;  // requests served by the front, rounded
-  static constexpr std::uint64_t kQuantum = 256;          // Heap::kQuantum
+  static constexpr std::uint64_t kMaxBinned = 64ull << 10;  // sizes kept in per-size bins (and the depot)
+  static constexpr std::uint64_t kMaxSize = 1ull << 20;  // requests served by the front, rounded (the heap's small_max)
+  static constexpr std::uint64_t kQuantum = 256;           // Heap::kQuantum
+  static constexpr std::size_t kBigSlots = 8;  // blocks over kMaxBinned a cache keeps, in up to 1/8 of its bytes
 
   /// `serving`, when given, says whether the front may hand out and keep blocks; whoever turns it off flushes after.
   ThreadCaches(FrontUpstream& upstream, std::uint64_t bytes_per_thread, const std::atomic<bool>* serving = nullptr);
@@ -123,11 +127,20 @@ class ThreadCaches {
   struct Depot;
   struct Counts;
   ThreadCache& mine();
-  ThreadCache& join();  // this thread's first operation on this front
+  [[gnu::noinline]] ThreadCache& join();  // this thread's first operation on this front
+  // The rare sides of allocate and deallocate, out of line (thread_cache.cpp, "hot paths").
+  [[gnu::noinline]] std::uint64_t allocate_joining(std::uint64_t bytes, std::uint16_t tag);
+  [[gnu::noinline]] std::uint64_t allocate_missed(ThreadCache& cache, std::uint64_t addr, std::uint64_t size,
+                                                  std::uint64_t bytes, std::uint16_t tag);
+  void deallocate_in(ThreadCache& cache, std::uint64_t addr, std::uint64_t word, bool keep);
+  [[gnu::noinline]] bool deallocate_joining(std::uint64_t addr, bool keep);
+  [[gnu::noinline]] void deallocate_missed(ThreadCache& cache, std::uint64_t addr, std::uint64_t size, bool keep);
   /// The slow side of allocate: a batch from the depot, else a block from the heap; with its word set.
   std::uint64_t allocate_slow(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes, std::uint16_t tag);
   /// The slow side of deallocate: a full cache sheds blocks to the depot (and the depot to the heap).
   bool keep_in_full_cache(ThreadCache& cache, std::uint64_t addr, std::uint64_t size);
+  /// A freed big block into the cache, the oldest big ones back to the heap when there is no room.
+  void keep_big(ThreadCache& cache, std::uint64_t addr, std::uint64_t size);
   void forget(ThreadCache* cache);
   std::size_t steal_all(ThreadCache& cache);
   void count_free_elsewhere(std::uint64_t word);
