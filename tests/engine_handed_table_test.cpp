@@ -1,6 +1,6 @@
 // The handed-out table's region summary (src/engine/handed_table.hpp): set() marks the 64 KiB region of the word it
 // writes, get() reads words only in marked regions, and no region is marked by another's word. Wide blocks (over
-// 64 KiB) keep one word per region, exact to the block's start; a thread's leaf hint answers as the full walk does.
+// 64 KiB) keep one word per region, exact to the block's start.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -90,22 +90,6 @@ TEST(EngineHandedTable, AWideBlockHasItsRegionsWordExactToItsStart) {
   ASSERT_TRUE(table.set(addr + 4096, HandedTable::word(1 << 20, 2)));
   EXPECT_EQ(table.get(addr), 0u);
   EXPECT_EQ(table.get(addr + 4096), HandedTable::word(1 << 20, 2));
-}
-
-TEST(EngineHandedTable, AHintAnswersAsTheFullWalkAcrossLeaves) {
-  HandedTable table;
-  HandedTable::Hint hint;
-  const std::uint64_t next_leaf = std::uint64_t{1} << 30;
-  const std::uint64_t in_first = kBase + 2 * kRegion, in_second = kBase + next_leaf + 2 * kRegion;
-  ASSERT_TRUE(table.set(in_first, HandedTable::word(256, 1), hint));
-  ASSERT_TRUE(table.set(in_second, HandedTable::word(1024, 2), hint));  // the hint moves to the second leaf
-  EXPECT_EQ(table.get(in_first, hint), HandedTable::word(256, 1)) << "a hint of another leaf must not be used";
-  EXPECT_EQ(table.get(in_second, hint), HandedTable::word(1024, 2));
-  EXPECT_EQ(table.get(in_first + next_leaf * 2, hint), 0u) << "a leaf never made";
-  EXPECT_EQ(table.get(in_second, hint), HandedTable::word(1024, 2));
-  table.clear(in_first, HandedTable::word(256, 1), hint);  // the hint names the second leaf here
-  EXPECT_EQ(table.get(in_first), 0u);
-  EXPECT_EQ(table.get(in_second), HandedTable::word(1024, 2)) << "the clear went to the wrong leaf";
 }
 
 }  // namespace

@@ -748,19 +748,25 @@ TEST(ThreadsFront, ARefillNeverTakesACachePastItsBytes) {
   EXPECT_EQ(heap.live_allocations(), 0u);
 }
 
-// Blocks over 64 KiB (up to 1 MiB) are kept by the freeing thread and matched by exact size: the next request of
-// that size takes the block back without a trip to the device. They hold at most an eighth of a cache's bytes and
-// at most kBigSlots blocks, the oldest going back to the heap first.
+// Blocks over 64 KiB (up to 1 MiB) are kept by the freeing thread and matched by exact size, once a second thread
+// has used the front: the next request of that size takes the block back without a trip to the device. They hold
+// at most an eighth of a cache's bytes and at most kBigSlots blocks, the oldest going back to the heap first.
 TEST(ThreadsFront, BigBlocksAreKeptByExactSizeInAnEighthOfTheCache) {
   backings::SimBacking backing(4ull << 30);
   engine::Heap heap(backing, engine::HeapOptions{.limit = 1ull << 30});
   HeapUpstream upstream(heap);
   engine::ThreadCaches front(upstream, 8 * MiB);
+  EXPECT_EQ(front.allocate(256 * 1024, 1), 0u) << "one thread alone: big blocks take the device's own path";
+  EXPECT_FALSE(front.big_blocks_on());
+  const std::uint64_t small = front.allocate(1024, 1);  // this thread joins
   std::thread([&] {
+    ASSERT_TRUE(front.deallocate(small));  // a second thread joins: big blocks from now on
+    EXPECT_TRUE(front.big_blocks_on());
+    const std::uint64_t cached = front.totals().cached_bytes;  // the small blocks
     const std::uint64_t first = front.allocate(256 * 1024, 1);
     ASSERT_NE(first, 0u);
     ASSERT_TRUE(front.deallocate(first));
-    EXPECT_EQ(front.totals().cached_bytes, 256u * 1024) << "the freed big block should stay in the cache";
+    EXPECT_EQ(front.totals().cached_bytes, cached + 256 * 1024) << "the freed big block should stay in the cache";
     const std::uint64_t takes = upstream.takes();
     const std::uint64_t again = front.allocate(256 * 1024 - 100, 2);  // the same rounded size
     EXPECT_EQ(again, first) << "a big block of the same size should come back from the cache";

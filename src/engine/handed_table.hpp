@@ -55,26 +55,10 @@ class HandedTable {
   /// Whether a block of `requested` bytes keeps its word in its region's wide word.
   static constexpr bool wide(std::uint64_t requested) { return requested > (std::uint64_t{1} << kRegionShift); }
 
-  /// One thread's memo of the leaf it used last (jemalloc's rtree_ctx does the same): a lookup in the same GiB of
-  /// addresses skips the two upper levels, a chain of dependent loads on every free. Leaves live as long as the
-  /// table, so a memo is never stale; each thread keeps its own (a cache's owner, in its cache).
-  struct Hint {
-    std::uint64_t key = ~std::uint64_t{0};
-    std::uint64_t* leaf = nullptr;
-  };
-
   /// The word of addr; 0 when addr is not handed out (or not addressable).
   std::uint64_t get(std::uint64_t addr) const {
     if (!addressable(addr)) return 0;
     return in_leaf(find_leaf(addr), addr);
-  }
-  /// get(), through this thread's hint.
-  std::uint64_t get(std::uint64_t addr, Hint& hint) {
-    if (!addressable(addr)) return 0;
-    if ((addr >> kLeafShift) == hint.key) [[likely]] return in_leaf(hint.leaf, addr);
-    std::uint64_t* leaf = find_leaf(addr);
-    if (leaf != nullptr) hint = {addr >> kLeafShift, leaf};
-    return in_leaf(leaf, addr);
   }
   /// The word of an addressable addr in its leaf (null: none made, so nothing is handed out there).
   static std::uint64_t in_leaf(const std::uint64_t* leaf, std::uint64_t addr) {
@@ -102,18 +86,8 @@ class HandedTable {
   /// Sets addr's word, marking its region first when it is not (a load of a hot summary word, so every path that
   /// hands a block out keeps the invariant by itself); false when no leaf could be made (the caller declines).
   bool set(std::uint64_t addr, std::uint64_t w) {
-    Hint none;
-    return set(addr, w, none);
-  }
-  /// set(), through this thread's hint.
-  bool set(std::uint64_t addr, std::uint64_t w, Hint& hint) {
-    if (!addressable(addr)) return false;
-    std::uint64_t* leaf = hint.leaf;
-    if ((addr >> kLeafShift) != hint.key) [[unlikely]] {
-      leaf = leaf_for(addr);
-      if (leaf == nullptr) return false;
-      hint = {addr >> kLeafShift, leaf};
-    }
+    std::uint64_t* leaf = addressable(addr) ? leaf_for(addr) : nullptr;
+    if (leaf == nullptr) return false;
     if (wide(requested(w))) {
       mark_in(leaf, kWideBits, addr);
       std::atomic_ref<std::uint64_t>(leaf[kWideWords + region(addr)]).store(w | offset(addr) << kOffsetShift,
@@ -126,12 +100,7 @@ class HandedTable {
   }
   /// Clears the word `w` of an addr get() found set.
   void clear(std::uint64_t addr, std::uint64_t w) {
-    Hint none;
-    clear(addr, w, none);
-  }
-  /// clear(), through this thread's hint.
-  void clear(std::uint64_t addr, std::uint64_t w, Hint& hint) {
-    std::uint64_t* leaf = (addr >> kLeafShift) == hint.key ? hint.leaf : find_leaf(addr);
+    std::uint64_t* leaf = find_leaf(addr);
     std::atomic_ref<std::uint64_t>(wide(requested(w)) ? leaf[kWideWords + region(addr)] : leaf[slot(addr)])
         .store(0, std::memory_order_relaxed);
   }

@@ -121,8 +121,6 @@ class ThreadCache {
 
   // Taken by threads emptying the cache, by the owner when it finds `steal` raised, and around its exit.
   util::SpinLock lock;
-  // The owner's memo of the handed-out table's last leaf (owner only, in or out of an operation).
-  HandedTable::Hint hint;
 
   /// The owner enters an operation. Hot side of the barrier: a plain store, a compiler fence (or a full one where
   /// membarrier is missing), then the flag. While another thread empties the cache, the owner waits on its lock.
@@ -560,6 +558,7 @@ ThreadCache& ThreadCaches::join() {
   {
     util::SpinGuard guard(registry_lock_);
     caches_.push_back(cache);
+    if (caches_.size() > 1) big_blocks_on_.store(true, std::memory_order_relaxed);
   }
   t_slots.slots.push_back({id_, cache});
   t_last_id = id_;
@@ -655,7 +654,7 @@ std::uint64_t ThreadCaches::allocate(std::uint64_t bytes, std::uint16_t tag) {
   // runs inside try_allocate, which is noexcept. Out of host memory for them, the device's own path serves it.
   if (!serving() || !cache.tags_ready(tag)) [[unlikely]] return 0;
   const std::uint64_t addr = size <= kMaxBinned ? cache.pop(size) : 0;
-  if (addr == 0 || !handed_.set(addr, HandedTable::word(bytes, tag), cache.hint)) [[unlikely]]
+  if (addr == 0 || !handed_.set(addr, HandedTable::word(bytes, tag))) [[unlikely]]
     return allocate_missed(cache, addr, size, bytes, tag);
   cache.count_allocation(size, bytes, tag);
   return addr;
@@ -673,6 +672,7 @@ std::uint64_t ThreadCaches::allocate_joining(std::uint64_t bytes, std::uint16_t 
 
 std::uint64_t ThreadCaches::allocate_missed(ThreadCache& cache, std::uint64_t addr, std::uint64_t size,
                                             std::uint64_t bytes, std::uint16_t tag) {
+  if (size > kMaxBinned && !big_blocks_on()) return 0;  // one thread: the device's own path, uncontended
   if (addr != 0) {
     // A block cached without ever being handed out (the rest of a run, or from the depot) may lie under a leaf not
     // made yet, and making it can fail (mmap refused): the device's own path serves this one.
@@ -680,7 +680,7 @@ std::uint64_t ThreadCaches::allocate_missed(ThreadCache& cache, std::uint64_t ad
     return 0;
   }
   addr = size > kMaxBinned ? cache.pop_big(size) : 0;
-  if (addr != 0 && !handed_.set(addr, HandedTable::word(bytes, tag), cache.hint)) {
+  if (addr != 0 && !handed_.set(addr, HandedTable::word(bytes, tag))) {
     upstream_.give_back(std::span(&addr, 1));
     return 0;
   }
@@ -730,7 +730,7 @@ void ThreadCaches::keep_big(ThreadCache& cache, std::uint64_t addr, std::uint64_
 bool ThreadCaches::deallocate(std::uint64_t addr, bool keep) {
   if (t_last_id != id_) [[unlikely]] return deallocate_joining(addr, keep);  // also an exiting thread (id 0)
   ThreadCache& cache = *t_last;
-  const std::uint64_t word = handed_.get(addr, cache.hint);  // the hint saves the table's upper levels
+  const std::uint64_t word = handed_.get(addr);
   if (!HandedTable::handed(word)) return false;
   deallocate_in(cache, addr, word, keep);
   return true;
@@ -744,7 +744,7 @@ bool ThreadCaches::deallocate(std::uint64_t addr, bool keep) {
   // and counted once: the program still holds it, and may free it again.
   if (!cache.tags_ready(HandedTable::tag(word))) [[unlikely]] throw std::bad_alloc();
   // Inside the operation: a fork() (or a flush) that waited for it finds the block either handed out or cached.
-  handed_.clear(addr, word, cache.hint);
+  handed_.clear(addr, word);
   cache.count_free(size, HandedTable::requested(word), HandedTable::tag(word));
   keep = keep && serving();  // inside the operation, as in allocate: a block kept past a pause's flush would stay
   if (keep && size <= kMaxBinned && cache.push(addr, size, bytes_per_thread())) [[likely]] return;
