@@ -17,7 +17,7 @@ namespace {
 
 constexpr std::size_t kClasses = ThreadCaches::kMaxBinned / ThreadCaches::kQuantum;
 constexpr std::size_t kBigSlots = ThreadCaches::kBigSlots;
-constexpr std::uint64_t kBigShare = 8;  // big blocks hold at most this fraction of a cache's bytes
+constexpr std::uint64_t kBigShare = 4;  // big blocks hold at most 1 / kBigShare of a cache's bytes
 static_assert(ThreadCaches::kQuantum == std::uint64_t{1} << HandedTable::kQuantumShift,
               "the handed-out table keeps one word per quantum: a block's start");
 static_assert(ThreadCaches::kMaxSize < (std::uint64_t{1} << 32), "a table word keeps requested bytes in 32 bits");
@@ -204,7 +204,7 @@ class ThreadCache {
     return 0;
   }
   /// Keeps a freed big block, moving the oldest big ones into `evicted` (room for kBigSlots) until it fits: at most
-  /// kBigSlots of them, in at most half of `cap`, and `cap` in all. False, with nothing moved, when it cannot fit
+  /// kBigSlots of them, in at most `cap` / kBigShare, and `cap` in all. False, with nothing moved, when it cannot fit
   /// even with no big block left (the bins hold the rest of `cap`). Never allocates.
   bool push_big(std::uint64_t addr, std::uint64_t size, std::uint64_t cap, std::uint64_t* evicted,
                 std::size_t& count) noexcept {

@@ -10,16 +10,17 @@
 //    requested bytes and tag) or *cached* (in exactly one thread's cache or the depot, in the bin of its size,
 //    its word clear). Never both, never neither.
 //  - Frees go to the freeing thread's cache, whichever thread allocated (PyTorch's autograd frees on its own
-//    threads): the block changes hands with the pointer, so no thread ever writes another's cache. Blocks over
-//    kMaxBinned (64 KiB, up to kMaxSize) are *big*: a cache keeps at most kBigSlots of them, in an eighth of its
-//    `bytes_per_thread`, matched by exact size, the oldest going back to the heap to make room; they never go to
-//    the depot (except a dead thread's at fork(), until a flush). Only once a second thread has joined: one thread
-//    alone takes the device lock uncontended, and caching big blocks costs it placement (measured: +0.6-0.8 ns a
-//    replayed operation on ResNet-50's and GPT's traces), where threads sharing a device take the lock 4x less
-//    often with it (docs/engine.md, "Threads"). A cache holds at most 64 blocks of a size (past that, the older half of the bin moves to the shared *depot*, where a
+//    threads): the block changes hands with the pointer, so no thread ever writes another's cache. A cache holds
+//    at most 64 blocks of a size (past that, the older half of the bin moves to the shared *depot*, where a
 //    thread whose bin is empty takes them in batches: one thread frees what another allocates) and
 //    `bytes_per_thread` bytes (past that, the older half of every bin moves there). The depot holds at most
 //    4 x `bytes_per_thread`; past that, it goes back to the heap whole.
+//  - Blocks over kMaxBinned (64 KiB) up to kMaxSize (1 MiB) are *big*: a cache keeps at most kBigSlots of them in
+//    a quarter of its `bytes_per_thread`, matched by exact size, the oldest going back to the heap to make room;
+//    they never go to the depot (except a dead thread's at fork(), until a flush). Only once a second thread has
+//    joined the front: one thread alone takes the device lock uncontended, and cached big blocks cost it placement
+//    (the single-threaded replays of ResNet-50 and GPT measured 0.6-1.4 ns an operation slower), where threads
+//    sharing a device take its lock 3x less often with them (docs/engine.md, "Threads").
 //  - The fast path takes no lock and makes no atomic read-modify-write: a cache's bins are touched by its own
 //    thread, inside an *operation* it marks with plain stores (ThreadCache::in_op). Another thread that must empty
 //    the cache (flush: trim, out of memory, pause, set_thread_cache(0); the front's destruction) takes the cache's
@@ -90,7 +91,7 @@ class ThreadCaches {
   static constexpr std::uint64_t kMaxBinned = 64ull << 10;  // sizes kept in per-size bins (and the depot)
   static constexpr std::uint64_t kMaxSize = 1ull << 20;  // requests served by the front, rounded (the heap's small_max)
   static constexpr std::uint64_t kQuantum = 256;           // Heap::kQuantum
-  static constexpr std::size_t kBigSlots = 8;  // blocks over kMaxBinned a cache keeps, in up to 1/8 of its bytes
+  static constexpr std::size_t kBigSlots = 8;  // blocks over kMaxBinned a cache keeps, in up to 1/4 of its bytes
 
   /// `serving`, when given, says whether the front may hand out and keep blocks; whoever turns it off flushes after.
   ThreadCaches(FrontUpstream& upstream, std::uint64_t bytes_per_thread, const std::atomic<bool>* serving = nullptr);
