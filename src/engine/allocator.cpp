@@ -135,8 +135,9 @@ struct Allocator::Impl : engine::FrontUpstream {
   // A block from this thread's cache when the front is on and serves the size; 0 otherwise.
   std::uint64_t allocate_from_front(std::size_t bytes, Tag tag) PLIMSOLL_EXCLUDES(lock) {
     engine::ThreadCaches* caches = front.load(std::memory_order_acquire);
-    if (caches == nullptr || bytes > engine::ThreadCaches::kMaxSize || !front_on.load(std::memory_order_relaxed))
-      return 0;
+    if (caches == nullptr || !front_on.load(std::memory_order_relaxed)) return 0;
+    using engine::ThreadCaches;  // big blocks only once threads share the device (thread_cache.hpp)
+    if (bytes > ThreadCaches::kMaxBinned && (bytes > ThreadCaches::kMaxSize || !caches->big_blocks_on())) return 0;
     return caches->allocate(bytes, tag);
   }
 

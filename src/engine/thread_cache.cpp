@@ -728,11 +728,10 @@ void ThreadCaches::keep_big(ThreadCache& cache, std::uint64_t addr, std::uint64_
 }
 
 bool ThreadCaches::deallocate(std::uint64_t addr, bool keep) {
-  if (t_last_id != id_) [[unlikely]] return deallocate_joining(addr, keep);  // also an exiting thread (id 0)
-  ThreadCache& cache = *t_last;
-  const std::uint64_t word = handed_.get(addr);
+  const std::uint64_t word = handed_.get(addr);  // first: a heap block's free reads no thread-local
   if (!HandedTable::handed(word)) return false;
-  deallocate_in(cache, addr, word, keep);
+  if (t_last_id != id_) [[unlikely]] return deallocate_joining(addr, word, keep);  // also an exiting thread (id 0)
+  deallocate_in(*t_last, addr, word, keep);
   return true;
 }
 
@@ -751,9 +750,7 @@ bool ThreadCaches::deallocate(std::uint64_t addr, bool keep) {
   deallocate_missed(cache, addr, size, keep);
 }
 
-bool ThreadCaches::deallocate_joining(std::uint64_t addr, bool keep) {
-  const std::uint64_t word = handed_.get(addr);
-  if (!HandedTable::handed(word)) return false;
+bool ThreadCaches::deallocate_joining(std::uint64_t addr, std::uint64_t word, bool keep) {
   if (t_exiting) {
     count_free_elsewhere(word);  // first: it may throw, with the block still handed out
     handed_.clear(addr, word);

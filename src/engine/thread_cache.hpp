@@ -139,7 +139,7 @@ class ThreadCaches {
   [[gnu::noinline]] std::uint64_t allocate_missed(ThreadCache& cache, std::uint64_t addr, std::uint64_t size,
                                                   std::uint64_t bytes, std::uint16_t tag);
   void deallocate_in(ThreadCache& cache, std::uint64_t addr, std::uint64_t word, bool keep);
-  [[gnu::noinline]] bool deallocate_joining(std::uint64_t addr, bool keep);
+  [[gnu::noinline]] bool deallocate_joining(std::uint64_t addr, std::uint64_t word, bool keep);
   [[gnu::noinline]] void deallocate_missed(ThreadCache& cache, std::uint64_t addr, std::uint64_t size, bool keep);
   /// The slow side of allocate: a batch from the depot, else a block from the heap; with its word set.
   std::uint64_t allocate_slow(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes, std::uint16_t tag);
