@@ -88,7 +88,8 @@ struct Allocator::Impl : engine::FrontUpstream {
   std::atomic<engine::ThreadCaches*> front{nullptr};
   std::atomic<bool> front_on{false};
   bool front_wanted PLIMSOLL_GUARDED_BY(lock) = false;  // set_thread_cache's choice, restored when a recording detaches
-  alignas(64) std::uint64_t front_heap_bytes PLIMSOLL_GUARDED_BY(lock) = 0, front_heap_blocks PLIMSOLL_GUARDED_BY(lock) = 0;
+  alignas(64) std::uint64_t front_heap_bytes PLIMSOLL_GUARDED_BY(lock) = 0;
+  std::uint64_t front_heap_blocks PLIMSOLL_GUARDED_BY(lock) = 0;
   std::uint64_t front_heap_allocations PLIMSOLL_GUARDED_BY(lock) = 0, front_heap_frees PLIMSOLL_GUARDED_BY(lock) = 0;
   bool pausing PLIMSOLL_GUARDED_BY(lock) = false;  // pause() between stopping the front and pausing the heap
   bool backing_can_wait = false;  // backing->can_wait_for_memory(), asked once at construction

@@ -126,7 +126,9 @@ class HandedTable {
 
   static std::size_t slot(std::uint64_t addr) { return (addr >> kQuantumShift) & (kLeafWords - 1); }
   static std::size_t leaf_index(std::uint64_t addr) { return (addr >> kLeafShift) & (kMiddleLeaves - 1); }
-  static std::size_t region(std::uint64_t addr) { return (addr >> kRegionShift) & ((std::size_t{1} << (kLeafShift - kRegionShift)) - 1); }
+  static std::size_t region(std::uint64_t addr) {
+    return (addr >> kRegionShift) & ((std::size_t{1} << (kLeafShift - kRegionShift)) - 1);
+  }
   static std::uint64_t offset(std::uint64_t addr) { return (addr >> kQuantumShift) & 0xFF; }
   static std::uint64_t offset_of(std::uint64_t w) { return (w & kOffsetMask) >> kOffsetShift; }
   static void mark_in(std::uint64_t* leaf, std::uint64_t bit, std::uint64_t addr) {
@@ -136,7 +138,9 @@ class HandedTable {
   }
   static std::size_t region_word(std::uint64_t addr) { return (addr >> (kRegionShift + 5)) & (kRegionWords - 1); }
   /// The region's plain bit; its wide bit is the next one up.
-  static std::uint64_t region_bit(std::uint64_t addr) { return std::uint64_t{1} << (((addr >> kRegionShift) & 31) * 2); }
+  static std::uint64_t region_bit(std::uint64_t addr) {
+    return std::uint64_t{1} << (((addr >> kRegionShift) & 31) * 2);
+  }
 
   const std::uint64_t* find_leaf(std::uint64_t addr) const {
     const Middle* middle = top_[addr >> kMiddleShift].load(std::memory_order_acquire);

@@ -735,8 +735,8 @@ bool ThreadCaches::deallocate(std::uint64_t addr, bool keep) {
   return true;
 }
 
-[[gnu::always_inline]] inline void ThreadCaches::deallocate_in(ThreadCache& cache, std::uint64_t addr, std::uint64_t word,
-                                                             bool keep) {
+[[gnu::always_inline]] inline void ThreadCaches::deallocate_in(ThreadCache& cache, std::uint64_t addr,
+                                                             std::uint64_t word, bool keep) {
   const std::uint64_t size = rounded(HandedTable::requested(word));
   const ThreadCache::Operation operation(cache, asymmetric_);
   // Whatever may allocate (and throw) runs before the word is cleared, so a bad_alloc leaves the block handed out
