@@ -806,6 +806,38 @@ TEST(ThreadsFront, BigBlocksAreKeptByExactSizeInAQuarterOfTheCache) {
   EXPECT_EQ(heap.live_allocations(), 0u);
 }
 
+// A cache at its bytes sheds the older half of every bin to the depot and its big blocks to the heap (nobody takes
+// big blocks from the depot), so a big block cannot hold a cache that small frees need.
+TEST(ThreadsFront, ACacheAtItsBytesGivesItsBigBlocksBack) {
+  backings::SimBacking backing(4ull << 30);
+  engine::Heap heap(backing, engine::HeapOptions{.limit = 1ull << 30});
+  HeapUpstream upstream(heap);
+  engine::ThreadCaches front(upstream, MiB);  // big blocks: at most 256 KiB of it
+  const std::uint64_t mine = front.allocate(256, 1);  // this thread's cache; the worker's is the second
+  ASSERT_NE(mine, 0u);
+  const std::uint64_t others = front.totals().cached_bytes;  // the rest of this thread's run of 256 B blocks
+  std::thread([&] {
+    const std::uint64_t big = front.allocate(192 * 1024, 1);  // this thread joins first: big blocks on
+    ASSERT_NE(big, 0u);
+    ASSERT_TRUE(front.big_blocks_on());
+    ASSERT_TRUE(front.deallocate(big));
+    ASSERT_EQ(front.totals().cached_bytes, others + 192 * 1024);
+    std::vector<std::uint64_t> blocks;  // 16 KiB blocks, 64 of them: the bin fills past the cache's bytes
+    for (int i = 0; i < 64; ++i) blocks.push_back(front.allocate(16 * 1024, 1));
+    for (std::uint64_t addr : blocks) ASSERT_TRUE(front.deallocate(addr));
+    const engine::FrontTotals totals = front.totals();
+    EXPECT_LE(totals.cached_bytes - totals.depot_bytes - others, MiB) << "the cache past its bytes";
+    EXPECT_EQ(heap.live_allocations(), totals.cached_blocks + 1) << "a block neither cached nor given back";
+    const std::uint64_t takes = upstream.takes();
+    const std::uint64_t again = front.allocate(192 * 1024, 1);
+    EXPECT_EQ(upstream.takes(), takes + 1) << "the big block should have gone back to the heap with the shed";
+    ASSERT_TRUE(front.deallocate(again));
+  }).join();
+  front.flush();
+  EXPECT_EQ(heap.live_allocations(), 1u) << "only this thread's 256 B block should be left";
+  ASSERT_TRUE(front.deallocate(mine));
+}
+
 // With the caches on, peak_in_use_bytes is the heap's peak, which counts cached blocks: an upper bound of what the
 // program held at once, by at most the bytes the front held cached at that moment. Here exactly that: 256 KiB freed
 // into the caches, then 256 KiB of another size allocated beside them.
