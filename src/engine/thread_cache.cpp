@@ -21,6 +21,8 @@ constexpr std::uint64_t kBigShare = 4;  // big blocks hold at most 1 / kBigShare
 static_assert(ThreadCaches::kQuantum == std::uint64_t{1} << HandedTable::kQuantumShift,
               "the handed-out table keeps one word per quantum: a block's start");
 static_assert(ThreadCaches::kMaxSize < (std::uint64_t{1} << 32), "a table word keeps requested bytes in 32 bits");
+static_assert(HandedTable::wide(ThreadCaches::kMaxBinned + 1) && !HandedTable::wide(ThreadCaches::kMaxBinned),
+              "big blocks, and only they, keep their word in a region's wide word");
 
 constexpr std::size_t kDepth = 64;  // blocks of one size a cache keeps: a step's worth of one tensor shape
 constexpr std::size_t kBatch = kDepth / 2;  // blocks moved between a cache and the depot at once
