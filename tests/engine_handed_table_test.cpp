@@ -1,5 +1,6 @@
 // The handed-out table's region summary (src/engine/handed_table.hpp): set() marks the 64 KiB region of the word it
-// writes, get() reads words only in marked regions, and no region is marked by another's word.
+// writes, get() reads words only in marked regions, and no region is marked by another's word. Wide blocks (over
+// 64 KiB) keep one word per region, exact to the block's start.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -26,7 +27,7 @@ TEST(EngineHandedTable, SetMarksItsRegionAndTheWordReadsBack) {
   ASSERT_TRUE(HandedTable::handed(w));
   EXPECT_EQ(HandedTable::requested(w), 300u);
   EXPECT_EQ(HandedTable::tag(w), 5u);
-  table.clear(addr);
+  table.clear(addr, w);
   EXPECT_EQ(table.get(addr), 0u);
   EXPECT_TRUE(table.marked(addr));  // regions stay marked: a region's words may be set again at any time
   ASSERT_TRUE(table.set(addr, HandedTable::word(256, 1)));
@@ -60,6 +61,35 @@ TEST(EngineHandedTable, AddressesOffTheQuantumAreNeverMarkedOrRead) {
   EXPECT_FALSE(table.marked(kBase + 1));
   EXPECT_EQ(table.get(kBase + 1), 0u);
   EXPECT_FALSE(table.set(std::uint64_t{1} << 60, HandedTable::word(1, 0)));
+}
+
+TEST(EngineHandedTable, AWideBlockHasItsRegionsWordExactToItsStart) {
+  HandedTable table;
+  const std::uint64_t requested = kRegion + 1;  // over 64 KiB: a wide block
+  ASSERT_TRUE(HandedTable::wide(requested));
+  ASSERT_FALSE(HandedTable::wide(kRegion));
+  const std::uint64_t addr = kBase + 9 * kRegion + 768;
+  ASSERT_TRUE(table.set(addr, HandedTable::word(requested, 7)));
+  const std::uint64_t w = table.get(addr);
+  ASSERT_TRUE(HandedTable::handed(w));
+  EXPECT_EQ(w, HandedTable::word(requested, 7)) << "the offset kept beside it must not show in the word read back";
+  EXPECT_FALSE(table.marked(addr)) << "a wide block must not mark the small blocks' region";
+  EXPECT_EQ(table.get(addr - 256), 0u) << "same region, another start: not this block";
+  EXPECT_EQ(table.get(addr + 256), 0u);
+  EXPECT_EQ(table.get(kBase + 9 * kRegion), 0u);
+  EXPECT_EQ(table.get(addr + kRegion), 0u) << "the next region has no wide word";
+  // A small block starting in the same region (below the wide one) has a word of its own.
+  const std::uint64_t small = kBase + 9 * kRegion;
+  ASSERT_TRUE(table.set(small, HandedTable::word(512, 3)));
+  EXPECT_EQ(table.get(small), HandedTable::word(512, 3));
+  EXPECT_EQ(table.get(addr), HandedTable::word(requested, 7));
+  table.clear(addr, w);
+  EXPECT_EQ(table.get(addr), 0u);
+  EXPECT_EQ(table.get(small), HandedTable::word(512, 3)) << "clearing the wide word left the small one";
+  // The region's next wide block may start elsewhere in it.
+  ASSERT_TRUE(table.set(addr + 4096, HandedTable::word(1 << 20, 2)));
+  EXPECT_EQ(table.get(addr), 0u);
+  EXPECT_EQ(table.get(addr + 4096), HandedTable::word(1 << 20, 2));
 }
 
 }  // namespace

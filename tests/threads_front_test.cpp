@@ -37,8 +37,9 @@ struct Event {
 std::uint64_t draw_size(std::mt19937_64& random) {
   switch (random() % 8) {
     case 0: return 0;
-    case 1: return 64 * 1024 + random() % (2 * MiB);  // past the front: the heap's path
-    case 2: return 64 * 1024 - random() % 512;         // the front's largest sizes
+    case 1: return 64 * 1024 + random() % (2 * MiB);  // big blocks (the front's, up to 1 MiB), then the heap's path
+    case 2: return 64 * 1024 - random() % 512;         // the front's largest binned sizes
+    case 3: return (1 + random() % 4) * 160 * 1024;    // big blocks of a few sizes, so freed ones are taken again
     default: return random() % 8192;
   }
 }
@@ -745,6 +746,96 @@ TEST(ThreadsFront, ARefillNeverTakesACachePastItsBytes) {
   front.flush();
   small.flush();
   EXPECT_EQ(heap.live_allocations(), 0u);
+}
+
+// Blocks over 64 KiB (up to 1 MiB) are kept by the freeing thread and matched by exact size, once a second thread
+// has used the front: the next request of that size takes the block back without a trip to the device. They hold
+// at most a quarter of a cache's bytes and at most kBigSlots blocks, the oldest going back to the heap first.
+TEST(ThreadsFront, BigBlocksAreKeptByExactSizeInAQuarterOfTheCache) {
+  backings::SimBacking backing(4ull << 30);
+  engine::Heap heap(backing, engine::HeapOptions{.limit = 1ull << 30});
+  HeapUpstream upstream(heap);
+  engine::ThreadCaches front(upstream, 8 * MiB);
+  EXPECT_EQ(front.allocate(256 * 1024, 1), 0u) << "one thread alone: big blocks take the device's own path";
+  EXPECT_FALSE(front.big_blocks_on());
+  const std::uint64_t small = front.allocate(1024, 1);  // this thread joins
+  std::thread([&] {
+    ASSERT_TRUE(front.deallocate(small));  // a second thread joins: big blocks from now on
+    EXPECT_TRUE(front.big_blocks_on());
+    const std::uint64_t cached = front.totals().cached_bytes;  // the small blocks
+    const std::uint64_t first = front.allocate(256 * 1024, 1);
+    ASSERT_NE(first, 0u);
+    ASSERT_TRUE(front.deallocate(first));
+    EXPECT_EQ(front.totals().cached_bytes, cached + 256 * 1024) << "the freed big block should stay in the cache";
+    const std::uint64_t takes = upstream.takes();
+    const std::uint64_t again = front.allocate(256 * 1024 - 100, 2);  // the same rounded size
+    EXPECT_EQ(again, first) << "a big block of the same size should come back from the cache";
+    EXPECT_EQ(upstream.takes(), takes) << "a cached big block should cost no device trip";
+    const std::uint64_t other = front.allocate(256 * 1024 + 256, 2);  // one quantum more: not the same size
+    EXPECT_NE(other, 0u);
+    EXPECT_EQ(upstream.takes(), takes + 1);
+    ASSERT_TRUE(front.deallocate(again));
+    ASSERT_TRUE(front.deallocate(other));
+    front.flush();
+    ASSERT_EQ(heap.live_allocations(), 0u);
+
+    std::vector<std::uint64_t> blocks;
+    for (int i = 0; i < 12; ++i) blocks.push_back(front.allocate(192 * 1024, 1));  // 2.25 MiB
+    for (std::uint64_t addr : blocks) ASSERT_TRUE(front.deallocate(addr));
+    engine::FrontTotals totals = front.totals();
+    EXPECT_EQ(totals.cached_bytes, 8u * 192 * 1024) << "the slots, not the bytes, bound 192 KiB blocks";
+    EXPECT_EQ(heap.live_allocations(), totals.cached_blocks) << "a big block neither cached nor given back";
+    const std::uint64_t latest = front.allocate(192 * 1024, 1);
+    EXPECT_EQ(latest, blocks.back()) << "the most recently freed block comes back first";
+    ASSERT_TRUE(front.deallocate(latest));
+    front.flush();
+    blocks.clear();
+    for (int i = 0; i < 10; ++i) blocks.push_back(front.allocate(100 * 1024, 1));  // 1000 KiB in 10 blocks
+    for (std::uint64_t addr : blocks) ASSERT_TRUE(front.deallocate(addr));
+    totals = front.totals();
+    EXPECT_EQ(totals.cached_blocks, engine::ThreadCaches::kBigSlots) << "more big blocks than a cache's slots";
+    EXPECT_EQ(heap.live_allocations(), totals.cached_blocks);
+    front.flush();
+    blocks.clear();
+    for (int i = 0; i < 4; ++i) blocks.push_back(front.allocate(MiB, 1));
+    for (std::uint64_t addr : blocks) ASSERT_TRUE(front.deallocate(addr));
+    totals = front.totals();
+    EXPECT_EQ(totals.cached_bytes, 2 * MiB) << "big blocks past a quarter of the cache's bytes";
+    EXPECT_EQ(heap.live_allocations(), totals.cached_blocks);
+  }).join();  // the thread's exit gives its cache back
+  EXPECT_EQ(heap.live_allocations(), 0u);
+}
+
+// A cache at its bytes sheds the older half of every bin to the depot and its big blocks to the heap (nobody takes
+// big blocks from the depot), so a big block cannot hold a cache that small frees need.
+TEST(ThreadsFront, ACacheAtItsBytesGivesItsBigBlocksBack) {
+  backings::SimBacking backing(4ull << 30);
+  engine::Heap heap(backing, engine::HeapOptions{.limit = 1ull << 30});
+  HeapUpstream upstream(heap);
+  engine::ThreadCaches front(upstream, MiB);  // big blocks: at most 256 KiB of it
+  const std::uint64_t mine = front.allocate(256, 1);  // this thread's cache; the worker's is the second
+  ASSERT_NE(mine, 0u);
+  const std::uint64_t others = front.totals().cached_bytes;  // the rest of this thread's run of 256 B blocks
+  std::thread([&] {
+    const std::uint64_t big = front.allocate(192 * 1024, 1);  // this thread joins first: big blocks on
+    ASSERT_NE(big, 0u);
+    ASSERT_TRUE(front.big_blocks_on());
+    ASSERT_TRUE(front.deallocate(big));
+    ASSERT_EQ(front.totals().cached_bytes, others + 192 * 1024);
+    std::vector<std::uint64_t> blocks;  // 16 KiB blocks, 64 of them: the bin fills past the cache's bytes
+    for (int i = 0; i < 64; ++i) blocks.push_back(front.allocate(16 * 1024, 1));
+    for (std::uint64_t addr : blocks) ASSERT_TRUE(front.deallocate(addr));
+    const engine::FrontTotals totals = front.totals();
+    EXPECT_LE(totals.cached_bytes - totals.depot_bytes - others, MiB) << "the cache past its bytes";
+    EXPECT_EQ(heap.live_allocations(), totals.cached_blocks + 1) << "a block neither cached nor given back";
+    const std::uint64_t takes = upstream.takes();
+    const std::uint64_t again = front.allocate(192 * 1024, 1);
+    EXPECT_EQ(upstream.takes(), takes + 1) << "the big block should have gone back to the heap with the shed";
+    ASSERT_TRUE(front.deallocate(again));
+  }).join();
+  front.flush();
+  EXPECT_EQ(heap.live_allocations(), 1u) << "only this thread's 256 B block should be left";
+  ASSERT_TRUE(front.deallocate(mine));
 }
 
 // With the caches on, peak_in_use_bytes is the heap's peak, which counts cached blocks: an upper bound of what the

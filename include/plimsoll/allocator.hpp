@@ -147,11 +147,11 @@ class Allocator {
   /// Replaces the device's limits with ones the runtime worked out (Runtime::configure; src/runtime/budget.hpp is
   /// the one place a policy becomes a limit). Throws InvalidState after the first allocation, as TensorFlow does.
   void set_limits(const DeviceLimits& limits);
-  /// Per-thread caches for requests up to 64 KiB (docs/engine.md, "Threads"): each thread keeps up to
-  /// `bytes_per_thread` bytes of blocks it freed (whichever thread allocated them) and allocates from them without
-  /// the device lock. 0 turns them off and gives their blocks back. Cached blocks are free for the program (not in
-  /// in_use_bytes) and stay mapped (in reserved_bytes); trim(), running out of memory and a thread's exit give them
-  /// back. Off by default; throws InvalidState on a device that orders reuse by streams.
+  /// Per-thread caches for requests up to 64 KiB, and up to 1 MiB once two threads use the device (docs/engine.md,
+  /// "Threads"): each thread keeps up to `bytes_per_thread` bytes of blocks it freed (whichever thread allocated them)
+  /// and allocates from them without the device lock. 0 turns them off and gives their blocks back. Cached blocks are
+  /// free for the program (not in in_use_bytes) and stay mapped (in reserved_bytes); trim(), running out of memory and
+  /// a thread's exit give them back. Off by default; throws InvalidState on a device that orders reuse by streams.
   void set_thread_cache(std::uint64_t bytes_per_thread);
   /// The per-thread cache's bytes per thread; 0 while off. The policy's `thread_cache` sets it when the device is
   /// made (and by set_limits), on devices that do not order reuse by streams.

@@ -74,7 +74,11 @@ struct Allocator::Impl : engine::FrontUpstream {
   // then streams are ignored. Declared after heap, which it refers to, so it goes first.
   // The pointer is fixed before the first allocation (the host path tests it before taking the lock); what it
   // points to is guarded.
-  std::unique_ptr<engine::StreamOrder> streams PLIMSOLL_PT_GUARDED_BY(lock);
+  // From here to the front's counts, one cache line that only set-up writes (peak_live only on stream-ordered
+  // devices, which have no front): every host operation reads `streams`, `front` and `front_on` without the lock,
+  // and a line shared with what the locked paths write (the recent frees just above, the front's heap counts
+  // below) would be taken from every other core at each of their trips.
+  alignas(64) std::unique_ptr<engine::StreamOrder> streams PLIMSOLL_PT_GUARDED_BY(lock);
   std::uint64_t peak_live PLIMSOLL_GUARDED_BY(lock) = 0;  // peak in-use bytes, parked blocks not counted (with streams)
   // Per-thread caches (set_thread_cache; src/engine/thread_cache.hpp): made once, kept until the device goes, so
   // a thread that read `front` may use it without the lock; `front_on` says whether allocations may use it.
@@ -84,7 +88,8 @@ struct Allocator::Impl : engine::FrontUpstream {
   std::atomic<engine::ThreadCaches*> front{nullptr};
   std::atomic<bool> front_on{false};
   bool front_wanted PLIMSOLL_GUARDED_BY(lock) = false;  // set_thread_cache's choice, restored when a recording detaches
-  std::uint64_t front_heap_bytes PLIMSOLL_GUARDED_BY(lock) = 0, front_heap_blocks PLIMSOLL_GUARDED_BY(lock) = 0;
+  alignas(64) std::uint64_t front_heap_bytes PLIMSOLL_GUARDED_BY(lock) = 0;
+  std::uint64_t front_heap_blocks PLIMSOLL_GUARDED_BY(lock) = 0;
   std::uint64_t front_heap_allocations PLIMSOLL_GUARDED_BY(lock) = 0, front_heap_frees PLIMSOLL_GUARDED_BY(lock) = 0;
   bool pausing PLIMSOLL_GUARDED_BY(lock) = false;  // pause() between stopping the front and pausing the heap
   bool backing_can_wait = false;  // backing->can_wait_for_memory(), asked once at construction
@@ -131,8 +136,9 @@ struct Allocator::Impl : engine::FrontUpstream {
   // A block from this thread's cache when the front is on and serves the size; 0 otherwise.
   std::uint64_t allocate_from_front(std::size_t bytes, Tag tag) PLIMSOLL_EXCLUDES(lock) {
     engine::ThreadCaches* caches = front.load(std::memory_order_acquire);
-    if (caches == nullptr || bytes > engine::ThreadCaches::kMaxSize || !front_on.load(std::memory_order_relaxed))
-      return 0;
+    if (caches == nullptr || !front_on.load(std::memory_order_relaxed)) return 0;
+    using engine::ThreadCaches;  // big blocks only once threads share the device (thread_cache.hpp)
+    if (bytes > ThreadCaches::kMaxBinned && (bytes > ThreadCaches::kMaxSize || !caches->big_blocks_on())) return 0;
     return caches->allocate(bytes, tag);
   }
 

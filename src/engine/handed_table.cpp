@@ -31,7 +31,7 @@ HandedTable::~HandedTable() {
     Middle* middle = top.load(std::memory_order_acquire);
     if (middle == nullptr) continue;
     for (std::size_t i = 0; i < kMiddleLeaves; ++i) {
-      if (Leaf* leaf = middle[i].load(std::memory_order_acquire)) munmap(leaf, (kLeafWords + kRegionWords) * sizeof(Leaf));
+      if (Leaf* leaf = middle[i].load(std::memory_order_acquire)) munmap(leaf, kLeafSize * sizeof(Leaf));
     }
     munmap(middle, kMiddleLeaves * sizeof(Middle));
   }
@@ -42,7 +42,7 @@ std::uint64_t* HandedTable::make_leaf(std::uint64_t addr) {
   static_assert(sizeof(Middle) == sizeof(Leaf*) && std::atomic<Leaf*>::is_always_lock_free);
   Middle* middle = publish(top_[addr >> kMiddleShift], kMiddleLeaves * sizeof(Middle));
   if (middle == nullptr) return nullptr;
-  return publish(middle[leaf_index(addr)], (kLeafWords + kRegionWords) * sizeof(Leaf));
+  return publish(middle[leaf_index(addr)], kLeafSize * sizeof(Leaf));
 }
 
 }  // namespace plimsoll::engine

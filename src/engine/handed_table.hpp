@@ -11,11 +11,18 @@
 // freeing the same block at the same moment race in the program; that double free may go unseen (a sequential
 // one, from any threads, is always caught: the second free finds the word clear).
 //
-// Beside each leaf, one *region* bit per 64 KiB of addresses (2 KiB per leaf, so the bits of a job's working set
-// stay in cache) says a handed-out block ever started there. set() marks the region before it writes the word, and
-// bits are never cleared, so a word can be set only in a marked region, and get() of an address in an unmarked
-// region answers 0 without reading the word: a free of a large heap block (which no cache ever serves) then costs a
-// read of a hot summary line instead of a cold word (docs/engine.md, "Threads").
+// Beside each leaf, one *region* bit per 64 KiB of addresses (4 KiB per leaf with the wide bits below, so the bits
+// of a job's working set stay in cache) says a handed-out block ever started there. set() marks the region before it
+// writes the word, and bits are never cleared, so a word can be set only in a marked region, and get() of an address
+// in an unmarked region answers 0 without reading the word: a free of a large heap block (which no cache ever
+// serves) then costs a read of a hot summary line instead of a cold word (docs/engine.md, "Threads").
+//
+// A *wide* block (requested bytes over 64 KiB: the caches' big blocks) has its word elsewhere: one word per 64 KiB
+// region, with the block's offset in the region, and a second region bit beside the plain one (one load reads
+// both). At most one wide block starts in a region (two would overlap), so its word is exact; and the words of
+// blocks up to 1 MiB, spread over a heap, sit in a few dense pages (one per 32 MiB of addresses) instead of one
+// scattered page each, which cost a page fault the first time and a TLB miss every time, and marked the small
+// regions that a heap free must then read a word of.
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -28,7 +35,7 @@ class HandedTable {
   static constexpr int kLeafShift = 30;
   static constexpr int kMiddleShift = 48;
   static constexpr int kAddressBits = 57;
-  static constexpr int kRegionShift = 16;  // one summary bit per 64 KiB (ThreadCaches::kMaxSize)
+  static constexpr int kRegionShift = 16;  // one summary bit per 64 KiB (ThreadCaches::kMaxBinned)
 
   /// A handed-out block's word: its requested bytes and tag, and a bit that says it is handed out.
   static constexpr std::uint64_t word(std::uint64_t requested, std::uint16_t tag) {
@@ -46,15 +53,28 @@ class HandedTable {
   /// Whether addr can have a word (a quantum boundary within 57 bits).
   static bool addressable(std::uint64_t addr) { return (addr & kQuantumMask) == 0 && (addr >> kAddressBits) == 0; }
 
+  /// Whether a block of `requested` bytes keeps its word in its region's wide word.
+  static constexpr bool wide(std::uint64_t requested) { return requested > (std::uint64_t{1} << kRegionShift); }
+
   /// The word of addr; 0 when addr is not handed out (or not addressable).
   std::uint64_t get(std::uint64_t addr) const {
     if (!addressable(addr)) return 0;
-    const std::uint64_t* leaf = find_leaf(addr);
+    return in_leaf(find_leaf(addr), addr);
+  }
+  /// The word of an addressable addr in its leaf (null: none made, so nothing is handed out there).
+  static std::uint64_t in_leaf(const std::uint64_t* leaf, std::uint64_t addr) {
     if (leaf == nullptr) return 0;
     const std::uint64_t regions =
         std::atomic_ref<const std::uint64_t>(leaf[kLeafWords + region_word(addr)]).load(std::memory_order_relaxed);
-    if ((regions & region_bit(addr)) == 0) return 0;  // no front block ever started near addr: no cold word read
-    return std::atomic_ref<const std::uint64_t>(leaf[slot(addr)]).load(std::memory_order_relaxed);
+    if ((regions & region_bit(addr)) != 0) {
+      const std::uint64_t w = std::atomic_ref<const std::uint64_t>(leaf[slot(addr)]).load(std::memory_order_relaxed);
+      if (handed(w)) return w;
+    }
+    // No front block ever started near addr: no cold word read.
+    if ((regions & (region_bit(addr) << 1)) == 0) return 0;
+    const std::uint64_t w =
+        std::atomic_ref<const std::uint64_t>(leaf[kWideWords + region(addr)]).load(std::memory_order_relaxed);
+    return handed(w) && offset_of(w) == offset(addr) ? w & ~kOffsetMask : 0;
   }
   /// Whether addr's region is marked (for tests).
   bool marked(std::uint64_t addr) const {
@@ -68,13 +88,21 @@ class HandedTable {
   bool set(std::uint64_t addr, std::uint64_t w) {
     std::uint64_t* leaf = addressable(addr) ? leaf_for(addr) : nullptr;
     if (leaf == nullptr) return false;
-    mark_in(leaf, addr);
+    if (wide(requested(w))) {
+      mark_in(leaf, region_bit(addr) << 1, addr);
+      std::atomic_ref<std::uint64_t>(leaf[kWideWords + region(addr)]).store(w | offset(addr) << kOffsetShift,
+                                                                            std::memory_order_relaxed);
+      return true;
+    }
+    mark_in(leaf, region_bit(addr), addr);
     std::atomic_ref<std::uint64_t>(leaf[slot(addr)]).store(w, std::memory_order_relaxed);
     return true;
   }
-  /// Clears the word of an addr get() found set.
-  void clear(std::uint64_t addr) {
-    std::atomic_ref<std::uint64_t>(find_leaf(addr)[slot(addr)]).store(0, std::memory_order_relaxed);
+  /// Clears the word `w` of an addr get() found set.
+  void clear(std::uint64_t addr, std::uint64_t w) {
+    std::uint64_t* leaf = find_leaf(addr);
+    std::atomic_ref<std::uint64_t>(wide(requested(w)) ? leaf[kWideWords + region(addr)] : leaf[slot(addr)])
+        .store(0, std::memory_order_relaxed);
   }
 
  private:
@@ -82,7 +110,15 @@ class HandedTable {
   static constexpr std::uint64_t kQuantumMask = (1ull << kQuantumShift) - 1;
   static constexpr std::size_t kLeafWords = std::size_t{1} << (kLeafShift - kQuantumShift);
   // The region bits follow a leaf's words in the same mapping.
-  static constexpr std::size_t kRegionWords = std::size_t{1} << (kLeafShift - kRegionShift - 6);
+  // Two bits a region, in one word, so a lookup reads one: a plain block started there, a wide block started there.
+  static constexpr std::size_t kRegionWords = std::size_t{1} << (kLeafShift - kRegionShift - 5);
+  // Then the wide blocks' region bits, and their words, one per region.
+  static constexpr std::size_t kWideWords = kLeafWords + kRegionWords;
+  static constexpr std::size_t kLeafSize = kWideWords + (std::size_t{1} << (kLeafShift - kRegionShift));
+  // A wide word keeps its block's offset in the region, in quanta, in bits the plain words leave clear.
+  static constexpr int kOffsetShift = 48;
+  static constexpr std::uint64_t kOffsetMask = 0xFFull << kOffsetShift;
+  static_assert(kRegionShift - kQuantumShift == 8, "a region's offsets, in quanta, fit 8 bits");
   static constexpr std::size_t kMiddleLeaves = std::size_t{1} << (kMiddleShift - kLeafShift);
   static constexpr std::size_t kTopMiddles = std::size_t{1} << (kAddressBits - kMiddleShift);
   using Leaf = std::uint64_t;
@@ -90,13 +126,21 @@ class HandedTable {
 
   static std::size_t slot(std::uint64_t addr) { return (addr >> kQuantumShift) & (kLeafWords - 1); }
   static std::size_t leaf_index(std::uint64_t addr) { return (addr >> kLeafShift) & (kMiddleLeaves - 1); }
-  static void mark_in(std::uint64_t* leaf, std::uint64_t addr) {
-    std::atomic_ref<std::uint64_t> regions(leaf[kLeafWords + region_word(addr)]);
-    if ((regions.load(std::memory_order_relaxed) & region_bit(addr)) == 0) [[unlikely]]
-      regions.fetch_or(region_bit(addr), std::memory_order_relaxed);  // threads mark one word from their own blocks
+  static std::size_t region(std::uint64_t addr) {
+    return (addr >> kRegionShift) & ((std::size_t{1} << (kLeafShift - kRegionShift)) - 1);
   }
-  static std::size_t region_word(std::uint64_t addr) { return (addr >> (kRegionShift + 6)) & (kRegionWords - 1); }
-  static std::uint64_t region_bit(std::uint64_t addr) { return std::uint64_t{1} << ((addr >> kRegionShift) & 63); }
+  static std::uint64_t offset(std::uint64_t addr) { return (addr >> kQuantumShift) & 0xFF; }
+  static std::uint64_t offset_of(std::uint64_t w) { return (w & kOffsetMask) >> kOffsetShift; }
+  static void mark_in(std::uint64_t* leaf, std::uint64_t bit, std::uint64_t addr) {
+    std::atomic_ref<std::uint64_t> regions(leaf[kLeafWords + region_word(addr)]);
+    if ((regions.load(std::memory_order_relaxed) & bit) == 0) [[unlikely]]
+      regions.fetch_or(bit, std::memory_order_relaxed);  // threads mark one word from their own blocks
+  }
+  static std::size_t region_word(std::uint64_t addr) { return (addr >> (kRegionShift + 5)) & (kRegionWords - 1); }
+  /// The region's plain bit; its wide bit is the next one up.
+  static std::uint64_t region_bit(std::uint64_t addr) {
+    return std::uint64_t{1} << (((addr >> kRegionShift) & 31) * 2);
+  }
 
   const std::uint64_t* find_leaf(std::uint64_t addr) const {
     const Middle* middle = top_[addr >> kMiddleShift].load(std::memory_order_acquire);

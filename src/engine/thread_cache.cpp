@@ -15,10 +15,14 @@ namespace plimsoll::engine {
 
 namespace {
 
-constexpr std::size_t kClasses = ThreadCaches::kMaxSize / ThreadCaches::kQuantum;
+constexpr std::size_t kClasses = ThreadCaches::kMaxBinned / ThreadCaches::kQuantum;
+constexpr std::size_t kBigSlots = ThreadCaches::kBigSlots;
+constexpr std::uint64_t kBigShare = 4;  // big blocks hold at most 1 / kBigShare of a cache's bytes
 static_assert(ThreadCaches::kQuantum == std::uint64_t{1} << HandedTable::kQuantumShift,
               "the handed-out table keeps one word per quantum: a block's start");
 static_assert(ThreadCaches::kMaxSize < (std::uint64_t{1} << 32), "a table word keeps requested bytes in 32 bits");
+static_assert(HandedTable::wide(ThreadCaches::kMaxBinned + 1) && !HandedTable::wide(ThreadCaches::kMaxBinned),
+              "big blocks, and only they, keep their word in a region's wide word");
 
 constexpr std::size_t kDepth = 64;  // blocks of one size a cache keeps: a step's worth of one tensor shape
 constexpr std::size_t kBatch = kDepth / 2;  // blocks moved between a cache and the depot at once
@@ -191,6 +195,45 @@ class ThreadCache {
     bump(cached_blocks_, 1);
     return true;
   }
+  /// A cached big block of exactly `size` (the most recently kept first); 0 when none.
+  std::uint64_t pop_big(std::uint64_t size) noexcept {
+    for (std::size_t i = big_count_; i-- > 0;) {
+      if (big_sizes_[i] != size) continue;
+      const std::uint64_t addr = big_addrs_[i];
+      forget_big(i);
+      return addr;
+    }
+    return 0;
+  }
+  /// Keeps a freed big block, moving the oldest big ones into `evicted` (room for kBigSlots) until it fits: at most
+  /// kBigSlots of them, in at most `cap` / kBigShare, and `cap` in all. False, with nothing moved, when it cannot fit
+  /// even with no big block left (the bins hold the rest of `cap`). Never allocates.
+  bool push_big(std::uint64_t addr, std::uint64_t size, std::uint64_t cap, std::uint64_t* evicted,
+                std::size_t& count) noexcept {
+    if (size > cap / kBigShare || read(cached_bytes_) - big_bytes_ + size > cap) return false;
+    while (big_count_ == kBigSlots || big_bytes_ + size > cap / kBigShare || read(cached_bytes_) + size > cap) {
+      evicted[count++] = big_addrs_[0];
+      forget_big(0);
+    }
+    big_addrs_[big_count_] = addr;
+    big_sizes_[big_count_] = size;
+    ++big_count_;
+    big_bytes_ += size;
+    bump(cached_bytes_, size);
+    bump(cached_blocks_, 1);
+    return true;
+  }
+  /// Moves every big block into `out` (room for kBigSlots); how many.
+  std::size_t take_big(std::uint64_t* out) noexcept {
+    const std::size_t count = big_count_;
+    std::copy(big_addrs_.begin(), big_addrs_.begin() + static_cast<std::ptrdiff_t>(count), out);
+    bump(cached_bytes_, 0 - big_bytes_);
+    bump(cached_blocks_, 0 - std::uint64_t{count});
+    big_count_ = 0;
+    big_bytes_ = 0;
+    return count;
+  }
+  std::size_t big_count() const { return big_count_; }
   /// Moves up to `count` blocks of `size` out of the cache (the oldest: the bin's bottom) into `out`.
   void take(std::uint64_t size, std::size_t count, std::vector<std::uint64_t>& out) {
     std::vector<std::uint64_t>& bin = bins_[class_of(size)];
@@ -214,6 +257,9 @@ class ThreadCache {
       all.insert(all.end(), bin.begin(), bin.end());
       bin.clear();
     }
+    all.insert(all.end(), big_addrs_.begin(), big_addrs_.begin() + static_cast<std::ptrdiff_t>(big_count_));
+    big_count_ = 0;
+    big_bytes_ = 0;
     cached_bytes_.store(0, std::memory_order_relaxed);
     cached_blocks_.store(0, std::memory_order_relaxed);
     return all;
@@ -226,6 +272,9 @@ class ThreadCache {
       upstream.give_back(bin);
       bin.clear();
     }
+    if (big_count_ != 0) upstream.give_back(std::span(big_addrs_.data(), big_count_));
+    big_count_ = 0;
+    big_bytes_ = 0;
     cached_bytes_.store(0, std::memory_order_relaxed);
     cached_blocks_.store(0, std::memory_order_relaxed);
   }
@@ -278,8 +327,23 @@ class ThreadCache {
   std::atomic<std::uint64_t> cached_bytes_{0}, cached_blocks_{0};
   std::atomic<std::uint64_t> handed_bytes_{0}, handed_requested_{0}, allocations_{0}, frees_{0};
   std::array<std::vector<std::uint64_t>, kClasses> bins_;
+  // Big blocks, oldest first, with their sizes (owner only, like the bins).
+  std::array<std::uint64_t, kBigSlots> big_addrs_{}, big_sizes_{};
+  std::size_t big_count_ = 0;
+  std::uint64_t big_bytes_ = 0;
   TagCounts tags_;
   ThreadCaches* owner_ PLIMSOLL_GUARDED_BY(lock);
+
+  void forget_big(std::size_t i) noexcept {
+    const std::uint64_t size = big_sizes_[i];
+    const auto from = static_cast<std::ptrdiff_t>(i + 1), to = static_cast<std::ptrdiff_t>(big_count_);
+    std::copy(big_addrs_.begin() + from, big_addrs_.begin() + to, big_addrs_.begin() + from - 1);
+    std::copy(big_sizes_.begin() + from, big_sizes_.begin() + to, big_sizes_.begin() + from - 1);
+    --big_count_;
+    big_bytes_ -= size;
+    bump(cached_bytes_, 0 - size);
+    bump(cached_blocks_, 0 - std::uint64_t{1});
+  }
 };
 
 // Blocks one thread freed and another will allocate (a producer and a consumer of tensors) pass through here in
@@ -287,11 +351,23 @@ class ThreadCache {
 struct ThreadCaches::Depot {
   util::SpinLock lock;
   std::array<std::vector<std::uint64_t>, kClasses> bins PLIMSOLL_GUARDED_BY(lock);
+  // Big blocks of threads that did not survive a fork(): no thread takes them, a flush gives them back.
+  std::vector<std::uint64_t> big PLIMSOLL_GUARDED_BY(lock);
   std::uint64_t bytes PLIMSOLL_GUARDED_BY(lock) = 0;
   std::uint64_t blocks PLIMSOLL_GUARDED_BY(lock) = 0;
 
   /// Moves the `count` oldest blocks of size class `cls` from `cache` to this depot.
   void accept(ThreadCache& cache, std::size_t cls, std::size_t count) PLIMSOLL_REQUIRES(lock);
+  /// Moves every big block of `cache` here.
+  void accept_big(ThreadCache& cache) PLIMSOLL_REQUIRES(lock) {
+    std::array<std::uint64_t, kBigSlots> taken;
+    const std::uint64_t before = cache.cached_bytes();
+    big.reserve(big.size() + cache.big_count());  // the one allocation, before anything moves
+    const std::size_t count = cache.take_big(taken.data());
+    big.insert(big.end(), taken.begin(), taken.begin() + static_cast<std::ptrdiff_t>(count));
+    bytes += before - cache.cached_bytes();
+    blocks += count;
+  }
 
   std::vector<std::uint64_t> take_all() PLIMSOLL_REQUIRES(lock) {
     std::vector<std::uint64_t> all;
@@ -300,6 +376,8 @@ struct ThreadCaches::Depot {
       all.insert(all.end(), bin.begin(), bin.end());
       bin.clear();
     }
+    all.insert(all.end(), big.begin(), big.end());
+    big.clear();
     bytes = 0;
     blocks = 0;
     return all;
@@ -373,6 +451,7 @@ ThreadCaches::~ThreadCaches() {
   for (std::vector<std::uint64_t>& bin : depot_->bins) {  // bin by bin: a destructor allocates nothing
     if (!bin.empty()) upstream_.give_back(bin);
   }
+  if (!depot_->big.empty()) upstream_.give_back(depot_->big);
 }
 
 // fork(). Only the forking thread lives on in the child: a cache whose owner was inside an operation would keep
@@ -430,6 +509,7 @@ void ThreadCaches::restart_after_fork(bool child) PLIMSOLL_NO_THREAD_SAFETY_ANAL
     if (child && !forking_threads && cache->owner() == this) {
       // Its thread does not exist here: its blocks go where any thread takes them, its counts stay counted.
       for (std::size_t cls = 0; cls < kClasses; ++cls) depot_->accept(*cache, cls, cache->held(cls));
+      depot_->accept_big(*cache);
       cache->sum_into(*retired_);
       std::erase(caches_, cache);
       cache->disown();
@@ -480,6 +560,7 @@ ThreadCache& ThreadCaches::join() {
   {
     util::SpinGuard guard(registry_lock_);
     caches_.push_back(cache);
+    if (caches_.size() > 1) big_blocks_on_.store(true, std::memory_order_relaxed);
   }
   t_slots.slots.push_back({id_, cache});
   t_last_id = id_;
@@ -521,6 +602,16 @@ std::size_t ThreadCaches::steal_all(ThreadCache& cache) {
 }
 
 std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes, std::uint16_t tag) {
+  if (size > kMaxBinned) {
+    // A big block: one from the heap, as a front block, so its free comes back to a cache.
+    std::uint64_t addr = 0;
+    if (upstream_.take_blocks(size, 1, &addr) == 0) return 0;
+    if (!handed_.set(addr, HandedTable::word(bytes, tag))) {
+      upstream_.give_back(std::span(&addr, 1));
+      return 0;
+    }
+    return addr;
+  }
   if (!cache.bin_ready(size)) return 0;  // before a block is taken: refill must not allocate
   std::array<std::uint64_t, kBatch> batch;
   // One block goes to the program; what stays in the cache must fit in what is left of `bytes_per_thread`.
@@ -552,35 +643,51 @@ std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size
   return addr;
 }
 
+// The hot paths below are small on purpose: whatever is rare (a thread's first operation, a miss, a full cache,
+// a big block) is in a function of its own, so the common case takes no stack frame of saved registers.
 std::uint64_t ThreadCaches::allocate(std::uint64_t bytes, std::uint16_t tag) {
-  if (t_exiting) [[unlikely]] return 0;
-  const std::uint64_t size = rounded(bytes);
-  if (t_last_id != id_) [[unlikely]] {
-    try {
-      join();
-    } catch (const std::bad_alloc&) {
-      return 0;  // no cache for this thread (out of host memory): the device's own path serves it
-    }
-  }
+  if (t_last_id != id_) [[unlikely]] return allocate_joining(bytes, tag);  // also an exiting thread (id 0)
   ThreadCache& cache = *t_last;
+  const std::uint64_t size = rounded(bytes);
   const ThreadCache::Operation operation(cache, asymmetric_);
   // Read again inside the operation: the caller saw the front on, but a pause may have turned it off and flushed
   // since; what this cache holds now may be on memory the device gave back.
-  if (!serving()) [[unlikely]] return 0;
   // The tag's counts (and in allocate_slow the bin) made before anything changes, so nothing below allocates: this
   // runs inside try_allocate, which is noexcept. Out of host memory for them, the device's own path serves it.
-  if (!cache.tags_ready(tag)) [[unlikely]] return 0;
-  std::uint64_t addr = cache.pop(size);
-  if (addr == 0) [[unlikely]] {
-    addr = allocate_slow(cache, size, bytes, tag);
-    if (addr == 0) return 0;
-  } else if (!handed_.set(addr, HandedTable::word(bytes, tag))) [[unlikely]] {
+  if (!serving() || !cache.tags_ready(tag)) [[unlikely]] return 0;
+  const std::uint64_t addr = size <= kMaxBinned ? cache.pop(size) : 0;
+  if (addr == 0 || !handed_.set(addr, HandedTable::word(bytes, tag))) [[unlikely]]
+    return allocate_missed(cache, addr, size, bytes, tag);
+  cache.count_allocation(size, bytes, tag);
+  return addr;
+}
+
+std::uint64_t ThreadCaches::allocate_joining(std::uint64_t bytes, std::uint16_t tag) {
+  if (t_exiting) return 0;
+  try {
+    join();
+  } catch (const std::bad_alloc&) {
+    return 0;  // no cache for this thread (out of host memory): the device's own path serves it
+  }
+  return allocate(bytes, tag);
+}
+
+std::uint64_t ThreadCaches::allocate_missed(ThreadCache& cache, std::uint64_t addr, std::uint64_t size,
+                                            std::uint64_t bytes, std::uint16_t tag) {
+  if (size > kMaxBinned && !big_blocks_on()) return 0;  // one thread: the device's own path, uncontended
+  if (addr != 0) {
     // A block cached without ever being handed out (the rest of a run, or from the depot) may lie under a leaf not
     // made yet, and making it can fail (mmap refused): the device's own path serves this one.
     upstream_.give_back(std::span(&addr, 1));
     return 0;
   }
-  cache.count_allocation(size, bytes, tag);
+  addr = size > kMaxBinned ? cache.pop_big(size) : 0;
+  if (addr != 0 && !handed_.set(addr, HandedTable::word(bytes, tag))) {
+    upstream_.give_back(std::span(&addr, 1));
+    return 0;
+  }
+  if (addr == 0) addr = allocate_slow(cache, size, bytes, tag);
+  if (addr != 0) cache.count_allocation(size, bytes, tag);
   return addr;
 }
 
@@ -594,6 +701,8 @@ bool ThreadCaches::keep_in_full_cache(ThreadCache& cache, std::uint64_t addr, st
   if (!cache.bin_ready(size)) return false;
   if (cache.push(addr, size, bytes_per_thread())) return true;
   std::vector<std::uint64_t> to_heap;
+  std::array<std::uint64_t, kBigSlots> big;
+  std::size_t big_count = 0;
   try {
     util::SpinGuard depot_guard(depot_->lock);
     const std::size_t cls = class_of(size);
@@ -601,38 +710,63 @@ bool ThreadCaches::keep_in_full_cache(ThreadCache& cache, std::uint64_t addr, st
       depot_->accept(cache, cls, kBatch);
     } else {
       for (std::size_t c = 0; c < kClasses; ++c) depot_->accept(cache, c, (cache.held(c) + 1) / 2);
+      big_count = cache.take_big(big.data());  // nobody takes big blocks from the depot: they go to the heap
     }
     if (depot_->bytes / kDepotPerThread > bytes_per_thread()) to_heap = depot_->take_all();  // no overflow
   } catch (const std::bad_alloc&) {
+    if (big_count != 0) upstream_.give_back(std::span(big.data(), big_count));
     return false;
   }
+  if (big_count != 0) upstream_.give_back(std::span(big.data(), big_count));
   if (!to_heap.empty()) upstream_.give_back(to_heap);
   return cache.push(addr, size, bytes_per_thread());
 }
 
+void ThreadCaches::keep_big(ThreadCache& cache, std::uint64_t addr, std::uint64_t size) {
+  std::array<std::uint64_t, kBigSlots + 1> to_heap;
+  std::size_t count = 0;
+  if (!cache.push_big(addr, size, bytes_per_thread(), to_heap.data(), count)) to_heap[count++] = addr;
+  if (count != 0) upstream_.give_back(std::span(to_heap.data(), count));
+}
+
 bool ThreadCaches::deallocate(std::uint64_t addr, bool keep) {
-  const std::uint64_t word = handed_.get(addr);
+  const std::uint64_t word = handed_.get(addr);  // first: a heap block's free reads no thread-local
   if (!HandedTable::handed(word)) return false;
+  if (t_last_id != id_) [[unlikely]] return deallocate_joining(addr, word, keep);  // also an exiting thread (id 0)
+  deallocate_in(*t_last, addr, word, keep);
+  return true;
+}
+
+[[gnu::always_inline]] inline void ThreadCaches::deallocate_in(ThreadCache& cache, std::uint64_t addr,
+                                                             std::uint64_t word, bool keep) {
   const std::uint64_t size = rounded(HandedTable::requested(word));
+  const ThreadCache::Operation operation(cache, asymmetric_);
   // Whatever may allocate (and throw) runs before the word is cleared, so a bad_alloc leaves the block handed out
   // and counted once: the program still holds it, and may free it again.
-  if (t_exiting) [[unlikely]] {
-    count_free_elsewhere(word);
-    handed_.clear(addr);
+  if (!cache.tags_ready(HandedTable::tag(word))) [[unlikely]] throw std::bad_alloc();
+  // Inside the operation: a fork() (or a flush) that waited for it finds the block either handed out or cached.
+  handed_.clear(addr, word);
+  cache.count_free(size, HandedTable::requested(word), HandedTable::tag(word));
+  keep = keep && serving();  // inside the operation, as in allocate: a block kept past a pause's flush would stay
+  if (keep && size <= kMaxBinned && cache.push(addr, size, bytes_per_thread())) [[likely]] return;
+  deallocate_missed(cache, addr, size, keep);
+}
+
+bool ThreadCaches::deallocate_joining(std::uint64_t addr, std::uint64_t word, bool keep) {
+  if (t_exiting) {
+    count_free_elsewhere(word);  // first: it may throw, with the block still handed out
+    handed_.clear(addr, word);
     upstream_.give_back(std::span(&addr, 1));
     return true;
   }
-  ThreadCache& cache = mine();
-  const ThreadCache::Operation operation(cache, asymmetric_);
-  if (!cache.tags_ready(HandedTable::tag(word))) [[unlikely]] throw std::bad_alloc();
-  // Inside the operation: a fork() (or a flush) that waited for it finds the block either handed out or cached.
-  handed_.clear(addr);
-  cache.count_free(size, HandedTable::requested(word), HandedTable::tag(word));
-  keep = keep && serving();  // inside the operation, as in allocate: a block kept past a pause's flush would stay
-  if (keep && cache.push(addr, size, bytes_per_thread())) [[likely]] return true;
-  if (keep && keep_in_full_cache(cache, addr, size)) return true;
-  upstream_.give_back(std::span(&addr, 1));
+  deallocate_in(join(), addr, word, keep);
   return true;
+}
+
+void ThreadCaches::deallocate_missed(ThreadCache& cache, std::uint64_t addr, std::uint64_t size, bool keep) {
+  if (keep && size > kMaxBinned) return keep_big(cache, addr, size);
+  if (keep && size <= kMaxBinned && keep_in_full_cache(cache, addr, size)) return;
+  upstream_.give_back(std::span(&addr, 1));
 }
 
 bool ThreadCaches::handed_out(std::uint64_t addr, std::uint64_t& requested, std::uint16_t& tag) const {

@@ -15,6 +15,12 @@
 //    thread whose bin is empty takes them in batches: one thread frees what another allocates) and
 //    `bytes_per_thread` bytes (past that, the older half of every bin moves there). The depot holds at most
 //    4 x `bytes_per_thread`; past that, it goes back to the heap whole.
+//  - Blocks over kMaxBinned (64 KiB) up to kMaxSize (1 MiB) are *big*: a cache keeps at most kBigSlots of them in
+//    a quarter of its `bytes_per_thread`, matched by exact size, the oldest going back to the heap to make room;
+//    they never go to the depot (except a dead thread's at fork(), until a flush). Only once a second thread has
+//    joined the front: one thread alone takes the device lock uncontended, and cached big blocks cost it placement
+//    (GPT's single-threaded replay: 0.8 ns an operation slower with an eighth of the cache, 1-2 ns with a quarter),
+//    where threads sharing a device take its lock 3x less often with them (docs/engine.md, "Threads").
 //  - The fast path takes no lock and makes no atomic read-modify-write: a cache's bins are touched by its own
 //    thread, inside an *operation* it marks with plain stores (ThreadCache::in_op). Another thread that must empty
 //    the cache (flush: trim, out of memory, pause, set_thread_cache(0); the front's destruction) takes the cache's
@@ -82,8 +88,10 @@ class ThreadCache;
 
 class ThreadCaches {
  public:
-  static constexpr std::uint64_t kMaxSize = 64ull << 10;  // requests served by the front, rounded
-  static constexpr std::uint64_t kQuantum = 256;          // Heap::kQuantum
+  static constexpr std::uint64_t kMaxBinned = 64ull << 10;  // sizes kept in per-size bins (and the depot)
+  static constexpr std::uint64_t kMaxSize = 1ull << 20;  // requests served by the front, rounded (the heap's small_max)
+  static constexpr std::uint64_t kQuantum = 256;           // Heap::kQuantum
+  static constexpr std::size_t kBigSlots = 8;  // blocks over kMaxBinned a cache keeps, in up to 1/4 of its bytes
 
   /// `serving`, when given, says whether the front may hand out and keep blocks; whoever turns it off flushes after.
   ThreadCaches(FrontUpstream& upstream, std::uint64_t bytes_per_thread, const std::atomic<bool>* serving = nullptr);
@@ -116,6 +124,8 @@ class ThreadCaches {
   static const char* barrier_kind();
 
   std::uint64_t bytes_per_thread() const { return bytes_per_thread_.load(std::memory_order_relaxed); }
+  /// Whether big blocks (over kMaxBinned) are served: from the second thread to join on, never again off.
+  bool big_blocks_on() const { return big_blocks_on_.load(std::memory_order_relaxed); }
   void set_bytes_per_thread(std::uint64_t bytes) { bytes_per_thread_.store(bytes, std::memory_order_relaxed); }
 
  private:
@@ -123,11 +133,20 @@ class ThreadCaches {
   struct Depot;
   struct Counts;
   ThreadCache& mine();
-  ThreadCache& join();  // this thread's first operation on this front
+  [[gnu::noinline]] ThreadCache& join();  // this thread's first operation on this front
+  // The rare sides of allocate and deallocate, out of line (thread_cache.cpp, "hot paths").
+  [[gnu::noinline]] std::uint64_t allocate_joining(std::uint64_t bytes, std::uint16_t tag);
+  [[gnu::noinline]] std::uint64_t allocate_missed(ThreadCache& cache, std::uint64_t addr, std::uint64_t size,
+                                                  std::uint64_t bytes, std::uint16_t tag);
+  void deallocate_in(ThreadCache& cache, std::uint64_t addr, std::uint64_t word, bool keep);
+  [[gnu::noinline]] bool deallocate_joining(std::uint64_t addr, std::uint64_t word, bool keep);
+  [[gnu::noinline]] void deallocate_missed(ThreadCache& cache, std::uint64_t addr, std::uint64_t size, bool keep);
   /// The slow side of allocate: a batch from the depot, else a block from the heap; with its word set.
   std::uint64_t allocate_slow(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes, std::uint16_t tag);
   /// The slow side of deallocate: a full cache sheds blocks to the depot (and the depot to the heap).
   bool keep_in_full_cache(ThreadCache& cache, std::uint64_t addr, std::uint64_t size);
+  /// A freed big block into the cache, the oldest big ones back to the heap when there is no room.
+  void keep_big(ThreadCache& cache, std::uint64_t addr, std::uint64_t size);
   void forget(ThreadCache* cache);
   std::size_t steal_all(ThreadCache& cache);
   void count_free_elsewhere(std::uint64_t word);
@@ -153,6 +172,7 @@ class ThreadCaches {
   std::vector<std::shared_ptr<ThreadCache>> caches_ PLIMSOLL_GUARDED_BY(registry_lock_);
   std::unique_ptr<Counts> retired_ PLIMSOLL_GUARDED_BY(registry_lock_);  // exited threads' counts
   std::atomic<bool> for_fork_{false};  // in the fork handlers' list (from the first cache on)
+  std::atomic<bool> big_blocks_on_{false};  // a second thread joined: big blocks go through the caches from now on
   // Between prepare_fork and the handlers after it: the caches whose locks the forking thread holds.
   std::vector<std::shared_ptr<ThreadCache>> held_for_fork_;
 };
