@@ -83,6 +83,13 @@ TEST(CliBadInput, AWordThatIsNotACommandIsNamedWithTheCommandsThereAre) {
   EXPECT_EQ(option_for_a_command.status, 2);
   EXPECT_THAT(option_for_a_command.err,
               HasSubstr("error: plimsoll estimate has no option --frob; give one of its commands, batch, table"));
+  // A `--` before the word is not taken for an option.
+  const CliRun after_dashes = run_plimsoll("-- frobnicate");
+  EXPECT_EQ(after_dashes.status, 2);
+  EXPECT_THAT(after_dashes.err, HasSubstr("error: \"frobnicate\" is not a plimsoll command"));
+  const CliRun only_dashes = run_plimsoll("--");
+  EXPECT_EQ(only_dashes.status, 2);
+  EXPECT_THAT(only_dashes.err, HasSubstr("A subcommand is required"));
 }
 
 // CLI11 lists the words it could not place in reverse order, with the `--` that ended run's options among them
@@ -92,6 +99,10 @@ TEST(CliBadInput, AnUnknownOptionOrWordIsNamedWithItsCommand) {
   EXPECT_EQ(run.status, 125);
   EXPECT_THAT(run.err, HasSubstr("error: plimsoll run has no option --bogus; see plimsoll run --help"));
   EXPECT_THAT(run.err, ::testing::Not(HasSubstr("-- --bogus")));
+  const CliRun program_option = run_plimsoll("run python3 --version");
+  EXPECT_EQ(program_option.status, 125);
+  EXPECT_THAT(program_option.err, HasSubstr("has no option --version; see plimsoll run --help for the options it "
+                                            "takes (put the program and its arguments after --)"));
   const CliRun replay = run_plimsoll("replay --bogus x");
   EXPECT_EQ(replay.status, 2);
   EXPECT_THAT(replay.err, HasSubstr("error: plimsoll replay has no option --bogus"));

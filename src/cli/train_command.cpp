@@ -54,6 +54,7 @@ struct TrainArgs {
   std::size_t devices = 1;
   std::string policy;
   std::string memory_limit;
+  std::optional<std::uint64_t> memory_limit_bytes;  // --memory-limit parsed by read_numbers()
   std::size_t threads = 0;
   std::size_t workers = 1;
   std::string record;
@@ -112,6 +113,13 @@ void read_numbers(TrainArgs& args) {
   args.devices = count(args.given.devices, "--devices");  // the job refuses more than it splits into
   args.workers = plimsoll::parse_count(args.given.workers, "--workers");
   args.timeout_seconds = plimsoll::cli::parse_number(args.given.timeout, "--timeout", kTimeoutSeconds);
+  // Checked in every build, so that a name or size that does not parse says which option gave it (the job checks
+  // the device's kind).
+  plimsoll::cli::for_option("--device", [&] { return plimsoll::DeviceName::parse(args.device); });
+  if (!args.memory_limit.empty()) {
+    args.memory_limit_bytes =
+        plimsoll::cli::for_option("--memory-limit", [&] { return plimsoll::parse_size(args.memory_limit); });
+  }
 }
 
 #ifdef PLIMSOLL_HAVE_TRAIN
@@ -127,15 +135,10 @@ plimsoll::train::TrainOptions job_options(const TrainArgs& args) {
   o.batch_size = args.batch_size;
   o.learning_rate = args.learning_rate;
   o.seed = args.seed;
-  // Parsed here too, so that a name that does not parse says which option gave it (the job checks its kind).
-  plimsoll::cli::for_option("--device", [&] { return plimsoll::DeviceName::parse(args.device); });
   o.device = args.device;
   o.devices = args.devices;
   if (!args.policy.empty()) o.growth = plimsoll::parse_growth(args.policy);
-  if (!args.memory_limit.empty()) {
-    o.memory_limit =
-        plimsoll::cli::for_option("--memory-limit", [&] { return plimsoll::parse_size(args.memory_limit); });
-  }
+  if (args.memory_limit_bytes) o.memory_limit = *args.memory_limit_bytes;
   o.threads = args.threads;
   o.loader_workers = args.workers;
   o.record_path = args.record;

@@ -49,7 +49,8 @@ std::string unknown_command_message(const CLI::App& app) {
   std::string command;
   const CLI::App* deepest = deepest_parsed(app, command);
   const auto subcommands = deepest->get_subcommands([](const CLI::App*) { return true; });
-  const std::vector<std::string> left = deepest->remaining();
+  std::vector<std::string> left = deepest->remaining();
+  std::erase(left, std::string("--"));  // CLI11 keeps a top-level `--` among the words it could not place
   if (subcommands.empty() || left.empty()) return "";
   std::string names;
   for (const CLI::App* sub : subcommands) names += (names.empty() ? "" : ", ") + sub->get_name();
@@ -67,9 +68,12 @@ std::string unexpected_words_message(const CLI::App& app) {
   const CLI::App* deepest = deepest_parsed(app, command);
   for (const std::string& word : deepest->remaining()) {
     if (word == "--") continue;
-    if (word.starts_with("-"))
-      return fmt::format("plimsoll: error: {} has no option {}; see {} --help for the options it takes\n", command,
-                         word, command);
+    if (word.starts_with("-")) {
+      // `plimsoll run python3 --version`: the program's own option, given before the `--` that ends run's.
+      const bool program_option = deepest->get_name() == "run";
+      return fmt::format("plimsoll: error: {} has no option {}; see {} --help for the options it takes{}\n", command,
+                         word, command, program_option ? " (put the program and its arguments after --)" : "");
+    }
     return fmt::format("plimsoll: error: {} takes no argument \"{}\"; see {} --help\n", command, word, command);
   }
   return "";
