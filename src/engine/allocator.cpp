@@ -15,6 +15,7 @@
 
 #include "backings/backing.hpp"
 #include "engine/allocation_observer.hpp"
+#include "engine/fork_handlers.hpp"
 #include "engine/heap.hpp"
 #include "engine/plan_follower.hpp"
 #include "engine/step_listeners.hpp"
@@ -408,10 +409,17 @@ Allocator::Allocator(DeviceDescription description, std::unique_ptr<backings::Ba
     impl_->streams = std::make_unique<engine::StreamOrder>(*impl_->heap, *events);
   impl_->backing_can_wait = impl_->backing->can_wait_for_memory();
   apply_thread_cache_policy(*this, impl_->description.policy);
-  engine::listen_for_steps(this);
+  engine::register_device_lock(impl_->lock);  // taken around fork() from here on (engine/fork_handlers.hpp)
+  try {
+    engine::listen_for_steps(this);
+  } catch (...) {  // out of host memory: no destructor will run to take the lock out again
+    engine::unregister_device_lock(impl_->lock);
+    throw;
+  }
 }
 
 Allocator::~Allocator() {
+  engine::unregister_device_lock(impl_->lock);  // first: a fork from now on leaves this device's lock alone
   engine::stop_listening_for_steps(this);
   impl_->front.store(nullptr, std::memory_order_release);
   impl_->front_owner.reset();  // cached blocks back to the heap while it is still there

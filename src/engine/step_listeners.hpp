@@ -14,4 +14,9 @@ void stop_listening_for_steps(Allocator* device);
 /// Calls Allocator::step() on every listening device.
 void announce_step();
 
+/// fork() (engine/fork_handlers.hpp): the registry's mutex, held across the fork so that no announcement is half way
+/// in the child (where the thread making it does not exist) and no device joins or leaves meanwhile.
+void lock_step_listeners_for_fork();
+void unlock_step_listeners_after_fork();
+
 }  // namespace plimsoll::engine

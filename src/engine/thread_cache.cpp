@@ -1,7 +1,5 @@
 #include "engine/thread_cache.hpp"
 
-#include <pthread.h>
-
 #include <algorithm>
 #include <bit>
 #include <mutex>
@@ -9,6 +7,7 @@
 #include <thread>
 #include <utility>
 
+#include "engine/fork_handlers.hpp"
 #include "util/asymmetric_fence.hpp"
 
 namespace plimsoll::engine {
@@ -471,8 +470,7 @@ ThreadCache& ThreadCaches::join() {
   // not in the constructor: a device makes its front under its lock, which an owner stopped by a fork's
   // preparation may be waiting for, while the preparation holds the list of fronts.
   if (!for_fork_.load(std::memory_order_acquire)) [[unlikely]] {
-    static std::once_flag handlers;
-    std::call_once(handlers, [] { pthread_atfork(&prepare_fork, &parent_after_fork, &child_after_fork); });
+    install_fork_handlers();
     const std::lock_guard guard(live_fronts().lock);
     if (!for_fork_.load(std::memory_order_relaxed)) live_fronts().fronts.push_back(this);
     for_fork_.store(true, std::memory_order_release);

@@ -115,6 +115,12 @@ class ThreadCaches {
   /// Which barrier orders a cache's owner against a thread emptying it (util::AsymmetricFence::kind()).
   static const char* barrier_kind();
 
+  /// fork(): every live front, in the order they were made (thread_cache.cpp, "fork()"). Called by the engine's one
+  /// pthread_atfork handler set (engine/fork_handlers.hpp), which orders them against the device locks.
+  static void prepare_fork();
+  static void parent_after_fork();
+  static void child_after_fork();
+
   std::uint64_t bytes_per_thread() const { return bytes_per_thread_.load(std::memory_order_relaxed); }
   void set_bytes_per_thread(std::uint64_t bytes) { bytes_per_thread_.store(bytes, std::memory_order_relaxed); }
 
@@ -132,10 +138,6 @@ class ThreadCaches {
   std::size_t steal_all(ThreadCache& cache);
   void count_free_elsewhere(std::uint64_t word);
 
-  // fork(): every live front, in the order they were made (thread_cache.cpp, "fork()").
-  static void prepare_fork();
-  static void parent_after_fork();
-  static void child_after_fork();
   void stop_every_owner_for_fork();
   void restart_after_fork(bool child);
 
