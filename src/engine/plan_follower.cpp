@@ -91,14 +91,19 @@ std::uint64_t PlanFollower::fall_back(std::uint64_t bytes, std::uint16_t tag, st
   return addr;
 }
 
-void PlanFollower::observe(std::uint64_t addr, std::uint64_t size) {
+// Runs inside the device's noexcept try_allocate, after the heap placed the block: out of host memory for the
+// observation, the step goes unobserved instead.
+void PlanFollower::observe(std::uint64_t addr, std::uint64_t size) noexcept {
   if (!observing_) return;
   if (observation_.requests.size() >= kMaxStepRequests) {  // not a training step: stop watching until the next
-    observation_.clear();
-    observing_ = false;
+    stop_observing();
     return;
   }
-  observation_.allocated(addr, size);
+  try {
+    observation_.allocated(addr, size);
+  } catch (const std::bad_alloc&) {
+    stop_observing();
+  }
 }
 
 void PlanFollower::step_boundary() {
