@@ -64,7 +64,13 @@ void child() {
 
 void install_fork_handlers() {
   static std::once_flag installed;
-  std::call_once(installed, [] { pthread_atfork(&prepare, &parent, &child); });
+  std::call_once(installed, [] {
+    // Every registry the handlers walk is made here: made at its first use inside fork(), it would allocate there.
+    ThreadCaches::make_fork_list();
+    make_step_listeners_for_fork();
+    (void)device_locks();
+    pthread_atfork(&prepare, &parent, &child);
+  });
 }
 
 void register_device_lock(util::SpinLock& lock) {
