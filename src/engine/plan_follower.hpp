@@ -127,7 +127,8 @@ class PlanFollower {
   std::uint64_t step_fallbacks_ = 0;  // in the step under way
   bool previous_step_fell_back_ = false;
   std::uint64_t next_try_ = 0;  // the boundary (stats_.steps) from which packing is tried again after unfit plans
-  UnfitBackoff unfit_backoff_;  // when to pack again after unfit plans of a step that does not grow
+  UnfitBackoff unfit_backoff_;  // when to pack again after unfit plans (growing steps or not)
+  std::uint64_t stale_run_ = 0;  // stale packs in a row: how long to wait before packing again after one
   StepPlanStats stats_;
   std::uint64_t events_ = 0;  // allocations and frees seen: a pack made at one count is stale at another
   bool packing_ = false;      // a job is out (between begin_boundary and finish_boundary)
