@@ -79,11 +79,14 @@ TEST(ThreadsDeviceFork, ForkWhileAnotherThreadHoldsTheDeviceLockLeavesAWorkingCh
   device.deallocate(device.allocate(512, 1));
 
   void* parked_block = nullptr;
-  std::atomic<bool> holder_done{false};
+  std::atomic<bool> holder_done{false}, holder_may_exit{false};
   backing.park_next = true;
   std::thread holder([&] {
     parked_block = device.try_allocate(64 * MiB, 3);  // a new granule: parked inside the map, under the device lock
     holder_done = true;
+    // Alive until the parent is done with the child: a thread that finished unjoined before the fork is a leak to
+    // ThreadSanitizer in the child.
+    while (!holder_may_exit.load()) std::this_thread::yield();
   });
   while (!backing.parked.load()) std::this_thread::yield();
 
@@ -106,6 +109,8 @@ TEST(ThreadsDeviceFork, ForkWhileAnotherThreadHoldsTheDeviceLockLeavesAWorkingCh
     waitpid(child, &status, 0);
   }
   backing.release = true;  // the parent's holder, in case the fork did not wait for it
+  while (!holder_done.load()) std::this_thread::yield();
+  holder_may_exit = true;
   holder.join();
   EXPECT_TRUE(exited) << "the child hung: the device lock of a thread that does not exist in it stayed held";
   if (exited) {
