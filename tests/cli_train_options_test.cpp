@@ -1,5 +1,5 @@
 // `plimsoll train`'s numeric options (--epochs, --limit-batches, --batch-size, --nproc, --world-size, --threads,
-// --devices, --workers, --timeout) given a bad value: bad input like every other option of the CLI, exit status 2
+// --devices, --workers, --timeout, --seed, --rank, --model-parallel, --micro-batches) given a bad value: bad input like every other option of the CLI, exit status 2
 // and a message naming the option, the value and the fix, not CLI11's range message and its status 105. Checked
 // before the job needs libtorch or data, so this runs in every build. Other commands' usage errors (CLI11's own
 // checks, and values CLI11 cannot convert) exit 2 as well: CliUsageErrors.
@@ -40,7 +40,15 @@ TEST(CliTrainOptions, BadCountsAreBadInputNamingTheOptionAndTheFix) {
                         Case{"--timeout -5", "--timeout -5 is too small"},
                         Case{"--timeout inf", "--timeout inf is out of range"},
                         Case{"--timeout 1e9", "--timeout 1e9 is too large"},
-                        Case{"--timeout soon", "--timeout \"soon\" is not a number"}}) {
+                        Case{"--timeout soon", "--timeout \"soon\" is not a number"},
+                        // CLI11 wrapped these into unsigned fields (--seed -1 was seed 2^64 - 1) or took them.
+                        Case{"--seed -1", "--seed -1 is negative; give --seed a whole number of at least 0"},
+                        Case{"--seed 18446744073709551616", "--seed 18446744073709551616 is 2^64 or more"},
+                        Case{"--seed 1.5", "--seed \"1.5\" is not a whole number"},
+                        Case{"--rank -1", "--rank -1 is negative; give --rank a whole number of at least 0"},
+                        Case{"--rank 65535", "--rank 65535: give a rank below the job's --world-size"},
+                        Case{"--model-parallel -1", "--model-parallel -1 is negative"},
+                        Case{"--micro-batches -2", "--micro-batches -2 is negative"}}) {
     const CliRun run = run_plimsoll(std::string("train --quiet --data /nonexistent ") + c.args);
     EXPECT_EQ(run.status, 2) << c.args << ": " << run.err;
     EXPECT_THAT(run.err, HasSubstr(c.message)) << c.args;
@@ -52,11 +60,11 @@ TEST(CliTrainOptions, GoodCountsPassTheCheck) {
   // Past the counts, the run stops at the missing data (or at a build without libtorch): nothing about the counts.
   const CliRun run =
       run_plimsoll("train --quiet --data /nonexistent --epochs 1 --limit-batches 2 --batch-size 64 --world-size 1 "
-                   "--threads 2 --devices 1 --workers 0 --timeout 0.5");
+                   "--threads 2 --devices 1 --workers 0 --timeout 0.5 --seed 18446744073709551615");
   EXPECT_EQ(run.status, 2) << run.err;
   EXPECT_THAT(run.err, HasSubstr("plimsoll: error: "));
   for (const char* option : {"--epochs", "--limit-batches", "--batch-size", "--world-size", "--threads", "--devices",
-                             "--workers", "--timeout"})
+                             "--workers", "--timeout", "--seed"})
     EXPECT_THAT(run.err, Not(HasSubstr(option))) << run.err;
 }
 

@@ -641,6 +641,164 @@ TEST(EngineStepPlan, UnfitBackoffPacksAtEveryBoundaryOnlyWhileTheBestUnfitPlanIm
   EXPECT_EQ(stuck.after_unfit(2000), 1u) << "after a plan fit, the next unfit plan starts afresh";
 }
 
+// A growing step's unfit plans back off along the recent run of unfit plans, not the job's whole history: 1, 3, 7,
+// ... boundaries from a fit (reset) or a new best, at most 1023.
+TEST(EngineStepPlan, GrowingUnfitBackoffFollowsTheRecentRunOfUnfitPlans) {
+  UnfitBackoff growing;
+  std::vector<std::uint64_t> waits;
+  for (std::uint64_t granules = 100; granules < 112; ++granules) waits.push_back(growing.after_unfit_growing(granules));
+  const std::vector<std::uint64_t> expected{1, 3, 7, 15, 31, 63, 127, 255, 511, 1023, 1023, 1023};
+  EXPECT_EQ(waits, expected) << "a growing step's plans get dearer: doubling waits, capped";
+  EXPECT_EQ(growing.after_unfit_growing(99), 1u) << "a pack cheaper than the best so far starts the run again";
+  EXPECT_EQ(growing.after_unfit_growing(120), 3u);
+  growing.reset();
+  EXPECT_EQ(growing.after_unfit_growing(500), 1u) << "after a plan fit, the next unfit plan packs again at once";
+}
+
+// Through the follower, boundary by boundary: a job that keeps a block every step (its plans have growth entries)
+// has many unfit plans early, then one fits, then its step changes and the next plan is unfit again. That plan's
+// back-off starts afresh: the next boundary packs again. Before, it waited 2^(unfit plans so far) - 1 boundaries.
+// A plan is made unfit by ballast allocated on the heap behind the follower's back (no event: the pack is not
+// stale) before the boundary, filling every mapped hole and the rest of the limit, so the plan's ranges need
+// granules past the limit.
+TEST(EngineStepPlan, AGrowingStepsUnfitPlanAfterAFitBacksOffAfresh) {
+  backings::SimBacking sim(8 * GiB);
+  Heap heap(sim, with_limit(1 * GiB));
+  PlanFollower follower(heap);
+  std::vector<std::uint64_t> kept;
+  const auto free_block = [&](std::uint64_t addr, bool observed) {
+    Heap::Freed freed;
+    ASSERT_TRUE(heap.deallocate(addr, freed));
+    if (observed) follower.freed(addr, freed.size);
+  };
+  const auto step = [&](bool extra) {
+    const std::uint64_t more = extra ? follower.allocate(5 * MiB, 1) : 0;  // not in the plan: falls back
+    kept.push_back(follower.allocate(3 * MiB, 1));  // kept for good: the step grows
+    const std::uint64_t a = follower.allocate(16 * MiB, 1), b = follower.allocate(16 * MiB, 1);
+    ASSERT_NE(kept.back(), 0u);
+    ASSERT_NE(a, 0u);
+    ASSERT_NE(b, 0u);
+    ASSERT_NO_FATAL_FAILURE(free_block(a, true));
+    ASSERT_NO_FATAL_FAILURE(free_block(b, true));
+    if (more != 0) {
+      ASSERT_NO_FATAL_FAILURE(free_block(more, true));
+    }
+  };
+  enum class Pack { none, fit, unfit, other };
+  const auto boundary = [&](bool make_unfit) {
+    std::vector<std::uint64_t> ballast;
+    if (make_unfit) {
+      for (std::uint64_t addr; (addr = heap.allocate(2 * MiB, 2)) != 0;) ballast.push_back(addr);
+    }
+    const StepPlanStats before = follower.stats();
+    std::unique_ptr<PackJob> job = follower.begin_boundary();
+    if (job != nullptr) {
+      job->pack();
+      follower.finish_boundary(std::move(job));
+    }
+    for (std::uint64_t addr : ballast) free_block(addr, false);
+    const StepPlanStats& after = follower.stats();
+    if (after.packs == before.packs) return Pack::none;
+    if (after.unfit > before.unfit) return Pack::unfit;
+    return after.plans > before.plans ? Pack::fit : Pack::other;
+  };
+
+  ASSERT_EQ(boundary(false), Pack::none);  // the first boundary: observation starts
+  std::uint64_t unfit = 0;
+  int boundaries = 0;
+  while (unfit < 6 && boundaries++ < 400) {
+    ASSERT_NO_FATAL_FAILURE(step(false));
+    const Pack pack = boundary(true);
+    ASSERT_NE(pack, Pack::fit);
+    ASSERT_NE(pack, Pack::other);
+    if (pack == Pack::unfit) ++unfit;
+  }
+  ASSERT_EQ(unfit, 6u) << "the early plans are unfit";
+  // Until the next pack, which fits.
+  Pack pack = Pack::none;
+  for (boundaries = 0; pack == Pack::none && boundaries < 400; ++boundaries) {
+    ASSERT_NO_FATAL_FAILURE(step(false));
+    pack = boundary(false);
+  }
+  ASSERT_EQ(pack, Pack::fit);
+  ASSERT_TRUE(std::any_of(follower.plan().entries.begin(), follower.plan().entries.end(),
+                          [](const StepPlan::Entry& entry) { return entry.addr == 0; }))
+      << "the plan has growth entries: the growing rule applies";
+  // Two steps that fall back in a row make the next boundary pack again: unfit.
+  ASSERT_NO_FATAL_FAILURE(step(true));
+  ASSERT_EQ(boundary(false), Pack::none);
+  ASSERT_NO_FATAL_FAILURE(step(true));
+  ASSERT_EQ(boundary(true), Pack::unfit);
+  ASSERT_NO_FATAL_FAILURE(step(false));
+  EXPECT_NE(boundary(false), Pack::none)
+      << "the first unfit plan since a plan fit: the next boundary packs again, whatever came long before";
+  for (std::uint64_t addr : kept) free_block(addr, true);
+}
+
+// Stale packs (the device allocated while packing) back off along the run of stale packs in a row: after a pack
+// that was not stale, the next stale one waits one boundary. Before, the wait followed every stale pack of the
+// job's life (2^stale - 1 boundaries).
+TEST(EngineStepPlan, StaleBackoffFollowsTheRunOfStalePacks) {
+  backings::SimBacking sim(8 * GiB);
+  Heap heap(sim, with_limit(1 * GiB));
+  PlanFollower follower(heap);
+  const auto free_block = [&](std::uint64_t addr) {
+    Heap::Freed freed;
+    ASSERT_TRUE(heap.deallocate(addr, freed));
+    follower.freed(addr, freed.size);
+  };
+  const auto step = [&](bool extra) {
+    const std::uint64_t more = extra ? follower.allocate(5 * MiB, 1) : 0;  // not in the plan: falls back
+    const std::uint64_t a = follower.allocate(16 * MiB, 1), b = follower.allocate(8 * MiB, 1);
+    ASSERT_NE(a, 0u);
+    ASSERT_NE(b, 0u);
+    ASSERT_NO_FATAL_FAILURE(free_block(a));
+    ASSERT_NO_FATAL_FAILURE(free_block(b));
+    if (more != 0) {
+      ASSERT_NO_FATAL_FAILURE(free_block(more));
+    }
+  };
+  enum class Pack { none, fit, stale, other };
+  // `make_stale`: an allocation and a free through the follower while the pack runs (another thread's).
+  const auto boundary = [&](bool make_stale) {
+    const StepPlanStats before = follower.stats();
+    std::unique_ptr<PackJob> job = follower.begin_boundary();
+    if (job == nullptr) return Pack::none;
+    job->pack();
+    if (make_stale) {
+      const std::uint64_t meanwhile = follower.allocate(1 * MiB, 2);
+      Heap::Freed freed;
+      EXPECT_TRUE(heap.deallocate(meanwhile, freed));
+      follower.freed(meanwhile, freed.size);
+    }
+    follower.finish_boundary(std::move(job));
+    const StepPlanStats& after = follower.stats();
+    if (after.stale > before.stale) return Pack::stale;
+    return after.plans > before.plans ? Pack::fit : Pack::other;
+  };
+
+  ASSERT_EQ(boundary(false), Pack::none);  // the first boundary: observation starts
+  int stale = 0;
+  for (int boundaries = 0; stale < 6 && boundaries < 400; ++boundaries) {
+    ASSERT_NO_FATAL_FAILURE(step(false));
+    const Pack pack = boundary(true);
+    ASSERT_TRUE(pack == Pack::none || pack == Pack::stale);
+    if (pack == Pack::stale) ++stale;
+  }
+  ASSERT_EQ(stale, 6);
+  Pack pack = Pack::none;
+  for (int boundaries = 0; pack == Pack::none && boundaries < 400; ++boundaries) {
+    ASSERT_NO_FATAL_FAILURE(step(false));
+    pack = boundary(false);
+  }
+  ASSERT_EQ(pack, Pack::fit);
+  // A step that falls back from the first plan makes the next boundary pack again: stale.
+  ASSERT_NO_FATAL_FAILURE(step(true));
+  ASSERT_EQ(boundary(true), Pack::stale);
+  ASSERT_NO_FATAL_FAILURE(step(true));
+  EXPECT_NE(boundary(false), Pack::none) << "the first stale pack since one that was not: the next boundary packs";
+}
+
 // Through the follower: at limits where no plan ever fits, 40 steps pack at a few boundaries, not at each, and the
 // packs and their time are reported (StepPlanStats::packs, pack_ns).
 TEST(EngineStepPlan, PlansThatNeverFitArePackedAtFewBoundaries) {

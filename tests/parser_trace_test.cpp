@@ -10,6 +10,7 @@
 
 #include "plimsoll/error.hpp"
 #include "plimsoll/trace.hpp"
+#include "telemetry/traces/trace_totals.hpp"
 
 namespace plimsoll {
 namespace {
@@ -63,6 +64,30 @@ TEST(ParserTrace, PeakLiveBytesIsTheLargestSumOfLiveRequests) {
   // Live: 100, 150, 50, 250 (peak), 50, 0.
   const Trace trace = parse_trace("a 1 100\na 2 50\nf 1\na 3 200\nf 3\nf 2\n", "peak");
   EXPECT_EQ(trace.peak_live_bytes, 250u);
+}
+
+// The readers and repeat_last_step count totals through one helper (telemetry/traces/trace_totals.hpp): recounting
+// a parsed trace from its events gives what the reader counted as it parsed.
+TEST(ParserTrace, RecountedTotalsAreTheReadersTotals) {
+  const Trace parsed = parse_trace("a 1 100\na 2 50\n# step 1 begin\nf 1\na 3 200\na 4 0\nf 3\n# step 1 end\nf 2\n",
+                                   "totals");
+  Trace recounted = parsed;
+  recounted.allocations = 7;
+  recounted.frees = 7;
+  recounted.peak_live_bytes = 7;
+  telemetry::recount_totals(recounted);
+  EXPECT_EQ(recounted.allocations, 4u);
+  EXPECT_EQ(recounted.frees, 3u);
+  EXPECT_EQ(recounted.peak_live_bytes, 250u);
+  EXPECT_EQ(recounted.allocations, parsed.allocations);
+  EXPECT_EQ(recounted.frees, parsed.frees);
+  EXPECT_EQ(recounted.peak_live_bytes, parsed.peak_live_bytes);
+  telemetry::TraceTotals totals;
+  EXPECT_TRUE(totals.fits(~std::uint64_t{0}));
+  Trace counted;
+  totals.allocated(counted, ~std::uint64_t{0} - 1);
+  EXPECT_TRUE(totals.fits(1));
+  EXPECT_FALSE(totals.fits(2)) << "a reader refuses an allocation past 2^64 live bytes";
 }
 
 TEST(ParserTrace, ZeroByteAllocationsAreEvents) {

@@ -74,8 +74,12 @@ struct TrainArgs {
   std::optional<std::size_t> micro_batches;  // none: plimsoll::train::kDefaultMicroBatches
   // The numeric options as given; read_numbers() parses them into the fields above, so that a bad one (0, -1,
   // "two") is bad input like any other (exit status 2, a message naming the option and the fix).
+  // CLI11 converts a negative number into an unsigned field by wrapping it (--seed -1 became 2^64 - 1), and takes
+  // one into an int (--rank -1), so every whole number goes through plimsoll::parse_count.
   struct {
-    std::optional<std::string> epochs, limit_batches, nproc, world_size, threads;
+    std::optional<std::string> epochs, limit_batches, nproc, world_size, threads, rank, micro_batches;
+    std::string seed = "2026";
+    std::string model_parallel = "1";
     std::string batch_size = "128";
     std::string devices = "1";
     std::string workers = "1";
@@ -111,6 +115,18 @@ void read_numbers(TrainArgs& args) {
     }
   }
   args.devices = count(args.given.devices, "--devices");  // the job refuses more than it splits into
+  args.seed = plimsoll::parse_count(args.given.seed, "--seed");
+  if (args.given.rank) {
+    const std::uint64_t rank = plimsoll::parse_count(*args.given.rank, "--rank");
+    if (rank >= kMaxWorldSize) {
+      throw plimsoll::InvalidArgument(fmt::format(
+          "--rank {}: give a rank below the job's --world-size (at most {} processes)", rank, kMaxWorldSize));
+    }
+    args.rank = static_cast<int>(rank);
+  }
+  // 0 goes on to the job's own checks, whose messages say what these options take.
+  args.model_parallel = plimsoll::parse_count(args.given.model_parallel, "--model-parallel");
+  if (args.given.micro_batches) args.micro_batches = plimsoll::parse_count(*args.given.micro_batches, "--micro-batches");
   args.workers = plimsoll::parse_count(args.given.workers, "--workers");
   args.timeout_seconds = plimsoll::cli::parse_number(args.given.timeout, "--timeout", kTimeoutSeconds);
   // Checked in every build, so that a name or size that does not parse says which option gave it (the job checks
@@ -445,7 +461,9 @@ void add_train_command(CLI::App& app) {
   train->add_option("--batch-size", args->given.batch_size, "Samples per step, split between --devices")
       ->capture_default_str()->type_name("N");
   train->add_option("--lr", args->learning_rate, "Adam's learning rate")->capture_default_str();
-  train->add_option("--seed", args->seed, "Initial weights, shuffling and augmentation")->capture_default_str();
+  train->add_option("--seed", args->given.seed, "Initial weights, shuffling and augmentation")
+      ->capture_default_str()
+      ->type_name("N");
   train->add_option("--device", args->device, "Host device to train on: cpu, or cpu/K of a configured split")
       ->capture_default_str();
   train->add_option("--devices", args->given.devices,
@@ -472,7 +490,8 @@ void add_train_command(CLI::App& app) {
                     "Train data-parallel in N processes on this machine (c10d over Gloo on the loopback address), each "
                     "with its own device and --memory-limit; rank 0 prints every rank's memory")
       ->type_name("N");
-  train->add_option("--rank", args->rank, "This process's rank in a job started by hand (default: $RANK)");
+  train->add_option("--rank", args->given.rank, "This process's rank in a job started by hand (default: $RANK)")
+      ->type_name("R");
   train->add_option("--world-size", args->given.world_size, "Processes in the job (default: $WORLD_SIZE)")
       ->type_name("N");
   train->add_option("--master", args->master, "Rank 0's address, HOST:PORT (default: $MASTER_ADDR:$MASTER_PORT)");
@@ -481,12 +500,14 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str()->type_name("SECONDS");
   train->add_flag("--verify-replicas", args->verify_replicas,
                   "After every step, check that every rank holds bitwise-equal weights (an all-gather of a hash)");
-  train->add_option("--model-parallel", args->model_parallel,
+  train->add_option("--model-parallel", args->given.model_parallel,
                     "Split the network into 2 stages on the logical devices cpu/0 and cpu/1 (each with its own "
                     "--memory-limit), micro-batches pipelined between them")
-      ->capture_default_str();
-  train->add_option("--micro-batches", args->micro_batches,
-                    "Micro-batches per step with --model-parallel (default 4)");
+      ->capture_default_str()
+      ->type_name("N");
+  train->add_option("--micro-batches", args->given.micro_batches,
+                    "Micro-batches per step with --model-parallel (default 4)")
+      ->type_name("N");
   train->callback([args] {
     read_numbers(*args);
     run_train(*args);

@@ -15,6 +15,7 @@
 
 #include "backings/backing.hpp"
 #include "engine/allocation_observer.hpp"
+#include "engine/fork_handlers.hpp"
 #include "engine/heap.hpp"
 #include "engine/plan_follower.hpp"
 #include "engine/step_listeners.hpp"
@@ -186,8 +187,17 @@ struct Allocator::Impl : engine::FrontUpstream {
       return 0;
     }
     observer->allocated(addr, bytes, tag, site);
-    if (site != 0) live_sites[addr] = site;
+    if (site != 0) remember_site(addr, site);
     return addr;
+  }
+
+  // The call site snapshot() names for a live block: a diagnostic, so out of host memory it is left out rather than
+  // thrown out of a noexcept allocation.
+  void remember_site(std::uint64_t addr, std::uint32_t site) noexcept PLIMSOLL_REQUIRES(lock) {
+    try {
+      live_sites[addr] = site;
+    } catch (const std::bad_alloc&) {
+    }
   }
 
   void record_free(std::uint64_t addr, std::uint64_t mapped_before) PLIMSOLL_REQUIRES(lock) {
@@ -197,6 +207,7 @@ struct Allocator::Impl : engine::FrontUpstream {
   }
 
   std::uint64_t allocate_unrecorded(std::size_t bytes, Tag tag, bool report_failure = true) PLIMSOLL_REQUIRES(lock) {
+    if (!tag_ready(tag)) [[unlikely]] return 0;
     std::uint64_t addr = plan != nullptr ? plan->allocate(bytes, tag) : heap->allocate(bytes, tag);
     if (addr == 0) {
       if (report_failure && heap->last_failure() != engine::HeapFailure::paused) ++ooms;
@@ -206,8 +217,20 @@ struct Allocator::Impl : engine::FrontUpstream {
     return addr;
   }
 
+  // A tag's counter is made before the heap changes anything (try_allocate is noexcept: a bad_alloc after the heap
+  // placed the block would terminate, or lose the block): out of host memory for it, the allocation declines.
+  bool tag_ready(Tag tag) noexcept PLIMSOLL_REQUIRES(lock) {
+    if (tag < tags.size()) [[likely]] return true;
+    try {
+      tags.resize(static_cast<std::size_t>(tag) + 1);
+    } catch (const std::bad_alloc&) {
+      return false;
+    }
+    return true;
+  }
+
+  // For a tag tag_ready() said yes to: allocates nothing.
   void count_tag(Tag tag, std::uint64_t size) PLIMSOLL_REQUIRES(lock) {
-    if (tag >= tags.size()) tags.resize(static_cast<std::size_t>(tag) + 1);
     TagCounter& counter = tags[tag];
     counter.in_use += size;
     counter.peak = std::max(counter.peak, counter.in_use);
@@ -222,7 +245,7 @@ struct Allocator::Impl : engine::FrontUpstream {
     streams->poll();
     const std::uint64_t size = engine::Heap::round(bytes);
     std::uint64_t addr = 0;
-    if (stream != nullptr && bytes <= heap->span_bytes() && !heap->paused())
+    if (stream != nullptr && bytes <= heap->span_bytes() && !heap->paused() && tag_ready(tag))
       addr = streams->reuse(size, size <= heap->options().small_max, *stream);
     if (addr != 0) {
       heap->relabel(addr, bytes, tag);
@@ -234,7 +257,7 @@ struct Allocator::Impl : engine::FrontUpstream {
       record_mapping_change(mapped_before);
       if (addr != 0) {
         observer->allocated(addr, bytes, tag, site);
-        if (site != 0) live_sites[addr] = site;
+        if (site != 0) remember_site(addr, site);
       } else if (report_failure) {
         observer->out_of_memory(bytes, tag, site);
       }
@@ -414,10 +437,17 @@ Allocator::Allocator(DeviceDescription description, std::unique_ptr<backings::Ba
     impl_->streams = std::make_unique<engine::StreamOrder>(*impl_->heap, *events);
   impl_->backing_can_wait = impl_->backing->can_wait_for_memory();
   apply_thread_cache_policy(*this, impl_->description.policy);
-  engine::listen_for_steps(this);
+  engine::register_device_lock(impl_->lock);  // taken around fork() from here on (engine/fork_handlers.hpp)
+  try {
+    engine::listen_for_steps(this);
+  } catch (...) {  // out of host memory: no destructor will run to take the lock out again
+    engine::unregister_device_lock(impl_->lock);
+    throw;
+  }
 }
 
 Allocator::~Allocator() {
+  engine::unregister_device_lock(impl_->lock);  // first: a fork from now on leaves this device's lock alone
   engine::stop_listening_for_steps(this);
   impl_->front.store(nullptr, std::memory_order_release);
   impl_->front_owner.reset();  // cached blocks back to the heap while it is still there

@@ -91,14 +91,19 @@ std::uint64_t PlanFollower::fall_back(std::uint64_t bytes, std::uint16_t tag, st
   return addr;
 }
 
-void PlanFollower::observe(std::uint64_t addr, std::uint64_t size) {
+// Runs inside the device's noexcept try_allocate, after the heap placed the block: out of host memory for the
+// observation, the step goes unobserved instead.
+void PlanFollower::observe(std::uint64_t addr, std::uint64_t size) noexcept {
   if (!observing_) return;
   if (observation_.requests.size() >= kMaxStepRequests) {  // not a training step: stop watching until the next
-    observation_.clear();
-    observing_ = false;
+    stop_observing();
     return;
   }
-  observation_.allocated(addr, size);
+  try {
+    observation_.allocated(addr, size);
+  } catch (const std::bad_alloc&) {
+    stop_observing();
+  }
 }
 
 void PlanFollower::step_boundary() {
@@ -142,10 +147,13 @@ void PlanFollower::finish_boundary(std::unique_ptr<PackJob> job) {
   if (job->events != events_ || heap_.paused()) {
     ++stats_.stale;
     // A job whose other threads allocate at every boundary would otherwise pay a whole pack per step for plans it
-    // never follows: after stale packs, try again after 1, 3, 7, ... boundaries, as after unfit ones.
-    next_try_ = stats_.steps + (std::uint64_t{1} << std::min<std::uint64_t>(stats_.stale, 10)) - 1;
+    // never follows: after stale packs, try again after 1, 3, 7, ... boundaries along the run of stale packs in a
+    // row (not the job's whole history, as after unfit ones).
+    ++stale_run_;
+    next_try_ = stats_.steps + (std::uint64_t{1} << std::min<std::uint64_t>(stale_run_, 10)) - 1;
     return;
   }
+  stale_run_ = 0;
   if (job->plan.entries.empty()) return;  // does not fit the address space: keep what there was
   install(std::move(job->plan), job->cost);
 }
@@ -223,13 +231,14 @@ void PlanFollower::install(StepPlan plan, const PlanCost& cost) {
   // where already mapped made ResNet-50 converge at 1.01 x but ran VGG-16 out of memory at 1.005 x and ResNet-50 at
   // 1.009 x, where best fit alone does not: docs/engine.md, "Against the target"). The next steps run best fit, are
   // observed, and are packed again: for a step that does not grow, at every boundary while the packs get cheaper
-  // and less often once they do not (UnfitBackoff); for one that grows, after 1, 3, 7, ... boundaries.
+  // and less often once they do not (UnfitBackoff); for one that grows, after 1, 3, 7, ... boundaries along the
+  // recent run of unfit plans (UnfitBackoff::after_unfit_growing).
   if (!heap_.map_ranges(covered_ranges(plan))) {
     ++stats_.unfit;
     plan_ = StepPlan{};
     const bool grows = std::any_of(plan.entries.begin(), plan.entries.end(),
                                    [](const StepPlan::Entry& entry) { return entry.addr == 0; });
-    next_try_ = stats_.steps + (grows ? (std::uint64_t{1} << std::min<std::uint64_t>(stats_.unfit, 10)) - 1
+    next_try_ = stats_.steps + (grows ? unfit_backoff_.after_unfit_growing(cost.granules)
                                       : unfit_backoff_.after_unfit(cost.granules));
     return;
   }

@@ -35,6 +35,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <vector>
 
 #include "engine/heap.hpp"
@@ -79,9 +80,16 @@ class PlanFollower {
   /// last_failure() says why).
   std::uint64_t allocate(std::uint64_t bytes, std::uint16_t tag);
   /// After the heap freed addr.
-  void freed(std::uint64_t addr, std::uint64_t size) {
+  /// Never throws: out of host memory for the observation, the step goes unobserved (a plan is an optimisation, and
+  /// the device's free must finish its books).
+  void freed(std::uint64_t addr, std::uint64_t size) noexcept {
     ++events_;
-    if (observing_) observation_.freed(addr, size);
+    if (!observing_) return;
+    try {
+      observation_.freed(addr, size);
+    } catch (const std::bad_alloc&) {
+      stop_observing();
+    }
   }
   /// A training step ended and the next begins: begin_boundary, the pack and finish_boundary in one (under the
   /// caller's lock throughout).
@@ -101,7 +109,12 @@ class PlanFollower {
  private:
   std::uint64_t fall_back(std::uint64_t bytes, std::uint16_t tag, std::uint64_t StepPlanStats::*reason);
   std::uint64_t place_above_plan(std::uint64_t bytes, std::uint16_t tag);
-  void observe(std::uint64_t addr, std::uint64_t size);
+  void observe(std::uint64_t addr, std::uint64_t size) noexcept;
+  /// Until the next boundary: a step too long to be one, or one whose observation ran out of host memory.
+  void stop_observing() noexcept {
+    observation_.clear();
+    observing_ = false;
+  }
   std::unique_ptr<PackJob> prepare_pack();
   void install(StepPlan plan, const PlanCost& cost);
 
@@ -114,7 +127,8 @@ class PlanFollower {
   std::uint64_t step_fallbacks_ = 0;  // in the step under way
   bool previous_step_fell_back_ = false;
   std::uint64_t next_try_ = 0;  // the boundary (stats_.steps) from which packing is tried again after unfit plans
-  UnfitBackoff unfit_backoff_;  // when to pack again after unfit plans of a step that does not grow
+  UnfitBackoff unfit_backoff_;  // when to pack again after unfit plans (growing steps or not)
+  std::uint64_t stale_run_ = 0;  // stale packs in a row: how long to wait before packing again after one
   StepPlanStats stats_;
   std::uint64_t events_ = 0;  // allocations and frees seen: a pack made at one count is stale at another
   bool packing_ = false;      // a job is out (between begin_boundary and finish_boundary)

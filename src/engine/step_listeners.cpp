@@ -31,6 +31,12 @@ void stop_listening_for_steps(Allocator* device) {
   all.devices.erase(std::remove(all.devices.begin(), all.devices.end(), device), all.devices.end());
 }
 
+void make_step_listeners_for_fork() { (void)listeners(); }
+
+void lock_step_listeners_for_fork() { listeners().mutex.lock(); }
+
+void unlock_step_listeners_after_fork() { listeners().mutex.unlock(); }
+
 void announce_step() {
   Listeners& all = listeners();
   std::lock_guard guard(all.mutex);

@@ -14,4 +14,11 @@ void stop_listening_for_steps(Allocator* device);
 /// Calls Allocator::step() on every listening device.
 void announce_step();
 
+/// fork() (engine/fork_handlers.hpp): the registry's mutex, held across the fork so that no announcement is half way
+/// in the child (where the thread making it does not exist) and no device joins or leaves meanwhile.
+void lock_step_listeners_for_fork();
+/// Makes the registry now (it is made at first use), so the fork handlers allocate nothing.
+void make_step_listeners_for_fork();
+void unlock_step_listeners_after_fork();
+
 }  // namespace plimsoll::engine

@@ -1,7 +1,5 @@
 #include "engine/thread_cache.hpp"
 
-#include <pthread.h>
-
 #include <algorithm>
 #include <bit>
 #include <mutex>
@@ -9,6 +7,7 @@
 #include <thread>
 #include <utility>
 
+#include "engine/fork_handlers.hpp"
 #include "util/asymmetric_fence.hpp"
 
 namespace plimsoll::engine {
@@ -64,9 +63,11 @@ class TagCounts {
   ~TagCounts() {
     for (std::atomic<Chunk*>& chunk : chunks_) delete chunk.load(std::memory_order_relaxed);
   }
+  /// Whether `tag`'s chunk exists already.
+  bool has(std::uint16_t tag) const noexcept { return chunks_[tag >> 8].load(std::memory_order_relaxed) != nullptr; }
   /// Whether `tag` can be counted; makes its chunk when missing, false when that fails (out of host memory).
   bool ready(std::uint16_t tag) noexcept {
-    if (chunks_[tag >> 8].load(std::memory_order_relaxed) != nullptr) [[likely]] return true;
+    if (has(tag)) [[likely]] return true;
     Chunk* chunk = new (std::nothrow) Chunk{};
     if (chunk == nullptr) return false;
     chunks_[tag >> 8].store(chunk, std::memory_order_release);
@@ -173,7 +174,8 @@ class ThreadCache {
     return addr;
   }
   /// Whether the counts of `tag` can take a block without allocating; makes them so when missing (once per 256
-  /// tags), false when that fails. Called before an operation changes anything.
+  /// tags), false when that fails. Called before an operation changes anything (ThreadCaches::tags_ready).
+  bool has_tag_counts(std::uint16_t tag) const noexcept { return tags_.has(tag); }
   bool tags_ready(std::uint16_t tag) noexcept { return tags_.ready(tag); }
   /// The same for the bin of `size` (once per size: kDepth words).
   bool bin_ready(std::uint64_t size) noexcept {
@@ -233,7 +235,6 @@ class ThreadCache {
     big_bytes_ = 0;
     return count;
   }
-  std::size_t big_count() const { return big_count_; }
   /// Moves up to `count` blocks of `size` out of the cache (the oldest: the bin's bottom) into `out`.
   void take(std::uint64_t size, std::size_t count, std::vector<std::uint64_t>& out) {
     std::vector<std::uint64_t>& bin = bins_[class_of(size)];
@@ -351,23 +352,11 @@ class ThreadCache {
 struct ThreadCaches::Depot {
   util::SpinLock lock;
   std::array<std::vector<std::uint64_t>, kClasses> bins PLIMSOLL_GUARDED_BY(lock);
-  // Big blocks of threads that did not survive a fork(): no thread takes them, a flush gives them back.
-  std::vector<std::uint64_t> big PLIMSOLL_GUARDED_BY(lock);
   std::uint64_t bytes PLIMSOLL_GUARDED_BY(lock) = 0;
   std::uint64_t blocks PLIMSOLL_GUARDED_BY(lock) = 0;
 
   /// Moves the `count` oldest blocks of size class `cls` from `cache` to this depot.
   void accept(ThreadCache& cache, std::size_t cls, std::size_t count) PLIMSOLL_REQUIRES(lock);
-  /// Moves every big block of `cache` here.
-  void accept_big(ThreadCache& cache) PLIMSOLL_REQUIRES(lock) {
-    std::array<std::uint64_t, kBigSlots> taken;
-    const std::uint64_t before = cache.cached_bytes();
-    big.reserve(big.size() + cache.big_count());  // the one allocation, before anything moves
-    const std::size_t count = cache.take_big(taken.data());
-    big.insert(big.end(), taken.begin(), taken.begin() + static_cast<std::ptrdiff_t>(count));
-    bytes += before - cache.cached_bytes();
-    blocks += count;
-  }
 
   std::vector<std::uint64_t> take_all() PLIMSOLL_REQUIRES(lock) {
     std::vector<std::uint64_t> all;
@@ -376,8 +365,6 @@ struct ThreadCaches::Depot {
       all.insert(all.end(), bin.begin(), bin.end());
       bin.clear();
     }
-    all.insert(all.end(), big.begin(), big.end());
-    big.clear();
     bytes = 0;
     blocks = 0;
     return all;
@@ -451,7 +438,6 @@ ThreadCaches::~ThreadCaches() {
   for (std::vector<std::uint64_t>& bin : depot_->bins) {  // bin by bin: a destructor allocates nothing
     if (!bin.empty()) upstream_.give_back(bin);
   }
-  if (!depot_->big.empty()) upstream_.give_back(depot_->big);
 }
 
 // fork(). Only the forking thread lives on in the child: a cache whose owner was inside an operation would keep
@@ -472,52 +458,46 @@ void ThreadCaches::parent_after_fork() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
   live_fronts().lock.unlock();
 }
 
+void ThreadCaches::make_fork_list() { (void)live_fronts(); }
+
 void ThreadCaches::child_after_fork() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
   for (ThreadCaches* front : live_fronts().fronts) front->restart_after_fork(true);
   live_fronts().lock.unlock();
 }
 
+// Allocation-free: the handlers run inside fork(), where a std::bad_alloc could not be reported (it would leave a C
+// callback) and another allocator in the process may hold its own locks. The two lists below have room for every
+// cache: a thread joins under the list of fronts' lock (join), which the preparation holds until the handlers after
+// the fork ran, and reserves room for itself first; a cache leaves caches_ only when its thread exits, under its
+// lock, and then no longer has this front as owner.
 void ThreadCaches::stop_every_owner_for_fork() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
-  for (;;) {
-    std::vector<std::shared_ptr<ThreadCache>> seen;
-    {
-      util::SpinGuard guard(registry_lock_);
-      seen = caches_;
-    }
-    for (const std::shared_ptr<ThreadCache>& cache : seen) {
-      if (std::find(held_for_fork_.begin(), held_for_fork_.end(), cache) != held_for_fork_.end()) continue;
-      cache->lock.lock();
-      cache->stop_owner(asymmetric_);
-      held_for_fork_.push_back(cache);
-    }
-    depot_->lock.lock();
-    registry_lock_.lock();
-    // A thread may have joined while the owners were being stopped: stop it too, or it could be mid-operation.
-    const bool every_cache_held = std::all_of(caches_.begin(), caches_.end(), [&](const auto& cache) {
-      return std::find(held_for_fork_.begin(), held_for_fork_.end(), cache) != held_for_fork_.end();
-    });
-    if (every_cache_held) return;
-    registry_lock_.unlock();
-    depot_->lock.unlock();
+  {
+    util::SpinGuard guard(registry_lock_);
+    fork_seen_.assign(caches_.begin(), caches_.end());  // within the capacity join reserved
   }
+  for (const std::shared_ptr<ThreadCache>& cache : fork_seen_) {
+    cache->lock.lock();
+    if (cache->owner() != this) {  // its thread exited since the copy: no longer in caches_, nothing to stop
+      cache->lock.unlock();
+      continue;
+    }
+    cache->stop_owner(asymmetric_);
+    held_for_fork_.push_back(cache);  // within capacity: held caches are in caches_ while held
+  }
+  fork_seen_.clear();
+  depot_->lock.lock();
+  registry_lock_.lock();
 }
 
-void ThreadCaches::restart_after_fork(bool child) PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
+void ThreadCaches::restart_after_fork(bool /*child*/) PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
+  // In the child, the caches of threads that do not exist there stay registered, as they were: their counts count
+  // as before (totals() stays exact) and a flush (trim, out of memory, pause) gives their blocks back. Moving them to
+  // the depot here would grow its bins inside fork().
   for (const std::shared_ptr<ThreadCache>& cache : held_for_fork_) {
-    const bool forking_threads = !t_exiting && std::any_of(t_slots.slots.begin(), t_slots.slots.end(),
-                                             [&](const ThreadSlots::Slot& slot) { return slot.cache == cache; });
-    if (child && !forking_threads && cache->owner() == this) {
-      // Its thread does not exist here: its blocks go where any thread takes them, its counts stay counted.
-      for (std::size_t cls = 0; cls < kClasses; ++cls) depot_->accept(*cache, cls, cache->held(cls));
-      depot_->accept_big(*cache);
-      cache->sum_into(*retired_);
-      std::erase(caches_, cache);
-      cache->disown();
-    }
     cache->release_owner();
     cache->lock.unlock();
   }
-  held_for_fork_.clear();
+  held_for_fork_.clear();  // keeps the capacity
   registry_lock_.unlock();
   depot_->lock.unlock();
 }
@@ -547,17 +527,23 @@ ThreadCache& ThreadCaches::join() {
   });
   t_slots.slots.reserve(t_slots.slots.size() + 1);
   auto cache = std::make_shared<ThreadCache>(this);
-  // The fork handlers learn of a front at its first cache (a front without caches has nothing to stop), here and
-  // not in the constructor: a device makes its front under its lock, which an owner stopped by a fork's
-  // preparation may be waiting for, while the preparation holds the list of fronts.
-  if (!for_fork_.load(std::memory_order_acquire)) [[unlikely]] {
-    static std::once_flag handlers;
-    std::call_once(handlers, [] { pthread_atfork(&prepare_fork, &parent_after_fork, &child_after_fork); });
-    const std::lock_guard guard(live_fronts().lock);
-    if (!for_fork_.load(std::memory_order_relaxed)) live_fronts().fronts.push_back(this);
-    for_fork_.store(true, std::memory_order_release);
-  }
+  install_fork_handlers();
   {
+    // Under the list of fronts' lock, so no fork runs between the room made for this cache in the fork handlers'
+    // lists and its registration (stop_every_owner_for_fork allocates nothing). The fork handlers learn of a front
+    // at its first cache (a front without caches has nothing to stop), here and not in the constructor: a device
+    // makes its front under its lock, which an owner stopped by a fork's preparation may be waiting for, while the
+    // preparation holds the list of fronts.
+    const std::lock_guard fork_guard(live_fronts().lock);
+    if (!for_fork_) live_fronts().fronts.push_back(this);
+    for_fork_ = true;
+    std::size_t caches = 0;
+    {
+      util::SpinGuard guard(registry_lock_);
+      caches = caches_.size() + 1;
+    }
+    fork_seen_.reserve(caches);
+    held_for_fork_.reserve(caches);
     util::SpinGuard guard(registry_lock_);
     caches_.push_back(cache);
     if (caches_.size() > 1) big_blocks_on_.store(true, std::memory_order_relaxed);
@@ -574,10 +560,38 @@ void ThreadCaches::forget(ThreadCache* cache) {
   std::erase_if(caches_, [&](const std::shared_ptr<ThreadCache>& c) { return c.get() == cache; });
 }
 
+bool ThreadCaches::tags_ready(ThreadCache& cache, std::uint16_t tag) noexcept {
+  if (cache.has_tag_counts(tag)) [[likely]] return true;
+  // A cache's first tag of a chunk of 256: the retired counts get room for the whole chunk first, so that a thread's
+  // exit (forget) and a free during it (count_free_elsewhere) fold counts in without growing a vector. Every tag a
+  // cache counts lies in a chunk made here, so the retired counts always cover it.
+  const std::size_t chunk_end = (static_cast<std::size_t>(tag >> 8) + 1) * 256;
+  std::vector<FrontTagCount> grown;
+  for (;;) {
+    std::size_t have = 0;
+    {
+      util::SpinGuard guard(registry_lock_);
+      have = retired_->tags.size();
+      if (have >= chunk_end) break;
+      if (grown.size() == chunk_end) {  // made outside the spin lock, moved in under it (no allocation here)
+        std::copy(retired_->tags.begin(), retired_->tags.end(), grown.begin());
+        retired_->tags.swap(grown);
+        break;
+      }
+    }
+    try {
+      grown.assign(chunk_end, FrontTagCount{});
+    } catch (const std::bad_alloc&) {
+      return false;
+    }
+  }
+  return cache.tags_ready(tag);
+}
+
 void ThreadCaches::count_free_elsewhere(std::uint64_t word) {
   const std::uint64_t size = rounded(HandedTable::requested(word));
   util::SpinGuard guard(registry_lock_);
-  retired_->count_tag(HandedTable::tag(word), 0 - size, 0 - std::uint64_t{1});  // first: it may grow (and throw)
+  retired_->count_tag(HandedTable::tag(word), 0 - size, 0 - std::uint64_t{1});  // covered: tags_ready made room
   retired_->handed_bytes -= size;
   retired_->handed_requested -= HandedTable::requested(word);
   ++retired_->frees;
@@ -654,7 +668,7 @@ std::uint64_t ThreadCaches::allocate(std::uint64_t bytes, std::uint16_t tag) {
   // since; what this cache holds now may be on memory the device gave back.
   // The tag's counts (and in allocate_slow the bin) made before anything changes, so nothing below allocates: this
   // runs inside try_allocate, which is noexcept. Out of host memory for them, the device's own path serves it.
-  if (!serving() || !cache.tags_ready(tag)) [[unlikely]] return 0;
+  if (!serving() || !tags_ready(cache, tag)) [[unlikely]] return 0;
   const std::uint64_t addr = size <= kMaxBinned ? cache.pop(size) : 0;
   if (addr == 0 || !handed_.set(addr, HandedTable::word(bytes, tag))) [[unlikely]]
     return allocate_missed(cache, addr, size, bytes, tag);
@@ -743,7 +757,7 @@ bool ThreadCaches::deallocate(std::uint64_t addr, bool keep) {
   const ThreadCache::Operation operation(cache, asymmetric_);
   // Whatever may allocate (and throw) runs before the word is cleared, so a bad_alloc leaves the block handed out
   // and counted once: the program still holds it, and may free it again.
-  if (!cache.tags_ready(HandedTable::tag(word))) [[unlikely]] throw std::bad_alloc();
+  if (!tags_ready(cache, HandedTable::tag(word))) [[unlikely]] throw std::bad_alloc();
   // Inside the operation: a fork() (or a flush) that waited for it finds the block either handed out or cached.
   handed_.clear(addr, word);
   cache.count_free(size, HandedTable::requested(word), HandedTable::tag(word));

@@ -28,7 +28,8 @@
 //    its operation; the owner, seeing the flag at its next operation, steps out and waits on the lock.
 //  - Counters are kept per cache, written by the owner alone (relaxed atomics, no read-modify-write) and summed
 //    by totals(): exact whenever no operation is under way. A thread's exit folds its cache's counts into the
-//    front's retired counts, under the registry lock totals() also holds.
+//    front's retired counts, under the registry lock totals() also holds; those have room for every chunk of tags
+//    any cache counts (made with the chunk), so the exit allocates nothing.
 //  - A front that may be turned off (`serving`: the device's pause, a recording attaching, set_thread_cache(0)) is
 //    read again by the owner inside its operation, after the barrier's hot side: a thread that saw it on before it
 //    went off neither hands out a block nor keeps a freed one once the flush that follows has passed its cache
@@ -39,8 +40,8 @@
 //    the heap. A refill (depot batch or heap run) is cut to the bytes left in the cache's budget.
 //  - fork(): a pthread_atfork handler stops every cache's owner and takes every front's locks before the fork, so
 //    the child's copy holds no operation half done and no lock of a thread that does not exist there; in the
-//    child, the caches of the threads that did not survive go to the depot (their counts to the retired ones),
-//    and the forking thread keeps its own cache (docs/engine.md, "Threads", fork()).
+//    child, the caches of the threads that did not survive stay registered as they were (counted; a flush gives
+//    their blocks back). The handlers allocate nothing (docs/engine.md, "Threads", fork()).
 //  - A thread's exit empties its own cache; flush() every thread's and the depot; the front's destruction all of
 //    them. Lock order: a cache's operation or lock, then the depot, then the device (upstream); the registry lock
 //    is never held while taking another.
@@ -123,6 +124,14 @@ class ThreadCaches {
   /// Which barrier orders a cache's owner against a thread emptying it (util::AsymmetricFence::kind()).
   static const char* barrier_kind();
 
+  /// fork(): every live front, in the order they were made (thread_cache.cpp, "fork()"). Called by the engine's one
+  /// pthread_atfork handler set (engine/fork_handlers.hpp), which orders them against the device locks.
+  static void prepare_fork();
+  /// Makes the list of fronts now (it is made at first use), so the handlers allocate nothing.
+  static void make_fork_list();
+  static void parent_after_fork();
+  static void child_after_fork();
+
   std::uint64_t bytes_per_thread() const { return bytes_per_thread_.load(std::memory_order_relaxed); }
   /// Whether big blocks (over kMaxBinned) are served: from the second thread to join on, never again off.
   bool big_blocks_on() const { return big_blocks_on_.load(std::memory_order_relaxed); }
@@ -148,13 +157,12 @@ class ThreadCaches {
   /// A freed big block into the cache, the oldest big ones back to the heap when there is no room.
   void keep_big(ThreadCache& cache, std::uint64_t addr, std::uint64_t size);
   void forget(ThreadCache* cache);
+  /// The cache's counts for `tag`, and the retired counts' room for them, made when missing (before an operation
+  /// changes anything); false out of host memory.
+  bool tags_ready(ThreadCache& cache, std::uint16_t tag) noexcept;
   std::size_t steal_all(ThreadCache& cache);
   void count_free_elsewhere(std::uint64_t word);
 
-  // fork(): every live front, in the order they were made (thread_cache.cpp, "fork()").
-  static void prepare_fork();
-  static void parent_after_fork();
-  static void child_after_fork();
   void stop_every_owner_for_fork();
   void restart_after_fork(bool child);
 
@@ -171,9 +179,12 @@ class ThreadCaches {
   mutable util::SpinLock registry_lock_;
   std::vector<std::shared_ptr<ThreadCache>> caches_ PLIMSOLL_GUARDED_BY(registry_lock_);
   std::unique_ptr<Counts> retired_ PLIMSOLL_GUARDED_BY(registry_lock_);  // exited threads' counts
-  std::atomic<bool> for_fork_{false};  // in the fork handlers' list (from the first cache on)
   std::atomic<bool> big_blocks_on_{false};  // a second thread joined: big blocks go through the caches from now on
-  // Between prepare_fork and the handlers after it: the caches whose locks the forking thread holds.
+  // The fork handlers' state, under the list of fronts' lock (thread_cache.cpp, "fork()"): whether this front is in
+  // that list (from its first cache on); the caches' copy the preparation walks, and the caches whose locks the
+  // forking thread holds between prepare_fork and the handlers after it, each with room for every cache (join).
+  bool for_fork_ = false;
+  std::vector<std::shared_ptr<ThreadCache>> fork_seen_;
   std::vector<std::shared_ptr<ThreadCache>> held_for_fork_;
 };
 

@@ -12,6 +12,10 @@
 // 1498, 1494, 1494, 1499, 1492, 1499 granules and then fit, and backing off at the first pack no cheaper than the
 // one before (1494 after 1494) kept it from converging. Since the best can only fall a finite number of times
 // (granules are whole), the packs a non-converging job pays at every boundary are bounded.
+// A step that grows (keeps blocks without freeing older copies) changes at every boundary, so its unfit plans are
+// packed again after 1, 3, 7, ... boundaries (1023 at most) along the recent run of unfit plans: the run since a
+// plan last fit (reset) or a pack last beat the best so far, never the job's whole history (a job with many unfit
+// plans long ago must not wait 1023 boundaries after its first unfit plan today).
 #include <algorithm>
 #include <cstdint>
 
@@ -33,12 +37,23 @@ class UnfitBackoff {
     if (++misses_ < kPatience) return 1;
     return std::uint64_t{1} << std::min<std::uint64_t>(misses_ - kPatience + 1, 10);  // 2, 4, ... kMaxWait
   }
+  /// The same for a step that grows: 1, 3, 7, ... kMaxWait - 1 along the run of unfit plans since the last reset
+  /// or the last new best.
+  std::uint64_t after_unfit_growing(std::uint64_t granules) {
+    if (granules < best_) {
+      best_ = granules;
+      misses_ = 0;
+    } else {
+      ++misses_;
+    }
+    return (std::uint64_t{1} << std::min<std::uint64_t>(misses_ + 1, 10)) - 1;
+  }
   /// A plan fit: the next unfit one starts afresh (the step or the limit changed since).
   void reset() { *this = UnfitBackoff{}; }
 
  private:
   std::uint64_t best_ = UINT64_MAX;  // the fewest granules an unfit plan since the last reset needed
-  std::uint64_t misses_ = 0;         // packs in a row since best_ was last beaten
+  std::uint64_t misses_ = 0;         // unfit packs in a row since best_ was last beaten
 };
 
 }  // namespace plimsoll::engine

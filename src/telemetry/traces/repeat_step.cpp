@@ -1,5 +1,7 @@
 #include "telemetry/traces/repeat_step.hpp"
 
+#include "telemetry/traces/trace_totals.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <deque>
@@ -173,23 +175,7 @@ Trace repeat_last_step(Trace trace, std::size_t times) {
   trace.events = std::move(events);
 
   trace.slots = static_cast<std::uint32_t>(slots);
-  trace.allocations = 0;
-  trace.frees = 0;
-  trace.peak_live_bytes = 0;
-  std::vector<std::uint64_t> live_bytes(trace.slots, 0);
-  std::uint64_t live = 0;
-  for (const TraceEvent& event : trace.events) {
-    if (event.kind == TraceEvent::Kind::allocate) {
-      ++trace.allocations;
-      live_bytes[event.slot] = event.bytes;
-      live += event.bytes;
-      trace.peak_live_bytes = std::max(trace.peak_live_bytes, live);
-    } else if (event.kind == TraceEvent::Kind::free) {
-      ++trace.frees;
-      live -= live_bytes[event.slot];
-      live_bytes[event.slot] = 0;
-    }
-  }
+  recount_totals(trace);
   return trace;
 }
 

@@ -31,6 +31,7 @@
 #include "plimsoll/trace.hpp"
 #include "telemetry/traces/id_map.hpp"
 #include "telemetry/traces/trace_readers.hpp"
+#include "telemetry/traces/trace_totals.hpp"
 
 namespace plimsoll::telemetry {
 namespace {
@@ -305,7 +306,7 @@ class RmmCsvParser {
                        pointer, slots_[earlier].allocated_line));
     }
     if (slots_.size() >= kMaxSlots) fail("more than 4294967294 allocations; split the log into several files");
-    if (event.bytes > std::numeric_limits<std::uint64_t>::max() - live_bytes_) {
+    if (!totals_.fits(event.bytes)) {
       fail(fmt::format("the live bytes pass 2^64 with this allocation of {} bytes; the size is wrong",
                        event.bytes));
     }
@@ -320,9 +321,7 @@ class RmmCsvParser {
       slot_of_pointer_.reassign(pointer, slot);  // an address that came back after its free
     }
     slots_.push_back(SlotState{pointer, event.bytes, line_, 0});
-    live_bytes_ += event.bytes;
-    trace_.peak_live_bytes = std::max(trace_.peak_live_bytes, live_bytes_);
-    ++trace_.allocations;
+    totals_.allocated(trace_, event.bytes);
     event.kind = TraceEvent::Kind::allocate;
     event.slot = slot;
     trace_.events.push_back(event);
@@ -337,8 +336,7 @@ class RmmCsvParser {
                        pointer, event.bytes, state.bytes, state.allocated_line));
     }
     state.freed_line = line_;
-    live_bytes_ -= state.bytes;
-    ++trace_.frees;
+    totals_.freed(trace_, state.bytes);
     event.kind = TraceEvent::Kind::free;
     event.slot = slot;
     event.bytes = 0;  // as in the other readers: a free's size is its allocation's
@@ -376,7 +374,7 @@ class RmmCsvParser {
   std::vector<SlotState> slots_;
   SparseIdMap slot_of_pointer_;  // the last slot at each address, live or freed
   std::vector<std::uint32_t> live_null_slots_;
-  std::uint64_t live_bytes_ = 0;
+  TraceTotals totals_;
   std::unordered_map<std::uint64_t, std::uint32_t> thread_numbers_;
   std::uint64_t last_thread_id_ = 0;
   std::uint32_t last_thread_number_ = 0;

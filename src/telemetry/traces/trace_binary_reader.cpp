@@ -16,6 +16,7 @@
 #include "telemetry/traces/id_map.hpp"
 #include "telemetry/traces/step_markers.hpp"
 #include "telemetry/traces/trace_binary.hpp"
+#include "telemetry/traces/trace_totals.hpp"
 
 namespace plimsoll::telemetry::binary {
 namespace {
@@ -170,9 +171,7 @@ class BinaryParser {
       ids.reassign(record.id, slot);  // an address that came back after its free
     }
     slots_.push_back(SlotState{record.bytes, true});
-    live_bytes_ += record.bytes;
-    trace_.peak_live_bytes = std::max(trace_.peak_live_bytes, live_bytes_);
-    ++trace_.allocations;
+    totals_.allocated(trace_, record.bytes);
     event.kind = TraceEvent::Kind::allocate;
     event.slot = slot;
   }
@@ -184,8 +183,7 @@ class BinaryParser {
                        record.id));
     }
     slots_[slot].live = false;
-    live_bytes_ -= slots_[slot].bytes;
-    ++trace_.frees;
+    totals_.freed(trace_, slots_[slot].bytes);
     event.kind = TraceEvent::Kind::free;
     event.slot = slot;
     event.bytes = 0;
@@ -248,7 +246,7 @@ class BinaryParser {
   bool ended_ = false;
   std::vector<SparseIdMap> ids_;  // per device: addresses of different devices may coincide
   std::vector<SlotState> slots_;
-  std::uint64_t live_bytes_ = 0;
+  TraceTotals totals_;
   std::unordered_map<std::uint32_t, std::string> tables_[4];  // tag, site, marker, device
   StepMarkers steps_;
 };

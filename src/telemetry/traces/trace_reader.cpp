@@ -22,6 +22,7 @@
 #include "plimsoll/trace.hpp"
 #include "telemetry/traces/id_map.hpp"
 #include "telemetry/traces/step_markers.hpp"
+#include "telemetry/traces/trace_totals.hpp"
 
 namespace plimsoll {
 namespace {
@@ -211,16 +212,14 @@ class Parser {
                        slots_[earlier].allocated_line));
     }
     if (slots_.size() >= kMaxSlots) fail("more than 4294967294 allocations; split the trace into several files");
-    if (bytes > std::numeric_limits<std::uint64_t>::max() - live_bytes_) {
+    if (!totals_.fits(bytes)) {
       fail(fmt::format("the live bytes pass 2^64 with this allocation of {} bytes; the byte count is wrong", bytes));
     }
 
     const auto slot = static_cast<std::uint32_t>(slots_.size());
     ids_.insert(id, slot);
     slots_.push_back(SlotState{bytes, line_, 0});
-    live_bytes_ += bytes;
-    trace_.peak_live_bytes = std::max(trace_.peak_live_bytes, live_bytes_);
-    ++trace_.allocations;
+    totals_.allocated(trace_, bytes);
     trace_.events.push_back(TraceEvent{.kind = TraceEvent::Kind::allocate, .slot = slot, .bytes = bytes, .line = line_});
   }
 
@@ -239,8 +238,7 @@ class Parser {
       fail(fmt::format("id {} was already freed at line {}; free each allocation once", id, state.freed_line));
     }
     state.freed_line = line_;
-    live_bytes_ -= state.bytes;
-    ++trace_.frees;
+    totals_.freed(trace_, state.bytes);
     trace_.events.push_back(TraceEvent{.kind = TraceEvent::Kind::free, .slot = slot, .line = line_});
   }
 
@@ -262,7 +260,7 @@ class Parser {
   IdIndex ids_;
   Trace trace_;
   std::vector<SlotState> slots_;
-  std::uint64_t live_bytes_ = 0;
+  telemetry::TraceTotals totals_;
   std::uint32_t line_ = 0;
   telemetry::StepMarkers steps_;
 };

@@ -1,0 +1,91 @@
+#include "engine/fork_handlers.hpp"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <vector>
+
+#include "engine/step_listeners.hpp"
+#include "engine/thread_cache.hpp"
+
+namespace plimsoll::engine {
+
+namespace {
+
+// The live devices' locks, in the order the devices were made. Never destroyed: a fork during static destruction
+// still finds it. The vector only grows at a registration (never inside the handlers, which allocate nothing).
+struct DeviceLocks {
+  std::mutex mutex;
+  std::vector<util::SpinLock*> locks;
+};
+DeviceLocks& device_locks() {
+  static auto* const registry = new DeviceLocks;
+  return *registry;
+}
+
+std::atomic<bool> preparing{false};
+
+void lock_devices() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
+  DeviceLocks& registry = device_locks();
+  registry.mutex.lock();
+  for (util::SpinLock* lock : registry.locks) lock->lock();
+}
+
+void unlock_devices() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
+  DeviceLocks& registry = device_locks();
+  for (auto lock = registry.locks.rbegin(); lock != registry.locks.rend(); ++lock) (*lock)->unlock();
+  registry.mutex.unlock();
+}
+
+void prepare() {
+  preparing.store(true, std::memory_order_release);
+  ThreadCaches::prepare_fork();
+  lock_step_listeners_for_fork();
+  lock_devices();
+}
+
+void parent() {
+  unlock_devices();
+  unlock_step_listeners_after_fork();
+  ThreadCaches::parent_after_fork();
+  preparing.store(false, std::memory_order_release);
+}
+
+void child() {
+  unlock_devices();
+  unlock_step_listeners_after_fork();
+  ThreadCaches::child_after_fork();
+  preparing.store(false, std::memory_order_release);
+}
+
+}  // namespace
+
+void install_fork_handlers() {
+  static std::once_flag installed;
+  std::call_once(installed, [] {
+    // Every registry the handlers walk is made here: made at its first use inside fork(), it would allocate there.
+    ThreadCaches::make_fork_list();
+    make_step_listeners_for_fork();
+    (void)device_locks();
+    pthread_atfork(&prepare, &parent, &child);
+  });
+}
+
+void register_device_lock(util::SpinLock& lock) {
+  install_fork_handlers();
+  DeviceLocks& registry = device_locks();
+  const std::lock_guard guard(registry.mutex);
+  registry.locks.push_back(&lock);
+}
+
+void unregister_device_lock(util::SpinLock& lock) {
+  DeviceLocks& registry = device_locks();
+  const std::lock_guard guard(registry.mutex);
+  std::erase(registry.locks, &lock);
+}
+
+bool fork_preparing() noexcept { return preparing.load(std::memory_order_acquire); }
+
+}  // namespace plimsoll::engine

@@ -1,0 +1,33 @@
+#pragma once
+// fork() beside the engine's locks. Only the forking thread lives on in the child: a lock another thread held at
+// the fork is never released there, so the child's next operation on it hangs. One pthread_atfork handler set,
+// installed once, therefore takes every engine lock a device operation needs before the fork and releases it on
+// both sides after, in the engine's one lock order (docs/engine.md, "Threads", fork()):
+//   1. every per-thread cache front (ThreadCaches::prepare_fork: each cache's lock with its owner stopped, the
+//      depot, the registry); a cache's owner may wait for the device lock inside its operation, so the fronts come
+//      before any device lock;
+//   2. the step listeners' registry (engine/step_listeners.hpp), which announce_step holds while it takes device
+//      locks;
+//   3. the registry of live devices below, then each device's own lock, in the order the devices were made (no
+//      thread holds two device locks at once, so any fixed order is safe).
+// After the fork: the device locks, the registries, then the fronts (the child's front handler moves the caches of
+// threads that do not exist there). A device joins the registry at its construction and leaves it first thing in
+// its destruction; the preparation holds the registry's mutex until the handlers after the fork ran, so a device
+// destroyed meanwhile waits, and a device that left is never touched.
+#include "util/spin_lock.hpp"
+
+namespace plimsoll::engine {
+
+/// Installs the handlers (once per process; later calls do nothing). Called before any lock the handlers take can
+/// be held: at a device's construction and at a front's first cache.
+void install_fork_handlers();
+
+/// A device's lock, taken around every fork() from registration until unregistration. Not called with it held.
+void register_device_lock(util::SpinLock& lock);
+void unregister_device_lock(util::SpinLock& lock);
+
+/// True from the start of a fork()'s preparation until its handlers after the fork have run. A seam for tests: a
+/// thread that holds a device lock, parked inside a backing call, polls it to let the preparation take the lock.
+bool fork_preparing() noexcept;
+
+}  // namespace plimsoll::engine

@@ -1,0 +1,108 @@
+// A device's own path (no per-thread caches) when host memory runs out under its lock: try_allocate is noexcept, so
+// a std::bad_alloc from the device's books (a new tag's counter, a step's observation) after the heap placed the
+// block would be std::terminate. Failures are injected by replacing operator new in this test program
+// (failing_operator_new.hpp); the tests skip under a sanitizer, whose runtime owns operator new.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "backings/sim_backing.hpp"
+#include "plimsoll/allocator.hpp"
+
+#include "failing_operator_new.hpp"
+
+namespace plimsoll {
+namespace {
+
+constexpr std::uint64_t MiB = 1ull << 20;
+
+class ScopedFailures {
+ public:
+  ScopedFailures() { t_fail_new = true; }
+  ~ScopedFailures() { t_fail_new = false; }
+  ScopedFailures(const ScopedFailures&) = delete;
+  ScopedFailures& operator=(const ScopedFailures&) = delete;
+};
+
+DeviceDescription sim_device() {
+  DeviceDescription d;
+  d.name = "sim:4GiB";
+  d.hardware = "simulated device";
+  d.limit_bytes = 1ull << 30;
+  d.total_bytes = 4ull << 30;
+  return d;
+}
+
+const TagStats* find_tag(const Stats& stats, const std::string& name) {
+  const auto found = std::find_if(stats.tags.begin(), stats.tags.end(), [&](const TagStats& t) { return t.tag == name; });
+  return found == stats.tags.end() ? nullptr : &*found;
+}
+
+TEST(EngineAllocatorFaults, ANewTagOutOfHostMemoryDeclinesBeforeTheHeapChanges) {
+  SKIP_UNLESS_NEW_CAN_FAIL();
+  Allocator device(sim_device(), std::make_unique<backings::SimBacking>(4ull << 30));
+  device.set_step_plan(false);
+  void* first = device.allocate(1 * MiB);  // the untagged counter exists; the next tag's does not
+  const Tag tag = intern_tag("faults-new-tag-far-above-the-others");
+  const Stats before = device.stats();
+  void* refused = nullptr;
+  {
+    const ScopedFailures failing;
+    refused = device.try_allocate(2 * MiB, tag);  // terminated here before: the counter grew after the heap placed it
+  }
+  EXPECT_EQ(refused, nullptr) << "no counter for the tag: the allocation declines";
+  const Stats after = device.stats();
+  EXPECT_EQ(after.live_allocations, before.live_allocations) << "declined before the heap changed anything";
+  EXPECT_EQ(after.in_use_bytes, before.in_use_bytes);
+  EXPECT_EQ(after.allocations, before.allocations);
+  // With host memory again, the tag is counted as usual.
+  void* p = device.allocate(2 * MiB, tag);
+  const TagStats* counted = find_tag(device.stats(), "faults-new-tag-far-above-the-others");
+  ASSERT_NE(counted, nullptr);
+  EXPECT_EQ(counted->in_use_bytes, 2 * MiB);
+  EXPECT_EQ(counted->allocations, 1u);
+  device.deallocate(p);
+  device.deallocate(first);
+  EXPECT_EQ(device.stats().live_allocations, 0u);
+}
+
+TEST(EngineAllocatorFaults, AStepObservationOutOfHostMemoryLeavesTheStepUnobserved) {
+  SKIP_UNLESS_NEW_CAN_FAIL();
+  Allocator device(sim_device(), std::make_unique<backings::SimBacking>(4ull << 30));
+  const Tag tag = intern_tag("faults-observed");
+  device.deallocate(device.allocate(1 * MiB, tag));  // the tag's counter and the heap's books made
+  device.step();  // the first boundary: the step from here on is observed
+  void* observed = device.allocate(1 * MiB, tag);
+  void* failed_observation = nullptr;
+  {
+    const ScopedFailures failing;
+    // The heap places the block; recording it in the step's observation needs host memory. Before, the bad_alloc
+    // left try_allocate (noexcept): std::terminate.
+    failed_observation = device.try_allocate(1 * MiB, tag);
+  }
+  ASSERT_NE(failed_observation, nullptr) << "the heap placed it: the observation is what gives way";
+  EXPECT_EQ(device.stats().live_allocations, 2u);
+  {
+    const ScopedFailures failing;
+    device.deallocate(observed);  // the step is no longer observed: nothing to record, nothing thrown
+  }
+  device.deallocate(failed_observation);
+  const Stats after = device.stats();
+  EXPECT_EQ(after.live_allocations, 0u);
+  const TagStats* counted = find_tag(after, "faults-observed");
+  ASSERT_NE(counted, nullptr);
+  EXPECT_EQ(counted->in_use_bytes, 0u);
+  // Later steps are observed and planned as usual.
+  for (int step = 0; step < 4; ++step) {
+    device.step();
+    void* a = device.allocate(1 * MiB, tag);
+    void* b = device.allocate(3 * MiB, tag);
+    device.deallocate(a);
+    device.deallocate(b);
+  }
+  EXPECT_GT(device.stats().step_plan.followed, 0u) << "the steps after the unobserved one follow a plan";
+}
+
+}  // namespace
+}  // namespace plimsoll

@@ -1,0 +1,180 @@
+// fork() beside a device's own lock (src/engine/fork_handlers.hpp): only the forking thread lives on in the child,
+// so a device lock another thread held at the fork would never be released there and the child's next device call
+// would hang. A thread is parked inside a backing map, which the heap calls under the device lock, until a fork's
+// preparation begins (engine::fork_preparing(), the seam); the main thread forks; the child allocates, frees and
+// reads stats through the device (its front and its heap), then exits; the parent fails the test if the child does
+// not exit cleanly in time.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "backings/backing_adaptor.hpp"
+#include "backings/sim_backing.hpp"
+#include "engine/fork_handlers.hpp"
+#include "plimsoll/allocator.hpp"
+
+namespace plimsoll {
+namespace {
+
+constexpr std::uint64_t MiB = 1ull << 20;
+
+// A simulated backing whose next map parks the calling thread (holding the device lock) until a fork's
+// preparation begins, or the test releases it.
+class ParkingBacking final : public backings::OwningBackingAdaptor {
+ public:
+  ParkingBacking() : OwningBackingAdaptor("parking", std::make_unique<backings::SimBacking>(4ull << 30)) {}
+  std::atomic<bool> park_next{false}, parked{false}, release{false};
+
+ private:
+  bool do_map(std::uintptr_t addr, std::uint64_t bytes) override {
+    if (park_next.exchange(false)) {
+      parked = true;
+      while (!engine::fork_preparing() && !release.load()) std::this_thread::yield();
+      parked = false;
+    }
+    return upstream().map(addr, bytes);
+  }
+};
+
+DeviceDescription sim_device() {
+  DeviceDescription d;
+  d.name = "sim:4GiB";
+  d.hardware = "simulated device";
+  d.limit_bytes = 1ull << 30;
+  d.total_bytes = 4ull << 30;
+  return d;
+}
+
+// What the child checks; its exit status says which check failed (0: all passed).
+int child_checks(Allocator& device, std::uint64_t live_before) {
+  if (device.stats().live_allocations != live_before) return 2;  // the device lock: hangs on the code before
+  std::vector<void*> blocks;
+  for (std::uint64_t i = 0; i < 16; ++i) blocks.push_back(device.try_allocate(512 * (1 + i % 4), 1));  // the front
+  for (std::uint64_t i = 0; i < 4; ++i) blocks.push_back(device.try_allocate(96 * MiB, 2));  // the heap, maps
+  for (void* p : blocks) {
+    if (p == nullptr) return 3;
+  }
+  if (device.stats().live_allocations != live_before + blocks.size()) return 4;
+  for (void* p : blocks) device.deallocate(p);
+  device.trim();
+  const Stats after = device.stats();
+  if (after.live_allocations != live_before || after.in_use_bytes == 0) return 5;
+  return 0;
+}
+
+TEST(ThreadsDeviceFork, ForkWhileAnotherThreadHoldsTheDeviceLockLeavesAWorkingChild) {
+  auto owned = std::make_unique<ParkingBacking>();
+  ParkingBacking& backing = *owned;
+  Allocator device(sim_device(), std::move(owned));
+  device.set_thread_cache(1 * MiB);
+  // The forking thread has a cache of its own, and the device a live block.
+  void* kept = device.allocate(4096, 1);
+  device.deallocate(device.allocate(512, 1));
+
+  void* parked_block = nullptr;
+  std::atomic<bool> holder_done{false}, holder_may_exit{false};
+  backing.park_next = true;
+  std::thread holder([&] {
+    parked_block = device.try_allocate(64 * MiB, 3);  // a new granule: parked inside the map, under the device lock
+    holder_done = true;
+    // Alive until the parent is done with the child: a thread that finished unjoined before the fork is a leak to
+    // ThreadSanitizer in the child.
+    while (!holder_may_exit.load()) std::this_thread::yield();
+  });
+  while (!backing.parked.load()) std::this_thread::yield();
+
+  const std::uint64_t live_in_child = 2;  // `kept` and the holder's block, which the fork waited for
+  const pid_t child = fork();
+  ASSERT_NE(child, -1);
+  if (child == 0) _exit(child_checks(device, live_in_child));
+
+  int status = 0;
+  bool exited = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!exited && std::chrono::steady_clock::now() < deadline) {
+    const pid_t done = waitpid(child, &status, WNOHANG);
+    ASSERT_NE(done, -1);
+    exited = done == child;
+    if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!exited) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+  }
+  backing.release = true;  // the parent's holder, in case the fork did not wait for it
+  while (!holder_done.load()) std::this_thread::yield();
+  holder_may_exit = true;
+  holder.join();
+  EXPECT_TRUE(exited) << "the child hung: the device lock of a thread that does not exist in it stayed held";
+  if (exited) {
+    EXPECT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's check number " << WEXITSTATUS(status) << " failed";
+  }
+  EXPECT_FALSE(engine::fork_preparing()) << "the handlers after the fork lower the flag";
+
+  // The parent goes on as before: the holder's allocation finished and every lock was given back.
+  ASSERT_TRUE(holder_done.load());
+  ASSERT_NE(parked_block, nullptr);
+  EXPECT_EQ(device.stats().live_allocations, 2u);
+  device.deallocate(parked_block);
+  device.deallocate(kept);
+  void* again = device.allocate(512, 1);
+  device.deallocate(again);
+  device.trim();
+  EXPECT_EQ(device.stats().live_allocations, 0u);
+}
+
+// Devices made and destroyed on other threads while the main thread forks: the registry of device locks must never
+// hand the fork a lock whose device is gone, and every child must find its devices working.
+TEST(ThreadsDeviceFork, DevicesComingAndGoingDuringForksAreSafe) {
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> churners;
+  for (int t = 0; t < 2; ++t) {
+    churners.emplace_back([&] {
+      while (!stop.load()) {
+        Allocator device(sim_device(), std::make_unique<backings::SimBacking>(4ull << 30));
+        device.deallocate(device.allocate(3 * MiB, 1));
+      }
+    });
+  }
+  Allocator mine(sim_device(), std::make_unique<backings::SimBacking>(4ull << 30));
+  for (int round = 0; round < 20; ++round) {
+    const pid_t child = fork();
+    ASSERT_NE(child, -1);
+    if (child == 0) {
+      void* p = mine.try_allocate(5 * MiB, 1);
+      if (p == nullptr) _exit(2);
+      mine.deallocate(p);
+      Allocator fresh(sim_device(), std::make_unique<backings::SimBacking>(4ull << 30));  // the registry works
+      fresh.deallocate(fresh.allocate(1 * MiB, 1));
+      _exit(0);
+    }
+    int status = 0;
+    bool exited = false;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!exited && std::chrono::steady_clock::now() < deadline) {
+      const pid_t done = waitpid(child, &status, WNOHANG);
+      ASSERT_NE(done, -1);
+      exited = done == child;
+      if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (!exited) {
+      kill(child, SIGKILL);
+      waitpid(child, &status, 0);
+    }
+    EXPECT_TRUE(exited) << "round " << round << ": the child hung";
+    EXPECT_TRUE(exited && WIFEXITED(status) && WEXITSTATUS(status) == 0) << "round " << round;
+  }
+  stop = true;
+  for (std::thread& t : churners) t.join();
+}
+
+}  // namespace
+}  // namespace plimsoll
