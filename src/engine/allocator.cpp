@@ -139,7 +139,10 @@ struct Allocator::Impl : engine::FrontUpstream {
     engine::ThreadCaches* caches = front.load(std::memory_order_acquire);
     if (caches == nullptr || !front_on.load(std::memory_order_relaxed)) return 0;
     using engine::ThreadCaches;  // big blocks only once threads share the device (thread_cache.hpp)
-    if (bytes > ThreadCaches::kMaxBinned && (bytes > ThreadCaches::kMaxSize || !caches->big_blocks_on())) return 0;
+    if (bytes > ThreadCaches::kMaxBinned && (bytes > ThreadCaches::kMaxSize || !caches->big_blocks_on())) {
+      if (bytes <= ThreadCaches::kMaxSize) caches->count_thread();  // a thread of big requests only counts too
+      return 0;
+    }
     return caches->allocate(bytes, tag);
   }
 

@@ -183,7 +183,9 @@ class Search {
       }
       if (chosen.size() >= kMaxTakenOut) {  // keep the highest-reaching ones
         std::nth_element(chosen.begin(), chosen.begin() + kMaxTakenOut - 1, chosen.end(),
-                         [&](std::uint32_t a, std::uint32_t b) { return end_of(a) > end_of(b); });
+                         [&](std::uint32_t a, std::uint32_t b) {  // ties by index: the same cut on every library
+                           return end_of(a) != end_of(b) ? end_of(a) > end_of(b) : a < b;
+                         });
         chosen.resize(kMaxTakenOut - 1);
       }
       chosen.push_back(t);

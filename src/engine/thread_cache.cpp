@@ -676,6 +676,15 @@ std::uint64_t ThreadCaches::allocate(std::uint64_t bytes, std::uint16_t tag) {
   return addr;
 }
 
+void ThreadCaches::count_thread() noexcept {
+  if (t_last_id == id_ || t_exiting) [[likely]] return;
+  try {
+    join();
+  } catch (const std::bad_alloc&) {
+    // No cache for this thread now; a later request tries again.
+  }
+}
+
 std::uint64_t ThreadCaches::allocate_joining(std::uint64_t bytes, std::uint16_t tag) {
   if (t_exiting) return 0;
   try {

@@ -135,6 +135,9 @@ class ThreadCaches {
   std::uint64_t bytes_per_thread() const { return bytes_per_thread_.load(std::memory_order_relaxed); }
   /// Whether big blocks (over kMaxBinned) are served: from the second thread to join on, never again off.
   bool big_blocks_on() const { return big_blocks_on_.load(std::memory_order_relaxed); }
+  /// Joins this thread to the front if it has not joined yet (out of host memory: not now), so that threads whose
+  /// requests are all big count toward big_blocks_on() while their requests are declined. Never throws.
+  void count_thread() noexcept;
   void set_bytes_per_thread(std::uint64_t bytes) { bytes_per_thread_.store(bytes, std::memory_order_relaxed); }
 
  private:
