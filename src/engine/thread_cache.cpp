@@ -560,8 +560,12 @@ void ThreadCaches::forget(ThreadCache* cache) {
   std::erase_if(caches_, [&](const std::shared_ptr<ThreadCache>& c) { return c.get() == cache; });
 }
 
-bool ThreadCaches::tags_ready(ThreadCache& cache, std::uint16_t tag) noexcept {
-  if (cache.has_tag_counts(tag)) [[likely]] return true;
+// Inline, with its rare side out of line: it runs on every operation of the front.
+[[gnu::always_inline]] inline bool ThreadCaches::tags_ready(ThreadCache& cache, std::uint16_t tag) noexcept {
+  return cache.has_tag_counts(tag) || make_tag_room(cache, tag);
+}
+
+bool ThreadCaches::make_tag_room(ThreadCache& cache, std::uint16_t tag) noexcept {
   // A cache's first tag of a chunk of 256: the retired counts get room for the whole chunk first, so that a thread's
   // exit (forget) and a free during it (count_free_elsewhere) fold counts in without growing a vector. Every tag a
   // cache counts lies in a chunk made here, so the retired counts always cover it.

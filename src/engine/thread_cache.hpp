@@ -163,6 +163,8 @@ class ThreadCaches {
   /// The cache's counts for `tag`, and the retired counts' room for them, made when missing (before an operation
   /// changes anything); false out of host memory.
   bool tags_ready(ThreadCache& cache, std::uint16_t tag) noexcept;
+  /// tags_ready's rare side: a cache's first tag of a chunk of 256.
+  [[gnu::noinline]] bool make_tag_room(ThreadCache& cache, std::uint16_t tag) noexcept;
   std::size_t steal_all(ThreadCache& cache);
   void count_free_elsewhere(std::uint64_t word);
 
