@@ -440,7 +440,8 @@ Allocator::Allocator(DeviceDescription description, std::unique_ptr<backings::Ba
     impl_->streams = std::make_unique<engine::StreamOrder>(*impl_->heap, *events);
   impl_->backing_can_wait = impl_->backing->can_wait_for_memory();
   apply_thread_cache_policy(*this, impl_->description.policy);
-  engine::register_device_lock(impl_->lock);  // taken around fork() from here on (engine/fork_handlers.hpp)
+  // Taken around fork() from here on, with the backing's (engine/fork_handlers.hpp).
+  engine::register_device_lock(impl_->lock, impl_->backing.get());
   try {
     engine::listen_for_steps(this);
   } catch (...) {  // out of host memory: no destructor will run to take the lock out again

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include "backings/backing.hpp"
 #include "engine/step_listeners.hpp"
 #include "engine/thread_cache.hpp"
 
@@ -14,11 +15,15 @@ namespace plimsoll::engine {
 
 namespace {
 
-// The live devices' locks, in the order the devices were made. Never destroyed: a fork during static destruction
+// The live devices' locks and backings, in the order the devices were made. Never destroyed: a fork during static destruction
 // still finds it. The vector only grows at a registration (never inside the handlers, which allocate nothing).
+struct DeviceLock {
+  util::SpinLock* lock;
+  backings::Backing* backing;  // nullptr: none
+};
 struct DeviceLocks {
   std::mutex mutex;
-  std::vector<util::SpinLock*> locks;
+  std::vector<DeviceLock> locks;
 };
 DeviceLocks& device_locks() {
   static auto* const registry = new DeviceLocks;
@@ -30,12 +35,18 @@ std::atomic<bool> preparing{false};
 void lock_devices() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
   DeviceLocks& registry = device_locks();
   registry.mutex.lock();
-  for (util::SpinLock* lock : registry.locks) lock->lock();
+  for (const DeviceLock& device : registry.locks) {
+    device.lock->lock();
+    if (device.backing != nullptr) device.backing->lock_for_fork();
+  }
 }
 
 void unlock_devices() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
   DeviceLocks& registry = device_locks();
-  for (auto lock = registry.locks.rbegin(); lock != registry.locks.rend(); ++lock) (*lock)->unlock();
+  for (auto device = registry.locks.rbegin(); device != registry.locks.rend(); ++device) {
+    if (device->backing != nullptr) device->backing->unlock_after_fork();
+    device->lock->unlock();
+  }
   registry.mutex.unlock();
 }
 
@@ -73,17 +84,17 @@ void install_fork_handlers() {
   });
 }
 
-void register_device_lock(util::SpinLock& lock) {
+void register_device_lock(util::SpinLock& lock, backings::Backing* backing) {
   install_fork_handlers();
   DeviceLocks& registry = device_locks();
   const std::lock_guard guard(registry.mutex);
-  registry.locks.push_back(&lock);
+  registry.locks.push_back(DeviceLock{&lock, backing});
 }
 
 void unregister_device_lock(util::SpinLock& lock) {
   DeviceLocks& registry = device_locks();
   const std::lock_guard guard(registry.mutex);
-  std::erase(registry.locks, &lock);
+  std::erase_if(registry.locks, [&lock](const DeviceLock& device) { return device.lock == &lock; });
 }
 
 bool fork_preparing() noexcept { return preparing.load(std::memory_order_acquire); }

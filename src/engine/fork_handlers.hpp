@@ -9,12 +9,17 @@
 //   2. the step listeners' registry (engine/step_listeners.hpp), which announce_step holds while it takes device
 //      locks;
 //   3. the registry of live devices below, then each device's own lock, in the order the devices were made (no
-//      thread holds two device locks at once, so any fixed order is safe).
+//      thread holds two device locks at once, so any fixed order is safe), each followed by its backing's lock
+//      (and an adaptor's upstream's): map() nests it under the device lock, and host_pages() takes it alone.
 // After the fork: the device locks, the registries, then the fronts (the child's front handler moves the caches of
 // threads that do not exist there). A device joins the registry at its construction and leaves it first thing in
 // its destruction; the preparation holds the registry's mutex until the handlers after the fork ran, so a device
 // destroyed meanwhile waits, and a device that left is never touched.
 #include "util/spin_lock.hpp"
+
+namespace plimsoll::backings {
+class Backing;
+}
 
 namespace plimsoll::engine {
 
@@ -22,8 +27,9 @@ namespace plimsoll::engine {
 /// be held: at a device's construction and at a front's first cache.
 void install_fork_handlers();
 
-/// A device's lock, taken around every fork() from registration until unregistration. Not called with it held.
-void register_device_lock(util::SpinLock& lock);
+/// A device's lock, taken around every fork() from registration until unregistration, and right after it its
+/// backing's (Backing::lock_for_fork; nullptr: none). Not called with either held.
+void register_device_lock(util::SpinLock& lock, backings::Backing* backing = nullptr);
 void unregister_device_lock(util::SpinLock& lock);
 
 /// True from the start of a fork()'s preparation until its handlers after the fork have run. A seam for tests: a

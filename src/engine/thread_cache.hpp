@@ -121,6 +121,11 @@ class ThreadCaches {
   /// fork()'s preparation). A seam for tests: an upstream that parks an owner inside its operation polls it.
   bool stop_requested();
 
+  /// A seam for tests (nullptr: none): called by an owner that has raised its operation flag and then found a thread
+  /// emptying its cache, before it lowers the flag again. A fork() in that window copies the flag raised into the
+  /// child, where no owner will ever lower it (child_after_fork lowers it). Only on that cold path.
+  static void set_stopped_owner_seam(void (*seam)()) noexcept;
+
   /// Which barrier orders a cache's owner against a thread emptying it (util::AsymmetricFence::kind()).
   static const char* barrier_kind();
 
