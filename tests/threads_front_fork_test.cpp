@@ -18,6 +18,7 @@
 #include "backings/sim_backing.hpp"
 #include "engine/fork_handlers.hpp"
 #include "engine/heap.hpp"
+#include "engine/step_listeners.hpp"
 #include "engine/thread_cache.hpp"
 #include "util/spin_lock.hpp"
 
@@ -232,6 +233,62 @@ TEST(ThreadsFrontFork, AStoppedOwnerRaisingItsFlagBeforeTheForkLeavesAWorkingChi
   front.flush();
   EXPECT_EQ(upstream.live(), 0u);
   EXPECT_FALSE(upstream.bad_give_back.load());
+}
+
+// A fork whose preparation waits for the step registry (announce_step holds it across every device's step(), a
+// pack included) must not have stopped the fronts' owners meanwhile: their threads would stall as long. A helper
+// holds the registry (as an announcement does) until an owner's allocation completes, or the owner finds itself
+// stopped (the order before: fronts first), or a deadline passes. Nothing shows the preparation waiting for the
+// registry, so the owner watches its own stop for half a second first.
+TEST(ThreadsFrontFork, AForkWaitingForAStepStallsNoFrontThread) {
+  backings::SimBacking backing(4ull << 30);
+  engine::Heap heap(backing, engine::HeapOptions{.limit = 1ull << 30});
+  ParkingUpstream upstream(heap);
+  engine::ThreadCaches front(upstream, 1 * MiB);
+  upstream.front = &front;
+
+  std::atomic<bool> step_held{false}, owner_joined{false}, allocated{false}, stalled{false};
+  std::thread owner([&] {
+    front.deallocate(front.allocate(1024, 1));  // joined, with a cache
+    owner_joined = true;
+    while (!engine::fork_preparing()) std::this_thread::yield();
+    // The order before stopped the fronts within microseconds of the flag; this order never does before the step
+    // registry is free. A correct order passes whatever this wait's length: it only gives the wrong one time to show.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+    while (!front.stop_requested() && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+    if (front.stop_requested()) {
+      stalled = true;  // the preparation stopped this owner while it waits for the step registry
+      return;
+    }
+    front.deallocate(front.allocate(1024, 1));
+    allocated = true;
+  });
+  std::thread announcer([&] {
+    engine::lock_step_listeners_for_fork();  // as announce_step holds it
+    step_held = true;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!allocated.load() && !stalled.load() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
+    engine::unlock_step_listeners_after_fork();
+  });
+  engine::make_step_listeners_for_fork();
+  while (!owner_joined.load() || !step_held.load()) std::this_thread::yield();
+
+  const pid_t child = fork();
+  ASSERT_NE(child, -1);
+  if (child == 0) {
+    front.flush();
+    _exit(0);
+  }
+  int status = 0;
+  const bool exited = child_exited_in_time(child, status);
+  owner.join();
+  announcer.join();
+  EXPECT_TRUE(exited && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_FALSE(stalled.load()) << "the fork stopped a front's owner while it waited for the step registry";
+  EXPECT_TRUE(allocated.load()) << "a front's owner could not allocate while a fork waited for a step";
+  front.flush();
+  EXPECT_EQ(upstream.live(), 0u);
 }
 
 }  // namespace

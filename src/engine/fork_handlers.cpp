@@ -52,22 +52,25 @@ void unlock_devices() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
 
 void prepare() {
   preparing.store(true, std::memory_order_release);
-  ThreadCaches::prepare_fork();
+  // The step mutex first: announce_step holds it across every device's step() (a pack: up to a second), and a
+  // front stopped while the preparation waits for it would stall its threads that long. Nothing takes it under a
+  // front's or a device's lock.
   lock_step_listeners_for_fork();
+  ThreadCaches::prepare_fork();
   lock_devices();
 }
 
 void parent() {
   unlock_devices();
-  unlock_step_listeners_after_fork();
   ThreadCaches::parent_after_fork();
+  unlock_step_listeners_after_fork();
   preparing.store(false, std::memory_order_release);
 }
 
 void child() {
   unlock_devices();
-  unlock_step_listeners_after_fork();
   ThreadCaches::child_after_fork();
+  unlock_step_listeners_after_fork();
   preparing.store(false, std::memory_order_release);
 }
 

@@ -3,16 +3,17 @@
 // the fork is never released there, so the child's next operation on it hangs. One pthread_atfork handler set,
 // installed once, therefore takes every engine lock a device operation needs before the fork and releases it on
 // both sides after, in the engine's one lock order (docs/engine.md, "Threads", fork()):
-//   1. every per-thread cache front (ThreadCaches::prepare_fork: each cache's lock with its owner stopped, the
+//   1. the step listeners' registry (engine/step_listeners.hpp), which announce_step holds while it takes device
+//      locks (across a pack: up to a second); nothing takes it under a front's or a device's lock, and taken first
+//      it stalls no front thread while the preparation waits for it;
+//   2. every per-thread cache front (ThreadCaches::prepare_fork: each cache's lock with its owner stopped, the
 //      depot, the registry); a cache's owner may wait for the device lock inside its operation, so the fronts come
 //      before any device lock;
-//   2. the step listeners' registry (engine/step_listeners.hpp), which announce_step holds while it takes device
-//      locks;
 //   3. the registry of live devices below, then each device's own lock, in the order the devices were made (no
 //      thread holds two device locks at once, so any fixed order is safe), each followed by its backing's lock
 //      (and an adaptor's upstream's): map() nests it under the device lock, and host_pages() takes it alone.
-// After the fork: the device locks, the registries, then the fronts (the child's front handler moves the caches of
-// threads that do not exist there). A device joins the registry at its construction and leaves it first thing in
+// After the fork: the device locks, the device registry, the fronts (in the child, lowering every held owner's
+// operation flag: only the forking thread exists there), then the step registry. A device joins the registry at its construction and leaves it first thing in
 // its destruction; the preparation holds the registry's mutex until the handlers after the fork ran, so a device
 // destroyed meanwhile waits, and a device that left is never touched.
 #include "util/spin_lock.hpp"
