@@ -30,7 +30,36 @@ DeviceLocks& device_locks() {
   return *registry;
 }
 
-std::atomic<bool> preparing{false};
+// Participants, in the order they registered. Never destroyed, like the devices' registry.
+struct Participants {
+  std::mutex mutex;
+  std::vector<ForkParticipant*> list;
+};
+Participants& participants() {
+  static auto* const registry = new Participants;
+  return *registry;
+}
+
+std::atomic<bool> preparing{false}, locking_members{false};
+
+void lock_participant_registries() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
+  Participants& registry = participants();
+  registry.mutex.lock();
+  for (ForkParticipant* participant : registry.list) participant->lock_registry_for_fork();
+}
+
+void lock_participant_members() {
+  locking_members.store(true, std::memory_order_release);
+  for (ForkParticipant* participant : participants().list) participant->lock_members_for_fork();
+}
+
+void unlock_participants() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
+  Participants& registry = participants();
+  for (auto participant = registry.list.rbegin(); participant != registry.list.rend(); ++participant)
+    (*participant)->unlock_after_fork();
+  locking_members.store(false, std::memory_order_release);
+  registry.mutex.unlock();
+}
 
 void lock_devices() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
   DeviceLocks& registry = device_locks();
@@ -56,13 +85,16 @@ void prepare() {
   // front stopped while the preparation waits for it would stall its threads that long. Nothing takes it under a
   // front's or a device's lock.
   lock_step_listeners_for_fork();
+  lock_participant_registries();
   ThreadCaches::prepare_fork();
   lock_devices();
+  lock_participant_members();
 }
 
 void parent() {
   unlock_devices();
   ThreadCaches::parent_after_fork();
+  unlock_participants();
   unlock_step_listeners_after_fork();
   preparing.store(false, std::memory_order_release);
 }
@@ -70,6 +102,7 @@ void parent() {
 void child() {
   unlock_devices();
   ThreadCaches::child_after_fork();
+  unlock_participants();
   unlock_step_listeners_after_fork();
   preparing.store(false, std::memory_order_release);
 }
@@ -83,6 +116,7 @@ void install_fork_handlers() {
     ThreadCaches::make_fork_list();
     make_step_listeners_for_fork();
     (void)device_locks();
+    (void)participants();
     pthread_atfork(&prepare, &parent, &child);
   });
 }
@@ -99,6 +133,15 @@ void unregister_device_lock(util::SpinLock& lock) {
   const std::lock_guard guard(registry.mutex);
   std::erase_if(registry.locks, [&lock](const DeviceLock& device) { return device.lock == &lock; });
 }
+
+void register_fork_participant(ForkParticipant& participant) {
+  install_fork_handlers();
+  Participants& registry = participants();
+  const std::lock_guard guard(registry.mutex);
+  registry.list.push_back(&participant);
+}
+
+bool fork_locking_participant_members() noexcept { return locking_members.load(std::memory_order_acquire); }
 
 bool fork_preparing() noexcept { return preparing.load(std::memory_order_acquire); }
 

@@ -64,6 +64,12 @@ struct Recording::Impl {
   /// Ends the open step, writes the call sites and the end record, closes the file; reports a write error.
   void close();
 
+  /// fork(): this recording's lock (then its call sites'), held across it by the engine's handlers from its opening
+  /// to its destruction (observers take the lock after close() too), so the child inherits none from a thread that
+  /// does not exist there.
+  void lock_for_fork() noexcept;
+  void unlock_after_fork() noexcept;
+
   const std::string path;
   const RecordingOptions options;
   std::atomic<std::uint64_t> events_written{0};
