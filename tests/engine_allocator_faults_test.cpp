@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <memory>
 #include <new>
 #include <string>
 
@@ -12,6 +14,7 @@
 #include "backings/sim_backing.hpp"
 #include "plimsoll/allocator.hpp"
 #include "plimsoll/oom.hpp"
+#include "plimsoll/recording.hpp"
 
 #include "failing_operator_new.hpp"
 
@@ -120,6 +123,32 @@ TEST(EngineAllocatorFaults, ANewTagOutOfHostMemoryThrowsBadAllocNotADeviceOom) {
   void* p = device.allocate(2 * MiB, tag);
   device.deallocate(p);
   device.deallocate(first);
+  EXPECT_EQ(device.stats().live_allocations, 0u);
+}
+
+// A recording attached: its first event of a tag defines the tag in the trace, inside the noexcept try_allocate.
+// Out of host memory that must not throw (it was a vector's growth: std::terminate).
+TEST(EngineAllocatorFaults, ARecordedNewTagOutOfHostMemoryDoesNotTerminate) {
+  SKIP_UNLESS_NEW_CAN_FAIL();
+  Allocator device(sim_device(), std::make_unique<backings::SimBacking>(4ull << 30));
+  device.set_step_plan(false);
+  const Tag tag = intern_tag("faults-recorded-tag-far-above-the-others");
+  device.deallocate(device.allocate(1 * MiB, tag));  // the device's counter for the tag exists
+  const std::string path = testing::TempDir() + "plimsoll_faults_recorded_tag.plimsoll";
+  std::shared_ptr<Recording> recording = Recording::open(path);
+  device.record_to(recording);
+  void* p = nullptr;
+  {
+    const ScopedFailures failing;
+    p = device.try_allocate(1 * MiB, tag);  // the recording's first event of this tag
+  }
+  if (p != nullptr) {
+    EXPECT_GE(recording->events(), 1u);
+    device.deallocate(p);
+  }
+  device.record_to(nullptr);
+  recording->close();
+  std::remove(path.c_str());
   EXPECT_EQ(device.stats().live_allocations, 0u);
 }
 

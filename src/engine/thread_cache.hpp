@@ -17,10 +17,10 @@
 //    4 x `bytes_per_thread`; past that, it goes back to the heap whole.
 //  - Blocks over kMaxBinned (64 KiB) up to kMaxSize (1 MiB) are *big*: a cache keeps at most kBigSlots of them in
 //    a quarter of its `bytes_per_thread`, matched by exact size, the oldest going back to the heap to make room;
-//    they never go to the depot (except a dead thread's at fork(), until a flush). Only once a second thread has
-//    joined the front: one thread alone takes the device lock uncontended, and cached big blocks cost it placement
-//    (GPT's single-threaded replay: 0.8 ns an operation slower with an eighth of the cache, 1-2 ns with a quarter),
-//    where threads sharing a device take its lock 3x less often with them (docs/engine.md, "Threads").
+//    they never go to the depot (a dead thread's, in a fork()'s child, stay in its cache until a flush). Only once
+//    a second thread has joined the front: one thread alone takes the device lock uncontended, and cached big blocks
+//    cost it placement (GPT's single-threaded replay: 0.8 ns an operation slower with an eighth of the cache, 1-2 ns
+//    with a quarter), where threads sharing a device take its lock 3x less often with them (docs/engine.md, "Threads").
 //  - The fast path takes no lock and makes no atomic read-modify-write: a cache's bins are touched by its own
 //    thread, inside an *operation* it marks with plain stores (ThreadCache::in_op). Another thread that must empty
 //    the cache (flush: trim, out of memory, pause, set_thread_cache(0); the front's destruction) takes the cache's

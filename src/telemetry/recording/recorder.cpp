@@ -95,8 +95,7 @@ std::uint32_t Recording::Impl::thread_number() {
 }
 
 void Recording::Impl::define_tag(Tag tag) {
-  if (tag >= tags_defined_.size()) tags_defined_.resize(static_cast<std::size_t>(tag) + 1, false);
-  tags_defined_[tag] = true;
+  tags_defined_.set(tag);
   write_string_locked(telemetry::binary::StringTable::tag, tag, tag_name(tag));
 }
 
