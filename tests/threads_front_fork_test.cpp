@@ -247,7 +247,9 @@ TEST(ThreadsFrontFork, AForkWaitingForAStepStallsNoFrontThread) {
   engine::ThreadCaches front(upstream, 1 * MiB);
   upstream.front = &front;
 
-  std::atomic<bool> step_held{false}, owner_joined{false}, allocated{false}, stalled{false};
+  std::atomic<bool> step_held{false}, owner_joined{false}, allocated{false}, stalled{false}, may_exit{false};
+  // Both threads stay alive until the parent is done with the child: a thread that finished unjoined before the
+  // fork is a leak to ThreadSanitizer in the child.
   std::thread owner([&] {
     front.deallocate(front.allocate(1024, 1));  // joined, with a cache
     owner_joined = true;
@@ -258,10 +260,11 @@ TEST(ThreadsFrontFork, AForkWaitingForAStepStallsNoFrontThread) {
     while (!front.stop_requested() && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
     if (front.stop_requested()) {
       stalled = true;  // the preparation stopped this owner while it waits for the step registry
-      return;
+    } else {
+      front.deallocate(front.allocate(1024, 1));
+      allocated = true;
     }
-    front.deallocate(front.allocate(1024, 1));
-    allocated = true;
+    while (!may_exit.load()) std::this_thread::yield();
   });
   std::thread announcer([&] {
     engine::lock_step_listeners_for_fork();  // as announce_step holds it
@@ -270,6 +273,7 @@ TEST(ThreadsFrontFork, AForkWaitingForAStepStallsNoFrontThread) {
     while (!allocated.load() && !stalled.load() && std::chrono::steady_clock::now() < deadline)
       std::this_thread::yield();
     engine::unlock_step_listeners_after_fork();
+    while (!may_exit.load()) std::this_thread::yield();
   });
   engine::make_step_listeners_for_fork();
   while (!owner_joined.load() || !step_held.load()) std::this_thread::yield();
@@ -282,6 +286,7 @@ TEST(ThreadsFrontFork, AForkWaitingForAStepStallsNoFrontThread) {
   }
   int status = 0;
   const bool exited = child_exited_in_time(child, status);
+  may_exit = true;
   owner.join();
   announcer.join();
   EXPECT_TRUE(exited && WIFEXITED(status) && WEXITSTATUS(status) == 0);

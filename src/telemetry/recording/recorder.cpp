@@ -16,6 +16,7 @@
 #include "engine/fork_handlers.hpp"
 #include "engine/step_listeners.hpp"
 #include "plimsoll/error.hpp"
+#include "util/thread_annotations.hpp"
 
 namespace plimsoll {
 namespace {
@@ -78,12 +79,12 @@ Recording::Impl::~Impl() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void Recording::Impl::lock_for_fork() noexcept {
+void Recording::Impl::lock_for_fork() noexcept PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {  // held until unlock_after_fork
   lock_.lock();
   if (call_sites_ != nullptr) call_sites_->lock_for_fork();
 }
 
-void Recording::Impl::unlock_after_fork() noexcept {
+void Recording::Impl::unlock_after_fork() noexcept PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
   if (call_sites_ != nullptr) call_sites_->unlock_after_fork();
   lock_.unlock();
 }
