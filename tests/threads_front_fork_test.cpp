@@ -186,6 +186,8 @@ class HoldingForkBacking final : public backings::OwningBackingAdaptor {
 };
 
 TEST(ThreadsFrontFork, AStoppedOwnerRaisingItsFlagBeforeTheForkLeavesAWorkingChild) {
+  fronts_stopped = false;
+  owner_in_window = false;
   backings::SimBacking backing(4ull << 30);
   engine::Heap heap(backing, engine::HeapOptions{.limit = 1ull << 30});
   ParkingUpstream upstream(heap);
