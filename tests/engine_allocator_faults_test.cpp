@@ -5,10 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <new>
 #include <string>
 
+#include "backings/backing_adaptor.hpp"
 #include "backings/sim_backing.hpp"
 #include "plimsoll/allocator.hpp"
+#include "plimsoll/oom.hpp"
+#include "plimsoll/recording.hpp"
 
 #include "failing_operator_new.hpp"
 
@@ -64,6 +70,85 @@ TEST(EngineAllocatorFaults, ANewTagOutOfHostMemoryDeclinesBeforeTheHeapChanges) 
   EXPECT_EQ(counted->allocations, 1u);
   device.deallocate(p);
   device.deallocate(first);
+  EXPECT_EQ(device.stats().live_allocations, 0u);
+}
+
+// A device whose refused allocations are worth waiting for (as a shared GPU's): its wait gives the host its memory
+// back, so a host failure taken for the device's retries and succeeds there.
+class WaitingBacking final : public backings::OwningBackingAdaptor {
+ public:
+  WaitingBacking() : OwningBackingAdaptor("waiting", std::make_unique<backings::SimBacking>(4ull << 30)) {}
+  int waits = 0;
+
+ private:
+  bool do_can_wait_for_memory() const noexcept override { return true; }
+  void do_wait_for_memory() noexcept override {
+    ++waits;
+    t_fail_new = false;
+  }
+};
+
+// allocate() (which throws) out of host memory for a new tag's counter: the host failed, not the device, so it
+// throws std::bad_alloc rather than waiting for the device's memory and then reporting an OutOfMemory naming the
+// device limit; it counts no device OOM.
+TEST(EngineAllocatorFaults, ANewTagOutOfHostMemoryThrowsBadAllocNotADeviceOom) {
+  SKIP_UNLESS_NEW_CAN_FAIL();
+  auto owned = std::make_unique<WaitingBacking>();
+  WaitingBacking& backing = *owned;
+  Allocator device(sim_device(), std::move(owned));
+  device.set_step_plan(false);
+  void* first = device.allocate(1 * MiB);
+  const Tag tag = intern_tag("faults-new-tag-throwing-far-above-the-others");
+  const Stats before = device.stats();
+  bool bad_alloc = false, device_oom = false;
+  {
+    const ScopedFailures failing;
+    try {
+      device.deallocate(device.allocate(2 * MiB, tag));
+    } catch (const OutOfMemory&) {
+      device_oom = true;
+    } catch (const std::bad_alloc&) {
+      bad_alloc = true;
+    }
+  }
+  EXPECT_FALSE(device_oom) << "a host failure reported as the device's out-of-memory";
+  EXPECT_TRUE(bad_alloc) << "a host failure treated as the device's (waited for, then retried)";
+  EXPECT_EQ(backing.waits, 0);
+  const Stats after = device.stats();
+  EXPECT_EQ(after.ooms, before.ooms);
+  EXPECT_EQ(after.live_allocations, before.live_allocations);
+  // The device's own out-of-memory is still an OutOfMemory (waited for first), on the same thread right after.
+  EXPECT_THROW((void)device.allocate(2ull << 30, tag), OutOfMemory);
+  EXPECT_EQ(backing.waits, 1);
+  void* p = device.allocate(2 * MiB, tag);
+  device.deallocate(p);
+  device.deallocate(first);
+  EXPECT_EQ(device.stats().live_allocations, 0u);
+}
+
+// A recording attached: its first event of a tag defines the tag in the trace, inside the noexcept try_allocate.
+// Out of host memory that must not throw (it was a vector's growth: std::terminate).
+TEST(EngineAllocatorFaults, ARecordedNewTagOutOfHostMemoryDoesNotTerminate) {
+  SKIP_UNLESS_NEW_CAN_FAIL();
+  Allocator device(sim_device(), std::make_unique<backings::SimBacking>(4ull << 30));
+  device.set_step_plan(false);
+  const Tag tag = intern_tag("faults-recorded-tag-far-above-the-others");
+  device.deallocate(device.allocate(1 * MiB, tag));  // the device's counter for the tag exists
+  const std::string path = testing::TempDir() + "plimsoll_faults_recorded_tag.plimsoll";
+  std::shared_ptr<Recording> recording = Recording::open(path);
+  device.record_to(recording);
+  void* p = nullptr;
+  {
+    const ScopedFailures failing;
+    p = device.try_allocate(1 * MiB, tag);  // the recording's first event of this tag
+  }
+  if (p != nullptr) {
+    EXPECT_GE(recording->events(), 1u);
+    device.deallocate(p);
+  }
+  device.record_to(nullptr);
+  recording->close();
+  std::remove(path.c_str());
   EXPECT_EQ(device.stats().live_allocations, 0u);
 }
 

@@ -19,6 +19,7 @@
 #include "backings/sim_backing.hpp"
 #include "engine/fork_handlers.hpp"
 #include "plimsoll/allocator.hpp"
+#include "util/spin_lock.hpp"
 
 namespace plimsoll {
 namespace {
@@ -31,8 +32,20 @@ class ParkingBacking final : public backings::OwningBackingAdaptor {
  public:
   ParkingBacking() : OwningBackingAdaptor("parking", std::make_unique<backings::SimBacking>(4ull << 30)) {}
   std::atomic<bool> park_next{false}, parked{false}, release{false};
+  // host_pages() (stats() calls it without the device lock, under the backing's own): parks holding the backing's
+  // lock until the fork's preparation reaches the devices, or the fork is done without it (the code before).
+  mutable std::atomic<bool> park_host_pages{false}, pages_parked{false};
+  std::atomic<bool>* preparation_at_devices = nullptr;
 
  private:
+  backings::HostPages do_host_pages() const override {
+    if (park_host_pages.exchange(false)) {
+      pages_parked = true;
+      while (!engine::fork_preparing()) std::this_thread::yield();
+      while (engine::fork_preparing() && !preparation_at_devices->load()) std::this_thread::yield();
+    }
+    return upstream().host_pages();
+  }
   bool do_map(std::uintptr_t addr, std::uint64_t bytes) override {
     if (park_next.exchange(false)) {
       parked = true;
@@ -127,6 +140,82 @@ TEST(ThreadsDeviceFork, ForkWhileAnotherThreadHoldsTheDeviceLockLeavesAWorkingCh
   device.deallocate(kept);
   void* again = device.allocate(512, 1);
   device.deallocate(again);
+  device.trim();
+  EXPECT_EQ(device.stats().live_allocations, 0u);
+}
+
+// Registered before the device under test, so its backing is taken first: tells the parked thread that the fork's
+// preparation has reached the devices' locks (a seam, where an adaptor's upstream is taken).
+class SignallingForkBacking final : public backings::OwningBackingAdaptor {
+ public:
+  SignallingForkBacking() : OwningBackingAdaptor("signalling", std::make_unique<backings::SimBacking>(4ull << 30)) {}
+  std::atomic<bool> reached{false};
+
+ private:
+  void do_lock_upstream_for_fork() noexcept override {
+    reached = true;
+    upstream().lock_for_fork();
+  }
+  void do_unlock_upstream_after_fork() noexcept override {
+    upstream().unlock_after_fork();
+    reached = false;
+  }
+};
+
+// Another thread inside the backing's own lock, without the device lock (stats() reads the host pages so, as
+// IdleRelease does on its thread): the fork must take that lock too, or the child's first map or unmap hangs.
+TEST(ThreadsDeviceFork, ForkWhileAnotherThreadHoldsTheBackingLockLeavesAWorkingChild) {
+  util::SpinLock sentinel_lock;
+  SignallingForkBacking sentinel;
+  engine::register_device_lock(sentinel_lock, &sentinel);
+  auto owned = std::make_unique<ParkingBacking>();
+  ParkingBacking& backing = *owned;
+  backing.preparation_at_devices = &sentinel.reached;
+  Allocator device(sim_device(), std::move(owned));
+  void* kept = device.allocate(4096, 1);
+
+  backing.park_host_pages = true;
+  std::atomic<bool> reader_done{false}, reader_may_exit{false};
+  std::thread reader([&] {
+    (void)device.stats();  // parked inside host_pages, holding the backing's lock
+    reader_done = true;
+    while (!reader_may_exit.load()) std::this_thread::yield();  // alive until the parent is done (TSan)
+  });
+  while (!backing.pages_parked.load()) std::this_thread::yield();
+
+  const pid_t child = fork();
+  ASSERT_NE(child, -1);
+  if (child == 0) {
+    void* p = device.try_allocate(96 * MiB, 2);  // a new granule: maps, under the backing's lock
+    if (p == nullptr) _exit(2);
+    device.deallocate(p);
+    device.trim();  // unmaps
+    if (device.stats().live_allocations != 1) _exit(3);
+    _exit(0);
+  }
+  int status = 0;
+  bool exited = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!exited && std::chrono::steady_clock::now() < deadline) {
+    const pid_t done = waitpid(child, &status, WNOHANG);
+    ASSERT_NE(done, -1);
+    exited = done == child;
+    if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!exited) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+  }
+  while (!reader_done.load()) std::this_thread::yield();
+  reader_may_exit = true;
+  reader.join();
+  engine::unregister_device_lock(sentinel_lock);
+  EXPECT_TRUE(exited) << "the child hung: the backing's lock of a thread that does not exist in it stayed held";
+  if (exited) {
+    EXPECT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's check number " << WEXITSTATUS(status) << " failed";
+  }
+  device.deallocate(kept);
   device.trim();
   EXPECT_EQ(device.stats().live_allocations, 0u);
 }

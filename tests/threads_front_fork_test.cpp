@@ -10,11 +10,15 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <thread>
 #include <vector>
 
+#include "backings/backing_adaptor.hpp"
 #include "backings/sim_backing.hpp"
+#include "engine/fork_handlers.hpp"
 #include "engine/heap.hpp"
+#include "engine/step_listeners.hpp"
 #include "engine/thread_cache.hpp"
 #include "util/spin_lock.hpp"
 
@@ -141,6 +145,157 @@ TEST(ThreadsFrontFork, ForkWhileAnotherThreadIsInsideItsOperationLeavesAWorkingC
   front.flush();
   EXPECT_EQ(upstream.live(), 0u);
   EXPECT_FALSE(upstream.bad_give_back.load());
+}
+
+// Waits for the child with a deadline; true when it exited, with its status in `status` (killed otherwise).
+bool child_exited_in_time(pid_t child, int& status) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const pid_t done = waitpid(child, &status, WNOHANG);
+    if (done == child) return true;
+    if (done == -1) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(child, SIGKILL);
+  waitpid(child, &status, 0);
+  return false;
+}
+
+// The window in ThreadCache::begin(): an owner the fork's preparation already stopped (its flag seen down) enters
+// its next operation, raises the flag, and only then sees `steal`. A fork copied then keeps the flag raised in the
+// child, whose next flush waited for it forever. The preparation is held past the fronts, inside a registered
+// device's backing lock (a seam: an adaptor's upstream is taken there), until the owner is inside the window (the
+// other seam); the owner leaves the window once the parent's handlers ran.
+std::atomic<bool> fronts_stopped{false}, owner_in_window{false};
+void park_stopped_owner_until_the_fork_is_done() {
+  owner_in_window = true;
+  while (engine::fork_preparing()) std::this_thread::yield();
+}
+
+class HoldingForkBacking final : public backings::OwningBackingAdaptor {
+ public:
+  HoldingForkBacking() : OwningBackingAdaptor("holding", std::make_unique<backings::SimBacking>(4ull << 30)) {}
+
+ private:
+  void do_lock_upstream_for_fork() noexcept override {
+    fronts_stopped = true;  // every owner stopped: the fronts come before the devices
+    while (!owner_in_window.load()) std::this_thread::yield();
+    upstream().lock_for_fork();
+  }
+  void do_unlock_upstream_after_fork() noexcept override { upstream().unlock_after_fork(); }
+};
+
+TEST(ThreadsFrontFork, AStoppedOwnerRaisingItsFlagBeforeTheForkLeavesAWorkingChild) {
+  fronts_stopped = false;
+  owner_in_window = false;
+  backings::SimBacking backing(4ull << 30);
+  engine::Heap heap(backing, engine::HeapOptions{.limit = 1ull << 30});
+  ParkingUpstream upstream(heap);
+  engine::ThreadCaches front(upstream, 1 * MiB);
+  upstream.front = &front;
+  front.deallocate(front.allocate(512, 1));  // the forking thread's own cache
+
+  util::SpinLock device_lock;
+  HoldingForkBacking device_backing;
+  engine::register_device_lock(device_lock, &device_backing);
+  std::atomic<bool> owner_joined{false}, owner_done{false};
+  std::thread owner([&] {
+    front.deallocate(front.allocate(1024, 1));  // joined, with a cache
+    owner_joined = true;
+    while (!fronts_stopped.load()) std::this_thread::yield();
+    const std::uint64_t addr = front.allocate(1024, 1);  // raises its flag, then sees `steal`: the seam
+    front.deallocate(addr);
+    owner_done = true;
+  });
+  while (!owner_joined.load()) std::this_thread::yield();
+  engine::ThreadCaches::set_stopped_owner_seam(&park_stopped_owner_until_the_fork_is_done);
+
+  const pid_t child = fork();
+  ASSERT_NE(child, -1);
+  if (child == 0) {
+    front.flush();  // waits for the owner's flag: hung on the code before
+    const std::uint64_t addr = front.allocate(2048, 1);
+    if (addr == 0 || !front.deallocate(addr)) _exit(2);
+    front.flush();
+    if (upstream.live() != 0 || front.totals().cached_blocks != 0) _exit(3);
+    _exit(0);
+  }
+  engine::ThreadCaches::set_stopped_owner_seam(nullptr);
+  int status = 0;
+  const bool exited = child_exited_in_time(child, status);
+  owner.join();
+  engine::unregister_device_lock(device_lock);
+  EXPECT_TRUE(owner_in_window.load()) << "the owner never entered the window: the test did not test it";
+  EXPECT_TRUE(exited) << "the child hung: a stopped owner's operation flag was copied raised into it";
+  if (exited) {
+    EXPECT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's check number " << WEXITSTATUS(status) << " failed";
+  }
+  EXPECT_TRUE(owner_done.load());
+  front.flush();
+  EXPECT_EQ(upstream.live(), 0u);
+  EXPECT_FALSE(upstream.bad_give_back.load());
+}
+
+// A fork whose preparation waits for the step registry (announce_step holds it across every device's step(), a
+// pack included) must not have stopped the fronts' owners meanwhile: their threads would stall as long. A helper
+// holds the registry (as an announcement does) until an owner's allocation completes, or the owner finds itself
+// stopped (the order before: fronts first), or a deadline passes. Nothing shows the preparation waiting for the
+// registry, so the owner watches its own stop for half a second first.
+TEST(ThreadsFrontFork, AForkWaitingForAStepStallsNoFrontThread) {
+  backings::SimBacking backing(4ull << 30);
+  engine::Heap heap(backing, engine::HeapOptions{.limit = 1ull << 30});
+  ParkingUpstream upstream(heap);
+  engine::ThreadCaches front(upstream, 1 * MiB);
+  upstream.front = &front;
+
+  std::atomic<bool> step_held{false}, owner_joined{false}, allocated{false}, stalled{false}, may_exit{false};
+  // Both threads stay alive until the parent is done with the child: a thread that finished unjoined before the
+  // fork is a leak to ThreadSanitizer in the child.
+  std::thread owner([&] {
+    front.deallocate(front.allocate(1024, 1));  // joined, with a cache
+    owner_joined = true;
+    while (!engine::fork_preparing()) std::this_thread::yield();
+    // The order before stopped the fronts within microseconds of the flag; this order never does before the step
+    // registry is free. A correct order passes whatever this wait's length: it only gives the wrong one time to show.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+    while (!front.stop_requested() && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+    if (front.stop_requested()) {
+      stalled = true;  // the preparation stopped this owner while it waits for the step registry
+    } else {
+      front.deallocate(front.allocate(1024, 1));
+      allocated = true;
+    }
+    while (!may_exit.load()) std::this_thread::yield();
+  });
+  std::thread announcer([&] {
+    engine::lock_step_listeners_for_fork();  // as announce_step holds it
+    step_held = true;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!allocated.load() && !stalled.load() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
+    engine::unlock_step_listeners_after_fork();
+    while (!may_exit.load()) std::this_thread::yield();
+  });
+  engine::make_step_listeners_for_fork();
+  while (!owner_joined.load() || !step_held.load()) std::this_thread::yield();
+
+  const pid_t child = fork();
+  ASSERT_NE(child, -1);
+  if (child == 0) {
+    front.flush();
+    _exit(0);
+  }
+  int status = 0;
+  const bool exited = child_exited_in_time(child, status);
+  may_exit = true;
+  owner.join();
+  announcer.join();
+  EXPECT_TRUE(exited && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_FALSE(stalled.load()) << "the fork stopped a front's owner while it waited for the step registry";
+  EXPECT_TRUE(allocated.load()) << "a front's owner could not allocate while a fork waited for a step";
+  front.flush();
+  EXPECT_EQ(upstream.live(), 0u);
 }
 
 }  // namespace

@@ -75,4 +75,14 @@ HostPages Backing::host_pages() const {
   return do_host_pages();
 }
 
+void Backing::lock_for_fork() noexcept {
+  mutex_.lock();  // NOLINT: released by unlock_after_fork, in the handlers after the fork
+  do_lock_upstream_for_fork();
+}
+
+void Backing::unlock_after_fork() noexcept {
+  do_unlock_upstream_after_fork();
+  mutex_.unlock();
+}
+
 }  // namespace plimsoll::backings

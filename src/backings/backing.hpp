@@ -80,6 +80,13 @@ class Backing {
   bool can_wait_for_memory() const noexcept { return do_can_wait_for_memory(); }
   void wait_for_memory() noexcept { do_wait_for_memory(); }
 
+  /// fork(): the engine's handlers take the backing's lock (then an adaptor's upstream's, as the calls nest them)
+  /// right after the device's lock, and release both after the fork, so the child inherits no lock held by a
+  /// thread that does not exist there (host_pages() takes it outside the device lock). Only from those handlers:
+  /// nothing else may be held or called meanwhile.
+  void lock_for_fork() noexcept;
+  void unlock_after_fork() noexcept;
+
  protected:
   /// `kind` names the backing in misuse messages ("host", "CUDA"). Throws InvalidArgument when `granularity` is
   /// not a power of two.
@@ -105,6 +112,9 @@ class Backing {
   virtual DeviceCopy* do_device_copy() noexcept { return touchable() ? &touchable_memory_copy() : nullptr; }
   virtual bool do_can_wait_for_memory() const noexcept { return false; }
   virtual void do_wait_for_memory() noexcept {}
+  /// An adaptor's upstream, taken after this backing's lock (and released before it).
+  virtual void do_lock_upstream_for_fork() noexcept {}
+  virtual void do_unlock_upstream_after_fork() noexcept {}
 
   [[noreturn]] void throw_misuse(const std::string& problem) const;
 

@@ -31,6 +31,8 @@ class BackingAdaptor : public Backing {
   DeviceCopy* do_device_copy() noexcept override { return upstream_.device_copy(); }
   bool do_can_wait_for_memory() const noexcept override { return upstream_.can_wait_for_memory(); }
   void do_wait_for_memory() noexcept override { upstream_.wait_for_memory(); }
+  void do_lock_upstream_for_fork() noexcept override { upstream_.lock_for_fork(); }
+  void do_unlock_upstream_after_fork() noexcept override { upstream_.unlock_after_fork(); }
 
   Backing& upstream_;
 };

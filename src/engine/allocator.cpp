@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <new>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -186,7 +187,7 @@ struct Allocator::Impl : engine::FrontUpstream {
     const std::uint64_t addr = allocate_unrecorded(bytes, tag, report_failure);
     record_mapping_change(mapped_before);
     if (addr == 0) {
-      if (report_failure) observer->out_of_memory(bytes, tag, site);
+      if (report_failure && !host_memory_failed()) observer->out_of_memory(bytes, tag, site);
       return 0;
     }
     observer->allocated(addr, bytes, tag, site);
@@ -210,7 +211,10 @@ struct Allocator::Impl : engine::FrontUpstream {
   }
 
   std::uint64_t allocate_unrecorded(std::size_t bytes, Tag tag, bool report_failure = true) PLIMSOLL_REQUIRES(lock) {
-    if (!tag_ready(tag)) [[unlikely]] return 0;
+    if (!tag_ready(tag)) [[unlikely]] {
+      host_out_of_memory = std::this_thread::get_id();
+      return 0;
+    }
     std::uint64_t addr = plan != nullptr ? plan->allocate(bytes, tag) : heap->allocate(bytes, tag);
     if (addr == 0) {
       if (report_failure && heap->last_failure() != engine::HeapFailure::paused) ++ooms;
@@ -219,6 +223,12 @@ struct Allocator::Impl : engine::FrontUpstream {
     count_tag(tag, engine::Heap::round(bytes));
     return addr;
   }
+
+  // The thread whose last allocation failed for want of host memory (a tag's counter), not of the device's: its
+  // allocate() throws std::bad_alloc rather than an OutOfMemory naming the device limit, and no OOM is recorded.
+  // Read and cleared by that thread's failure path (allocate_or_wait), under the lock.
+  std::thread::id host_out_of_memory PLIMSOLL_GUARDED_BY(lock);
+  bool host_memory_failed() const PLIMSOLL_REQUIRES(lock) { return host_out_of_memory == std::this_thread::get_id(); }
 
   // A tag's counter is made before the heap changes anything (try_allocate is noexcept: a bad_alloc after the heap
   // placed the block would terminate, or lose the block): out of host memory for it, the allocation declines.
@@ -261,7 +271,7 @@ struct Allocator::Impl : engine::FrontUpstream {
       if (addr != 0) {
         observer->allocated(addr, bytes, tag, site);
         if (site != 0) remember_site(addr, site);
-      } else if (report_failure) {
+      } else if (report_failure && !host_memory_failed()) {
         observer->out_of_memory(bytes, tag, site);
       }
     }
@@ -299,7 +309,8 @@ struct Allocator::Impl : engine::FrontUpstream {
 
   // An allocation, with the device's streams when it has them, tried once more after the backing waited for memory
   // (outside the lock) when it can (a shared GPU whose borrowers were asked to give memory back). On failure:
-  // with `numbers`, throws InvalidState on a paused device and fills `numbers` for the OOM report; without, 0.
+  // with `numbers`, throws InvalidState on a paused device, std::bad_alloc when the host's memory failed (a tag's
+  // counter), and fills `numbers` for the OOM report; without, 0.
   std::uint64_t allocate_or_wait(std::size_t bytes, Tag tag, const engine::StreamHandle* stream, OomDetails* numbers)
       PLIMSOLL_EXCLUDES(lock) {
     for (bool last = !backing_can_wait;; last = true) {
@@ -315,6 +326,11 @@ struct Allocator::Impl : engine::FrontUpstream {
         // What the program holds through the front, for the report: read before the device lock.
         const engine::FrontTotals held = last && numbers != nullptr ? front_totals() : engine::FrontTotals{};
         util::SpinGuard guard(lock);
+        if (host_memory_failed()) {
+          host_out_of_memory = std::thread::id();
+          if (numbers != nullptr) throw std::bad_alloc();  // the host's memory, not the device's: no device report
+          return 0;
+        }
         if (heap->paused()) {
           if (numbers != nullptr) throw_paused(bytes);
           return 0;
@@ -440,7 +456,8 @@ Allocator::Allocator(DeviceDescription description, std::unique_ptr<backings::Ba
     impl_->streams = std::make_unique<engine::StreamOrder>(*impl_->heap, *events);
   impl_->backing_can_wait = impl_->backing->can_wait_for_memory();
   apply_thread_cache_policy(*this, impl_->description.policy);
-  engine::register_device_lock(impl_->lock);  // taken around fork() from here on (engine/fork_handlers.hpp)
+  // Taken around fork() from here on, with the backing's (engine/fork_handlers.hpp).
+  engine::register_device_lock(impl_->lock, impl_->backing.get());
   try {
     engine::listen_for_steps(this);
   } catch (...) {  // out of host memory: no destructor will run to take the lock out again

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include "backings/backing.hpp"
 #include "engine/step_listeners.hpp"
 #include "engine/thread_cache.hpp"
 
@@ -14,49 +15,95 @@ namespace plimsoll::engine {
 
 namespace {
 
-// The live devices' locks, in the order the devices were made. Never destroyed: a fork during static destruction
+// The live devices' locks and backings, in the order the devices were made. Never destroyed: a fork during static destruction
 // still finds it. The vector only grows at a registration (never inside the handlers, which allocate nothing).
+struct DeviceLock {
+  util::SpinLock* lock;
+  backings::Backing* backing;  // nullptr: none
+};
 struct DeviceLocks {
   std::mutex mutex;
-  std::vector<util::SpinLock*> locks;
+  std::vector<DeviceLock> locks;
 };
 DeviceLocks& device_locks() {
   static auto* const registry = new DeviceLocks;
   return *registry;
 }
 
-std::atomic<bool> preparing{false};
+// Participants, in the order they registered. Never destroyed, like the devices' registry.
+struct Participants {
+  std::mutex mutex;
+  std::vector<ForkParticipant*> list;
+};
+Participants& participants() {
+  static auto* const registry = new Participants;
+  return *registry;
+}
+
+std::atomic<bool> preparing{false}, locking_members{false};
+
+void lock_participant_registries() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
+  Participants& registry = participants();
+  registry.mutex.lock();
+  for (ForkParticipant* participant : registry.list) participant->lock_registry_for_fork();
+}
+
+void lock_participant_members() {
+  locking_members.store(true, std::memory_order_release);
+  for (ForkParticipant* participant : participants().list) participant->lock_members_for_fork();
+}
+
+void unlock_participants() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
+  Participants& registry = participants();
+  for (auto participant = registry.list.rbegin(); participant != registry.list.rend(); ++participant)
+    (*participant)->unlock_after_fork();
+  locking_members.store(false, std::memory_order_release);
+  registry.mutex.unlock();
+}
 
 void lock_devices() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
   DeviceLocks& registry = device_locks();
   registry.mutex.lock();
-  for (util::SpinLock* lock : registry.locks) lock->lock();
+  for (const DeviceLock& device : registry.locks) {
+    device.lock->lock();
+    if (device.backing != nullptr) device.backing->lock_for_fork();
+  }
 }
 
 void unlock_devices() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
   DeviceLocks& registry = device_locks();
-  for (auto lock = registry.locks.rbegin(); lock != registry.locks.rend(); ++lock) (*lock)->unlock();
+  for (auto device = registry.locks.rbegin(); device != registry.locks.rend(); ++device) {
+    if (device->backing != nullptr) device->backing->unlock_after_fork();
+    device->lock->unlock();
+  }
   registry.mutex.unlock();
 }
 
 void prepare() {
   preparing.store(true, std::memory_order_release);
-  ThreadCaches::prepare_fork();
+  // The step mutex first: announce_step holds it across every device's step() (a pack: up to a second), and a
+  // front stopped while the preparation waits for it would stall its threads that long. Nothing takes it under a
+  // front's or a device's lock.
   lock_step_listeners_for_fork();
+  lock_participant_registries();
+  ThreadCaches::prepare_fork();
   lock_devices();
+  lock_participant_members();
 }
 
 void parent() {
   unlock_devices();
-  unlock_step_listeners_after_fork();
   ThreadCaches::parent_after_fork();
+  unlock_participants();
+  unlock_step_listeners_after_fork();
   preparing.store(false, std::memory_order_release);
 }
 
 void child() {
   unlock_devices();
-  unlock_step_listeners_after_fork();
   ThreadCaches::child_after_fork();
+  unlock_participants();
+  unlock_step_listeners_after_fork();
   preparing.store(false, std::memory_order_release);
 }
 
@@ -69,22 +116,32 @@ void install_fork_handlers() {
     ThreadCaches::make_fork_list();
     make_step_listeners_for_fork();
     (void)device_locks();
+    (void)participants();
     pthread_atfork(&prepare, &parent, &child);
   });
 }
 
-void register_device_lock(util::SpinLock& lock) {
+void register_device_lock(util::SpinLock& lock, backings::Backing* backing) {
   install_fork_handlers();
   DeviceLocks& registry = device_locks();
   const std::lock_guard guard(registry.mutex);
-  registry.locks.push_back(&lock);
+  registry.locks.push_back(DeviceLock{&lock, backing});
 }
 
 void unregister_device_lock(util::SpinLock& lock) {
   DeviceLocks& registry = device_locks();
   const std::lock_guard guard(registry.mutex);
-  std::erase(registry.locks, &lock);
+  std::erase_if(registry.locks, [&lock](const DeviceLock& device) { return device.lock == &lock; });
 }
+
+void register_fork_participant(ForkParticipant& participant) {
+  install_fork_handlers();
+  Participants& registry = participants();
+  const std::lock_guard guard(registry.mutex);
+  registry.list.push_back(&participant);
+}
+
+bool fork_locking_participant_members() noexcept { return locking_members.load(std::memory_order_acquire); }
 
 bool fork_preparing() noexcept { return preparing.load(std::memory_order_acquire); }
 

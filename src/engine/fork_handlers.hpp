@@ -3,18 +3,28 @@
 // the fork is never released there, so the child's next operation on it hangs. One pthread_atfork handler set,
 // installed once, therefore takes every engine lock a device operation needs before the fork and releases it on
 // both sides after, in the engine's one lock order (docs/engine.md, "Threads", fork()):
-//   1. every per-thread cache front (ThreadCaches::prepare_fork: each cache's lock with its owner stopped, the
+//   1. the step listeners' registry (engine/step_listeners.hpp), which announce_step holds while it takes device
+//      locks (across a pack: up to a second); nothing takes it under a front's or a device's lock, and taken first
+//      it stalls no front thread while the preparation waits for it;
+//   2. every per-thread cache front (ThreadCaches::prepare_fork: each cache's lock with its owner stopped, the
 //      depot, the registry); a cache's owner may wait for the device lock inside its operation, so the fronts come
 //      before any device lock;
-//   2. the step listeners' registry (engine/step_listeners.hpp), which announce_step holds while it takes device
-//      locks;
-//   3. the registry of live devices below, then each device's own lock, in the order the devices were made (no
-//      thread holds two device locks at once, so any fixed order is safe).
-// After the fork: the device locks, the registries, then the fronts (the child's front handler moves the caches of
-// threads that do not exist there). A device joins the registry at its construction and leaves it first thing in
+//   3. every fork participant's registry (a layer above the engine with locks of its own: telemetry's open
+//      recordings), which nothing takes under a front's or device's lock;
+//   4. the registry of live devices below, then each device's own lock, in the order the devices were made (no
+//      thread holds two device locks at once, so any fixed order is safe), each followed by its backing's lock
+//      (and an adaptor's upstream's): map() nests it under the device lock, and host_pages() takes it alone;
+//   5. every fork participant's members (each open recording's lock, taken under a device lock by every observed
+//      event).
+// After the fork: the device locks, the device registry, the fronts (in the child, lowering every held owner's
+// operation flag: only the forking thread exists there), then the step registry. A device joins the registry at its construction and leaves it first thing in
 // its destruction; the preparation holds the registry's mutex until the handlers after the fork ran, so a device
 // destroyed meanwhile waits, and a device that left is never touched.
 #include "util/spin_lock.hpp"
+
+namespace plimsoll::backings {
+class Backing;
+}
 
 namespace plimsoll::engine {
 
@@ -22,9 +32,33 @@ namespace plimsoll::engine {
 /// be held: at a device's construction and at a front's first cache.
 void install_fork_handlers();
 
-/// A device's lock, taken around every fork() from registration until unregistration. Not called with it held.
-void register_device_lock(util::SpinLock& lock);
+/// A device's lock, taken around every fork() from registration until unregistration, and right after it its
+/// backing's (Backing::lock_for_fork; nullptr: none). Not called with either held.
+void register_device_lock(util::SpinLock& lock, backings::Backing* backing = nullptr);
 void unregister_device_lock(util::SpinLock& lock);
+
+/// A layer above the engine whose locks a fork() must hold too (telemetry's recordings: the engine cannot include
+/// them). Its hooks run inside fork(): they allocate nothing and throw nothing.
+class ForkParticipant {
+ public:
+  /// Before the fronts: a registry nothing takes under a front's or a device's lock.
+  virtual void lock_registry_for_fork() noexcept = 0;
+  /// After every device's lock: locks taken under a device lock.
+  virtual void lock_members_for_fork() noexcept = 0;
+  /// Both sides after the fork: the members' locks, then the registry.
+  virtual void unlock_after_fork() noexcept = 0;
+
+ protected:
+  ~ForkParticipant() = default;
+};
+
+/// From now until the process ends (a participant is never unregistered: make it a static that lives as long).
+void register_fork_participant(ForkParticipant& participant);
+
+/// True from when a fork()'s preparation starts taking the participants' members (step 5) until its handlers after
+/// the fork ran. A seam for tests: a thread blocked holding a member's lock is released once the preparation waits
+/// for it.
+bool fork_locking_participant_members() noexcept;
 
 /// True from the start of a fork()'s preparation until its handlers after the fork have run. A seam for tests: a
 /// thread that holds a device lock, parked inside a backing call, polls it to let the preparation take the lock.

@@ -27,6 +27,8 @@ constexpr std::size_t kDepth = 64;  // blocks of one size a cache keeps: a step'
 constexpr std::size_t kBatch = kDepth / 2;  // blocks moved between a cache and the depot at once
 constexpr std::uint64_t kDepotPerThread = 4;  // the depot holds up to this many caches' worth
 
+std::atomic<void (*)()> stopped_owner_seam{nullptr};  // ThreadCaches::set_stopped_owner_seam
+
 std::uint64_t rounded(std::uint64_t bytes) {
   return ((bytes ? bytes : 1) + ThreadCaches::kQuantum - 1) & ~(ThreadCaches::kQuantum - 1);
 }
@@ -132,6 +134,7 @@ class ThreadCache {
       in_op_.store(true, std::memory_order_relaxed);
       util::AsymmetricFence::light(asymmetric);
       if (!steal_.load(std::memory_order_acquire)) [[likely]] return;
+      if (void (*seam)() = stopped_owner_seam.load(std::memory_order_relaxed)) [[unlikely]] seam();
       in_op_.store(false, std::memory_order_release);
       util::SpinGuard wait(lock);  // the thief holds it until the cache is empty and the flag down
     }
@@ -159,6 +162,10 @@ class ThreadCache {
     }
   }
   void release_owner() PLIMSOLL_REQUIRES(lock) { steal_.store(false, std::memory_order_release); }
+  /// In a fork()'s child only: no thread of the child is inside an operation (only the forking thread exists there,
+  /// and it forked outside one), but an owner stopped before the fork may have raised the flag again in begin()
+  /// between the stop and the fork, before it saw `steal`: the copy would keep it raised forever.
+  void end_operation_in_child() PLIMSOLL_REQUIRES(lock) { in_op_.store(false, std::memory_order_relaxed); }
   bool stop_requested() const { return steal_.load(std::memory_order_relaxed); }
 
   ThreadCaches* owner() const PLIMSOLL_REQUIRES(lock) { return owner_; }
@@ -489,11 +496,12 @@ void ThreadCaches::stop_every_owner_for_fork() PLIMSOLL_NO_THREAD_SAFETY_ANALYSI
   registry_lock_.lock();
 }
 
-void ThreadCaches::restart_after_fork(bool /*child*/) PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
+void ThreadCaches::restart_after_fork(bool child) PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
   // In the child, the caches of threads that do not exist there stay registered, as they were: their counts count
   // as before (totals() stays exact) and a flush (trim, out of memory, pause) gives their blocks back. Moving them to
   // the depot here would grow its bins inside fork().
   for (const std::shared_ptr<ThreadCache>& cache : held_for_fork_) {
+    if (child) cache->end_operation_in_child();
     cache->release_owner();
     cache->lock.unlock();
   }
@@ -503,6 +511,10 @@ void ThreadCaches::restart_after_fork(bool /*child*/) PLIMSOLL_NO_THREAD_SAFETY_
 }
 
 bool ThreadCaches::stop_requested() { return mine().stop_requested(); }
+
+void ThreadCaches::set_stopped_owner_seam(void (*seam)()) noexcept {
+  stopped_owner_seam.store(seam, std::memory_order_relaxed);
+}
 
 const char* ThreadCaches::barrier_kind() { return util::AsymmetricFence::kind(); }
 

@@ -17,10 +17,10 @@
 //    4 x `bytes_per_thread`; past that, it goes back to the heap whole.
 //  - Blocks over kMaxBinned (64 KiB) up to kMaxSize (1 MiB) are *big*: a cache keeps at most kBigSlots of them in
 //    a quarter of its `bytes_per_thread`, matched by exact size, the oldest going back to the heap to make room;
-//    they never go to the depot (except a dead thread's at fork(), until a flush). Only once a second thread has
-//    joined the front: one thread alone takes the device lock uncontended, and cached big blocks cost it placement
-//    (GPT's single-threaded replay: 0.8 ns an operation slower with an eighth of the cache, 1-2 ns with a quarter),
-//    where threads sharing a device take its lock 3x less often with them (docs/engine.md, "Threads").
+//    they never go to the depot (a dead thread's, in a fork()'s child, stay in its cache until a flush). Only once
+//    a second thread has joined the front: one thread alone takes the device lock uncontended, and cached big blocks
+//    cost it placement (GPT's single-threaded replay: 0.8 ns an operation slower with an eighth of the cache, 1-2 ns
+//    with a quarter), where threads sharing a device take its lock 3x less often with them (docs/engine.md, "Threads").
 //  - The fast path takes no lock and makes no atomic read-modify-write: a cache's bins are touched by its own
 //    thread, inside an *operation* it marks with plain stores (ThreadCache::in_op). Another thread that must empty
 //    the cache (flush: trim, out of memory, pause, set_thread_cache(0); the front's destruction) takes the cache's
@@ -120,6 +120,11 @@ class ThreadCaches {
   /// Whether a thread emptying this thread's cache waits for it to leave its operation (a thief's flush, or a
   /// fork()'s preparation). A seam for tests: an upstream that parks an owner inside its operation polls it.
   bool stop_requested();
+
+  /// A seam for tests (nullptr: none): called by an owner that has raised its operation flag and then found a thread
+  /// emptying its cache, before it lowers the flag again. A fork() in that window copies the flag raised into the
+  /// child, where no owner will ever lower it (child_after_fork lowers it). Only on that cold path.
+  static void set_stopped_owner_seam(void (*seam)()) noexcept;
 
   /// Which barrier orders a cache's owner against a thread emptying it (util::AsymmetricFence::kind()).
   static const char* barrier_kind();

@@ -246,4 +246,14 @@ std::vector<std::string> CallSites::symbolize_all() {
   return names;
 }
 
+void CallSites::lock_for_fork() noexcept {
+  symbolize_mutex_.lock();
+  insert_mutex_.lock();
+}
+
+void CallSites::unlock_after_fork() noexcept {
+  insert_mutex_.unlock();
+  symbolize_mutex_.unlock();
+}
+
 }  // namespace plimsoll::telemetry

@@ -44,6 +44,11 @@ class CallSites {
   /// Distinct stacks captured so far: ids run from 1 to size().
   std::size_t size() const;
 
+  /// fork(): both locks, held across it by the engine's handlers (through the recording), so the child inherits
+  /// neither from a thread that does not exist there. Never nested elsewhere, so any order is safe.
+  void lock_for_fork() noexcept;
+  void unlock_after_fork() noexcept;
+
   /// The return addresses of stack `id`, innermost first. Empty for 0; InvalidArgument for an id that
   /// capture() never returned.
   std::vector<std::uintptr_t> frames(std::uint32_t id) const;

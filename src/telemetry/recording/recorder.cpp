@@ -13,24 +13,43 @@
 
 #include <fmt/format.h>
 
+#include "engine/fork_handlers.hpp"
 #include "engine/step_listeners.hpp"
 #include "plimsoll/error.hpp"
+#include "util/thread_annotations.hpp"
 
 namespace plimsoll {
 namespace {
 
 std::string errno_text(int error) { return std::error_code(error, std::generic_category()).message(); }
 
-// Open recordings, for step(): it writes its markers into each of them.
-struct OpenRecordings {
+// Open recordings, for step(): it writes its markers into each of them. And every recording not yet destroyed,
+// closed or not (an observer still attached takes its lock), for fork(): the engine's handlers hold the mutex and
+// then, after the device locks, each one's lock (engine/fork_handlers.hpp, ForkParticipant).
+struct OpenRecordings final : engine::ForkParticipant {
   std::mutex mutex;
   std::vector<Recording::Impl*> recordings;
+  std::vector<Recording::Impl*> alive;
   int step = 0;
+
+  void lock_registry_for_fork() noexcept override { mutex.lock(); }
+  void lock_members_for_fork() noexcept override {
+    for (Recording::Impl* recording : alive) recording->lock_for_fork();
+  }
+  void unlock_after_fork() noexcept override {
+    for (auto recording = alive.rbegin(); recording != alive.rend(); ++recording) (*recording)->unlock_after_fork();
+    mutex.unlock();
+  }
 };
 
 OpenRecordings& open_recordings() {
-  static OpenRecordings registry;
-  return registry;
+  // Never destroyed: the fork handlers keep it registered until the process ends.
+  static auto* const registry = [] {
+    auto* made = new OpenRecordings;
+    engine::register_fork_participant(*made);
+    return made;
+  }();
+  return *registry;
 }
 
 }  // namespace
@@ -60,6 +79,16 @@ Recording::Impl::~Impl() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+void Recording::Impl::lock_for_fork() noexcept PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {  // held until unlock_after_fork
+  lock_.lock();
+  if (call_sites_ != nullptr) call_sites_->lock_for_fork();
+}
+
+void Recording::Impl::unlock_after_fork() noexcept PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
+  if (call_sites_ != nullptr) call_sites_->unlock_after_fork();
+  lock_.unlock();
+}
+
 std::uint32_t Recording::Impl::thread_number() {
   static std::atomic<std::uint32_t> next{1};
   thread_local const std::uint32_t number = next.fetch_add(1, std::memory_order_relaxed);
@@ -67,8 +96,7 @@ std::uint32_t Recording::Impl::thread_number() {
 }
 
 void Recording::Impl::define_tag(Tag tag) {
-  if (tag >= tags_defined_.size()) tags_defined_.resize(static_cast<std::size_t>(tag) + 1, false);
-  tags_defined_[tag] = true;
+  tags_defined_.set(tag);
   write_string_locked(telemetry::binary::StringTable::tag, tag, tag_name(tag));
 }
 
@@ -206,12 +234,18 @@ Recording::~Recording() {
   } catch (const Error&) {
     // A destructor cannot report; the trace is cut short and the reader says so.
   }
+  const std::lock_guard guard(open_recordings().mutex);
+  std::erase(open_recordings().alive, impl_.get());  // a fork from now on leaves this recording alone
 }
 
 std::shared_ptr<Recording> Recording::open(const std::string& path, RecordingOptions options) {
   std::shared_ptr<Recording> recording(new Recording(std::make_unique<Impl>(path, options)));
-  std::lock_guard guard(open_recordings().mutex);
-  open_recordings().recordings.push_back(recording->impl_.get());
+  OpenRecordings& registry = open_recordings();
+  std::lock_guard guard(registry.mutex);
+  registry.alive.reserve(registry.alive.size() + 1);  // both pushes or neither: the second cannot throw
+  registry.recordings.reserve(registry.recordings.size() + 1);
+  registry.alive.push_back(recording->impl_.get());
+  registry.recordings.push_back(recording->impl_.get());
   return recording;
 }
 

@@ -11,6 +11,7 @@
 //   interpreter frames (Python) as soon as they are first captured, so a killed process keeps them.
 // - After close() every event method is a no-op.
 #include <atomic>
+#include <bitset>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -64,6 +65,12 @@ struct Recording::Impl {
   /// Ends the open step, writes the call sites and the end record, closes the file; reports a write error.
   void close();
 
+  /// fork(): this recording's lock (then its call sites'), held across it by the engine's handlers from its opening
+  /// to its destruction (observers take the lock after close() too), so the child inherits none from a thread that
+  /// does not exist there.
+  void lock_for_fork() noexcept;
+  void unlock_after_fork() noexcept;
+
   const std::string path;
   const RecordingOptions options;
   std::atomic<std::uint64_t> events_written{0};
@@ -98,7 +105,7 @@ struct Recording::Impl {
   friend void plimsoll::step();
   void step_boundary(int next_step);
   static std::uint32_t thread_number();
-  bool tag_defined(Tag tag) const { return tag < tags_defined_.size() && tags_defined_[tag]; }
+  bool tag_defined(Tag tag) const { return tags_defined_.test(tag); }
   void define_tag(Tag tag);
   void marker_locked(std::string_view text);
   void write_string_locked(telemetry::binary::StringTable table, std::uint32_t id, std::string_view text);
@@ -112,7 +119,9 @@ struct Recording::Impl {
   std::vector<char> buffer_;
   std::size_t used_ = 0;
   std::uint64_t records_ = 0;  // records written or buffered, string records included (the end record counts them)
-  std::vector<bool> tags_defined_;
+  // Every tag's bit, made with the recording (8 KiB): defining a tag allocates nothing, since events are recorded
+  // inside the device's noexcept try_allocate.
+  std::bitset<std::size_t{1} << (8 * sizeof(Tag))> tags_defined_;
   std::vector<std::string> devices_;
   std::uint32_t markers_ = 0;
   int open_step_ = 0;   // the step whose "begin" marker this recording holds and whose "end" it does not, or 0
