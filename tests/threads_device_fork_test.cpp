@@ -21,6 +21,8 @@
 #include "plimsoll/allocator.hpp"
 #include "util/spin_lock.hpp"
 
+#include "fork_child.hpp"
+
 namespace plimsoll {
 namespace {
 
@@ -109,18 +111,7 @@ TEST(ThreadsDeviceFork, ForkWhileAnotherThreadHoldsTheDeviceLockLeavesAWorkingCh
   if (child == 0) _exit(child_checks(device, live_in_child));
 
   int status = 0;
-  bool exited = false;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (!exited && std::chrono::steady_clock::now() < deadline) {
-    const pid_t done = waitpid(child, &status, WNOHANG);
-    ASSERT_NE(done, -1);
-    exited = done == child;
-    if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  if (!exited) {
-    kill(child, SIGKILL);
-    waitpid(child, &status, 0);
-  }
+  const bool exited = fork_test::child_exited_in_time(child, status);
   backing.release = true;  // the parent's holder, in case the fork did not wait for it
   while (!holder_done.load()) std::this_thread::yield();
   holder_may_exit = true;
@@ -194,18 +185,7 @@ TEST(ThreadsDeviceFork, ForkWhileAnotherThreadHoldsTheBackingLockLeavesAWorkingC
     _exit(0);
   }
   int status = 0;
-  bool exited = false;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (!exited && std::chrono::steady_clock::now() < deadline) {
-    const pid_t done = waitpid(child, &status, WNOHANG);
-    ASSERT_NE(done, -1);
-    exited = done == child;
-    if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  if (!exited) {
-    kill(child, SIGKILL);
-    waitpid(child, &status, 0);
-  }
+  const bool exited = fork_test::child_exited_in_time(child, status);
   while (!reader_done.load()) std::this_thread::yield();
   reader_may_exit = true;
   reader.join();
@@ -246,18 +226,7 @@ TEST(ThreadsDeviceFork, DevicesComingAndGoingDuringForksAreSafe) {
       _exit(0);
     }
     int status = 0;
-    bool exited = false;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (!exited && std::chrono::steady_clock::now() < deadline) {
-      const pid_t done = waitpid(child, &status, WNOHANG);
-      ASSERT_NE(done, -1);
-      exited = done == child;
-      if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    if (!exited) {
-      kill(child, SIGKILL);
-      waitpid(child, &status, 0);
-    }
+    const bool exited = fork_test::child_exited_in_time(child, status);
     EXPECT_TRUE(exited) << "round " << round << ": the child hung";
     EXPECT_TRUE(exited && WIFEXITED(status) && WEXITSTATUS(status) == 0) << "round " << round;
   }

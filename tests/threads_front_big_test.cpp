@@ -16,6 +16,8 @@
 #include "plimsoll/error.hpp"
 #include "plimsoll/oom.hpp"
 
+#include "fork_child.hpp"
+
 namespace plimsoll {
 namespace {
 
@@ -175,7 +177,7 @@ TEST(ThreadsFrontBig, ForkWithADeadThreadsBigBlocks) {
     _exit(code);
   }
   int status = 0;
-  waitpid(pid, &status, 0);
+  EXPECT_TRUE(fork_test::child_exited_in_time(pid, status)) << "the child hung";
   EXPECT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
   done.arrive_and_wait();

@@ -21,6 +21,7 @@
 #include "util/spin_lock.hpp"
 
 #include "failing_operator_new.hpp"
+#include "fork_child.hpp"
 
 namespace plimsoll {
 namespace {
@@ -234,18 +235,7 @@ TEST(ThreadsFrontFaults, AForkNeedsNoHostMemory) {
   t_fail_new = false;
   ASSERT_NE(child, -1);
   int status = 0;
-  bool exited = false;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (!exited && std::chrono::steady_clock::now() < deadline) {
-    const pid_t done = waitpid(child, &status, WNOHANG);
-    ASSERT_NE(done, -1);
-    exited = done == child;
-    if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  if (!exited) {
-    kill(child, SIGKILL);
-    waitpid(child, &status, 0);
-  }
+  const bool exited = fork_test::child_exited_in_time(child, status);
   may_exit = true;
   other.join();
   EXPECT_TRUE(exited) << "the child hung";

@@ -22,6 +22,8 @@
 #include "engine/thread_cache.hpp"
 #include "util/spin_lock.hpp"
 
+#include "fork_child.hpp"
+
 namespace plimsoll {
 namespace {
 
@@ -113,18 +115,7 @@ TEST(ThreadsFrontFork, ForkWhileAnotherThreadIsInsideItsOperationLeavesAWorkingC
   if (child == 0) _exit(child_checks(front, upstream));
 
   int status = 0;
-  bool exited = false;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (!exited && std::chrono::steady_clock::now() < deadline) {
-    const pid_t done = waitpid(child, &status, WNOHANG);
-    ASSERT_NE(done, -1);
-    exited = done == child;
-    if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  if (!exited) {
-    kill(child, SIGKILL);
-    waitpid(child, &status, 0);
-  }
+  const bool exited = fork_test::child_exited_in_time(child, status);
   upstream.release = true;  // the parent's owner, in case the fork did not ask it to stop
   EXPECT_TRUE(exited) << "the child hung: a cache of a thread that does not exist in it still looked busy";
   if (exited) {
@@ -145,20 +136,6 @@ TEST(ThreadsFrontFork, ForkWhileAnotherThreadIsInsideItsOperationLeavesAWorkingC
   front.flush();
   EXPECT_EQ(upstream.live(), 0u);
   EXPECT_FALSE(upstream.bad_give_back.load());
-}
-
-// Waits for the child with a deadline; true when it exited, with its status in `status` (killed otherwise).
-bool child_exited_in_time(pid_t child, int& status) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (std::chrono::steady_clock::now() < deadline) {
-    const pid_t done = waitpid(child, &status, WNOHANG);
-    if (done == child) return true;
-    if (done == -1) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  kill(child, SIGKILL);
-  waitpid(child, &status, 0);
-  return false;
 }
 
 // The window in ThreadCache::begin(): an owner the fork's preparation already stopped (its flag seen down) enters
@@ -222,7 +199,7 @@ TEST(ThreadsFrontFork, AStoppedOwnerRaisingItsFlagBeforeTheForkLeavesAWorkingChi
   }
   engine::ThreadCaches::set_stopped_owner_seam(nullptr);
   int status = 0;
-  const bool exited = child_exited_in_time(child, status);
+  const bool exited = fork_test::child_exited_in_time(child, status);
   owner.join();
   engine::unregister_device_lock(device_lock);
   EXPECT_TRUE(owner_in_window.load()) << "the owner never entered the window: the test did not test it";
@@ -287,7 +264,7 @@ TEST(ThreadsFrontFork, AForkWaitingForAStepStallsNoFrontThread) {
     _exit(0);
   }
   int status = 0;
-  const bool exited = child_exited_in_time(child, status);
+  const bool exited = fork_test::child_exited_in_time(child, status);
   may_exit = true;
   owner.join();
   announcer.join();

@@ -24,6 +24,8 @@
 #include "engine/fork_handlers.hpp"
 #include "plimsoll/recording.hpp"
 
+#include "fork_child.hpp"
+
 namespace plimsoll {
 namespace {
 
@@ -79,18 +81,7 @@ TEST(ThreadsRecordingFork, ForkWhileAnotherThreadHoldsARecordingsLockLeavesAWork
     _exit(recording->closed() ? 0 : 2);
   }
   int status = 0;
-  bool exited = false;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (!exited && std::chrono::steady_clock::now() < deadline) {
-    const pid_t done = waitpid(child, &status, WNOHANG);
-    ASSERT_NE(done, -1);
-    exited = done == child;
-    if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  if (!exited) {
-    kill(child, SIGKILL);
-    waitpid(child, &status, 0);
-  }
+  const bool exited = fork_test::child_exited_in_time(child, status);
   drainer.join();
   writer_may_exit = true;
   writer.join();
