@@ -15,8 +15,9 @@ namespace plimsoll::engine {
 
 namespace {
 
-// The live devices' locks and backings, in the order the devices were made. Never destroyed: a fork during static destruction
-// still finds it. The vector only grows at a registration (never inside the handlers, which allocate nothing).
+// The live devices' locks and backings, in the order the devices were made. Never destroyed: a fork during static
+// destruction still finds it. The vector only grows at a registration (never inside the handlers, which allocate
+// nothing).
 struct DeviceLock {
   util::SpinLock* lock;
   backings::Backing* backing;  // nullptr: none

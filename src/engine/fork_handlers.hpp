@@ -6,20 +6,21 @@
 //   1. the step listeners' registry (engine/step_listeners.hpp), which announce_step holds while it takes device
 //      locks (across a pack: up to a second); nothing takes it under a front's or a device's lock, and taken first
 //      it stalls no front thread while the preparation waits for it;
-//   2. every per-thread cache front (ThreadCaches::prepare_fork: each cache's lock with its owner stopped, the
+//   2. every fork participant's registry (a layer above the engine with locks of its own: telemetry's open
+//      recordings), which nothing takes under a front's or a device's lock;
+//   3. every per-thread cache front (ThreadCaches::prepare_fork: each cache's lock with its owner stopped, the
 //      depot, the registry); a cache's owner may wait for the device lock inside its operation, so the fronts come
 //      before any device lock;
-//   3. every fork participant's registry (a layer above the engine with locks of its own: telemetry's open
-//      recordings), which nothing takes under a front's or device's lock;
 //   4. the registry of live devices below, then each device's own lock, in the order the devices were made (no
 //      thread holds two device locks at once, so any fixed order is safe), each followed by its backing's lock
 //      (and an adaptor's upstream's): map() nests it under the device lock, and host_pages() takes it alone;
 //   5. every fork participant's members (each open recording's lock, taken under a device lock by every observed
 //      event).
-// After the fork: the device locks, the device registry, the fronts (in the child, lowering every held owner's
-// operation flag: only the forking thread exists there), then the step registry. A device joins the registry at its construction and leaves it first thing in
-// its destruction; the preparation holds the registry's mutex until the handlers after the fork ran, so a device
-// destroyed meanwhile waits, and a device that left is never touched.
+// After the fork, both sides: the devices' locks and their registry, the fronts (in the child, lowering every held
+// owner's operation flag: only the forking thread exists there), the participants, then the step registry. A
+// device joins the registry at its construction and leaves it first thing in its destruction; the preparation
+// holds the registry's mutex until the handlers after the fork ran, so a device destroyed meanwhile waits, and a
+// device that left is never touched.
 #include "util/spin_lock.hpp"
 
 namespace plimsoll::backings {
