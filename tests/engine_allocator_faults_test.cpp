@@ -17,28 +17,14 @@
 #include "plimsoll/recording.hpp"
 
 #include "failing_operator_new.hpp"
+#include "sim_device.hpp"
 
 namespace plimsoll {
 namespace {
 
 constexpr std::uint64_t MiB = 1ull << 20;
 
-class ScopedFailures {
- public:
-  ScopedFailures() { t_fail_new = true; }
-  ~ScopedFailures() { t_fail_new = false; }
-  ScopedFailures(const ScopedFailures&) = delete;
-  ScopedFailures& operator=(const ScopedFailures&) = delete;
-};
-
-DeviceDescription sim_device() {
-  DeviceDescription d;
-  d.name = "sim:4GiB";
-  d.hardware = "simulated device";
-  d.limit_bytes = 1ull << 30;
-  d.total_bytes = 4ull << 30;
-  return d;
-}
+using testing_support::sim_device;
 
 const TagStats* find_tag(const Stats& stats, const std::string& name) {
   const auto found = std::find_if(stats.tags.begin(), stats.tags.end(), [&](const TagStats& t) { return t.tag == name; });

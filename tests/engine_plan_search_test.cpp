@@ -235,13 +235,20 @@ TEST(EnginePlanSearch, BeatsEveryGreedyOrderOnAStepWhereGreedyIsShort) {
   EXPECT_LT(report.work, 10'000'000u) << "it stops once `patience` moves in a row improved nothing";
 }
 
-// In the engine: the same step in granules (3 and 4 granules of 2 MiB). Under a 16 MiB limit no greedy candidate
-// fits (20 MiB); best_plan's search makes the plan fit (14 MiB) and keeps it.
-TEST(EnginePlanSearch, BestPlanKeepsTheSearchedPlanWhenItFitsWhereNoGreedyOneDoes) {
+// The greedy trap in granules of 2 MiB (3 and 4 granules): every greedy order needs 10 granules, the step holds 7 at
+// once.
+StepObservation greedy_trap_in_granules() {
   StepObservation step;
   const auto a = [&](std::uint64_t id, std::uint64_t granules) { step.allocated(id, granules * 2 * MiB); };
   const auto f = [&](std::uint64_t id) { step.freed(id, 0); };
   a(1, 3), f(1), a(2, 4), a(3, 3), f(2), a(4, 3), f(3), a(5, 4), f(5), f(4);
+  return step;
+}
+
+// In the engine: the same step in granules (3 and 4 granules of 2 MiB). Under a 16 MiB limit no greedy candidate
+// fits (20 MiB); best_plan's search makes the plan fit (14 MiB) and keeps it.
+TEST(EnginePlanSearch, BestPlanKeepsTheSearchedPlanWhenItFitsWhereNoGreedyOneDoes) {
+  const StepObservation step = greedy_trap_in_granules();
   backings::SimBacking sim(1ull << 33);
   HeapOptions options;
   options.limit = 16 * MiB;
@@ -306,10 +313,7 @@ TEST(EnginePlanSearch, TheLoadBoundCountsObstaclesUntilTheirTickAndNoPlanCoversL
 // granules under a 12 MiB limit (6 granules; the step holds 7 at once) keeps the greedy plan (10 granules), which the
 // search would have taken to 7, still unfit.
 TEST(EnginePlanSearch, BestPlanDoesNotSearchWhereNoPlanCanFit) {
-  StepObservation step;
-  const auto a = [&](std::uint64_t id, std::uint64_t granules) { step.allocated(id, granules * 2 * MiB); };
-  const auto f = [&](std::uint64_t id) { step.freed(id, 0); };
-  a(1, 3), f(1), a(2, 4), a(3, 3), f(2), a(4, 3), f(3), a(5, 4), f(5), f(4);
+  const StepObservation step = greedy_trap_in_granules();
   backings::SimBacking sim(1ull << 33);
   HeapOptions options;
   options.limit = 12 * MiB;

@@ -21,6 +21,15 @@
 
 namespace {
 thread_local bool t_fail_new = false;
+
+/// Every allocation on this thread fails while one lives.
+class ScopedFailures {
+ public:
+  ScopedFailures() { t_fail_new = true; }
+  ~ScopedFailures() { t_fail_new = false; }
+  ScopedFailures(const ScopedFailures&) = delete;
+  ScopedFailures& operator=(const ScopedFailures&) = delete;
+};
 }  // namespace
 
 #if !defined(PLIMSOLL_TEST_SANITIZED)

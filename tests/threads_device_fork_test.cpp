@@ -22,6 +22,7 @@
 #include "util/spin_lock.hpp"
 
 #include "fork_child.hpp"
+#include "sim_device.hpp"
 
 namespace plimsoll {
 namespace {
@@ -58,14 +59,7 @@ class ParkingBacking final : public backings::OwningBackingAdaptor {
   }
 };
 
-DeviceDescription sim_device() {
-  DeviceDescription d;
-  d.name = "sim:4GiB";
-  d.hardware = "simulated device";
-  d.limit_bytes = 1ull << 30;
-  d.total_bytes = 4ull << 30;
-  return d;
-}
+using testing_support::sim_device;
 
 // What the child checks; its exit status says which check failed (0: all passed).
 int child_checks(Allocator& device, std::uint64_t live_before) {

@@ -17,20 +17,15 @@
 #include "plimsoll/oom.hpp"
 
 #include "fork_child.hpp"
+#include "sim_device.hpp"
 
 namespace plimsoll {
 namespace {
 
 constexpr std::uint64_t KiB = 1ull << 10, MiB = 1ull << 20;
 
-DeviceDescription sim_device(std::uint64_t limit) {
-  DeviceDescription d;
-  d.name = "sim:4GiB";
-  d.hardware = "simulated device";
-  d.limit_bytes = limit;
-  d.total_bytes = 4ull << 30;
-  return d;
-}
+using testing_support::sim_device;
+
 std::uint64_t rounded(std::uint64_t b) { return ((b ? b : 1) + 255) & ~std::uint64_t{255}; }
 
 // Two threads joined: big blocks on. Returns after a second thread touched the front.

@@ -28,15 +28,7 @@ namespace {
 
 constexpr std::uint64_t MiB = 1ull << 20;
 
-// Failures apply to the front's own books only: the heap behind it allocates as usual.
-class ScopedFailures {
- public:
-  ScopedFailures() { t_fail_new = true; }
-  ~ScopedFailures() { t_fail_new = false; }
-  ScopedFailures(const ScopedFailures&) = delete;
-  ScopedFailures& operator=(const ScopedFailures&) = delete;
-};
-
+// Failures (ScopedFailures) apply to the front's own books only: the heap behind it allocates as usual.
 class HeapUpstream : public engine::FrontUpstream {
  public:
   explicit HeapUpstream(engine::Heap& heap) : heap_(heap) {}

@@ -23,6 +23,8 @@
 #include "plimsoll/oom.hpp"
 #include "util/spin_lock.hpp"
 
+#include "sim_device.hpp"
+
 namespace plimsoll {
 namespace {
 
@@ -234,14 +236,7 @@ TEST(ThreadsFront, CrossThreadFreesKeepTheHeapAndTheModelInAgreement) {
   EXPECT_EQ(heap.counters().in_use, 0u);
 }
 
-DeviceDescription sim_device(std::uint64_t limit) {
-  DeviceDescription d;
-  d.name = "sim:4GiB";
-  d.hardware = "simulated device";
-  d.limit_bytes = limit;
-  d.total_bytes = 4ull << 30;
-  return d;
-}
+using testing_support::sim_device;
 
 TEST(ThreadsFront, DeviceStatsAreExactAtQuiescentPoints) {
   Allocator device(sim_device(512 * MiB), std::make_unique<backings::SimBacking>(4ull << 30));
