@@ -29,29 +29,30 @@ class UnfitBackoff {
   /// After a pack whose plan did not fit and needs `granules`: how many boundaries to wait before packing again
   /// (1: at the next one).
   std::uint64_t after_unfit(std::uint64_t granules) {
-    if (granules < best_) {
-      best_ = granules;
-      misses_ = 0;
-      return 1;
-    }
-    if (++misses_ < kPatience) return 1;
+    if (count_pack(granules) || misses_ < kPatience) return 1;
     return std::uint64_t{1} << std::min<std::uint64_t>(misses_ - kPatience + 1, 10);  // 2, 4, ... kMaxWait
   }
   /// The same for a step that grows: 1, 3, 7, ... kMaxWait - 1 along the run of unfit plans since the last reset
   /// or the last new best.
   std::uint64_t after_unfit_growing(std::uint64_t granules) {
-    if (granules < best_) {
-      best_ = granules;
-      misses_ = 0;
-    } else {
-      ++misses_;
-    }
+    count_pack(granules);
     return (std::uint64_t{1} << std::min<std::uint64_t>(misses_ + 1, 10)) - 1;
   }
   /// A plan fit: the next unfit one starts afresh (the step or the limit changed since).
   void reset() { *this = UnfitBackoff{}; }
 
  private:
+  // An unfit pack needing `granules`: a new best ends the run of misses (true), anything else lengthens it.
+  bool count_pack(std::uint64_t granules) {
+    if (granules < best_) {
+      best_ = granules;
+      misses_ = 0;
+      return true;
+    }
+    ++misses_;
+    return false;
+  }
+
   std::uint64_t best_ = UINT64_MAX;  // the fewest granules an unfit plan since the last reset needed
   std::uint64_t misses_ = 0;         // unfit packs in a row since best_ was last beaten
 };
