@@ -41,6 +41,7 @@
 #include "engine/heap.hpp"
 #include "engine/plan_candidates.hpp"
 #include "engine/step_plan.hpp"
+#include "engine/transition_plan.hpp"
 #include "engine/unfit_backoff.hpp"
 #include "plimsoll/stats.hpp"
 
@@ -56,6 +57,7 @@ struct PackJob {
   std::uint64_t follower = 0;  // PlanFollower::serial() of the follower that made it
   std::uint64_t events = 0;    // the follower's allocations and frees when it was made
   StepPlan plan;               // pack()'s result
+  TransitionPlan transition;   // when `plan` is unfit: one step toward an ideal plan (transition_plan.hpp)
   PlanCost cost;               // the plan's cost on the snapshot
   std::uint64_t pack_ns = 0;   // how long pack() took
 
@@ -117,6 +119,17 @@ class PlanFollower {
   }
   std::unique_ptr<PackJob> prepare_pack();
   void install(StepPlan plan, const PlanCost& cost);
+  // Transition steps (transition_plan.hpp): plan_ is the transition plan for one step, followed with lazy mapping
+  // (follow_transition); at the next boundary the ideal plan is mapped whole and followed (end_transition).
+  // Invariant: transition_ implies ideal_ has entries, and transition_kept_ marks exactly the granules of the
+  // transition entries placed so far this step (kept mapped: the steps after use them).
+  void begin_transition(TransitionPlan transition);
+  void end_transition();
+  std::uint64_t follow_transition(std::size_t match, std::uint64_t bytes, std::uint16_t tag, std::uint64_t hint);
+  bool transition_ = false;
+  StepPlan ideal_;
+  std::vector<bool> transition_kept_;
+  std::uint64_t maps_before_transition_ = 0, unmaps_before_transition_ = 0;
 
   Heap& heap_;
   StepObservation observation_;
