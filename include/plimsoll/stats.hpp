@@ -48,6 +48,7 @@ struct StepPlanStats {
   std::uint64_t transition_followed = 0;  // requests placed at their address in a transition plan (in `followed` too)
   std::uint64_t transition_maps = 0;      // map and unmap calls made during transition steps, in all
   std::uint64_t transition_unmaps = 0;
+  std::uint64_t transitions_abandoned = 0;  // transition steps given up at their first fallback (best fit after)
   std::uint64_t fallbacks() const { return not_in_plan + occupied + over_limit + past_plan; }
 };
 

@@ -125,6 +125,8 @@ class PlanFollower {
   // transition entries placed so far this step (kept mapped: the steps after use them).
   void begin_transition(TransitionPlan transition);
   void end_transition();
+  void abandon_transition();  // at the transition step's first fallback: best fit for the rest of the step
+  void stop_transition();
   std::uint64_t follow_transition(std::size_t match, std::uint64_t bytes, std::uint16_t tag, std::uint64_t hint);
   bool transition_ = false;
   StepPlan ideal_;
