@@ -7,11 +7,10 @@
 // pinned where they are), keeping the cheapest of a few packings in granules mapped (plan_candidates.hpp),
 // maps the plan's ranges once (they then stay mapped: planned memory is reused step after step with no map or
 // unmap), and from then on places each request that matches the plan, in size and in order, at its planned
-// address. A plan whose ranges cannot be mapped under the limit (StepPlanStats::unfit) is followed only for the
-// blocks that outlive the step, where their granules are mapped already, best fit placing the rest, and the next
-// boundary packs again while the unfit plans get cheaper (unfit_backoff.hpp): plans converge to one that fits as
-// the leftovers settle where plans want them (a growing step's unfit plan is not followed at all). Everything
-// that does not match goes to best fit, at once:
+// address. A plan whose ranges cannot be mapped under the limit (StepPlanStats::unfit) is not followed: unless a
+// transition plan, costed tick by tick, fits (transition_plan.hpp: one step followed with lazy mapping, then its
+// ideal plan, mapped whole), best fit places the next steps and the next boundaries pack again while the unfit
+// plans get cheaper (unfit_backoff.hpp). Everything that does not match goes to best fit, at once:
 //  - a request whose size is not among the next kLookahead planned ones (an extra tensor, another batch, a
 //    data-dependent shape) falls back and leaves the plan's cursor where it is, so the step resynchronises with
 //    the plan at the next request that matches;
