@@ -40,7 +40,9 @@ const std::set<std::string> kJsonKeys = {
 const std::set<std::string> kStepPlanKeys = {"steps",   "plans",       "unfit",    "stale",     "learning",  "followed",
                                              "growth",
                                              "fallbacks", "not_in_plan", "occupied", "over_limit", "past_plan",
-                                             "skipped", "plan_bytes",  "plan_peak_bytes", "packs", "pack_ms"};
+                                             "skipped", "plan_bytes",  "plan_peak_bytes", "packs", "pack_ms",
+                                             "transitions", "transition_followed", "transition_maps",
+                                             "transition_unmaps", "transitions_abandoned"};
 
 TEST(CliReplay, JsonHasOneLinePerPolicyWithExactlyTheDocumentedKeys) {
   const std::string gpt = trace_path("gpt-6-512-b8.trace");

@@ -41,6 +41,14 @@ struct StepPlanStats {
   // they get cheaper (docs/engine.md, "What packing costs"), so on a job that never fits packs stay few.
   std::uint64_t packs = 0;
   std::uint64_t pack_ns = 0;
+  // Transition steps: after a boundary whose plans were all over the limit, one step followed a transition plan
+  // (mapping its ranges as its requests came) toward an ideal plan that fits (docs/engine.md, "Transition plans").
+  // Counted in `plans` too, as the ideal plan after each.
+  std::uint64_t transitions = 0;
+  std::uint64_t transition_followed = 0;  // requests placed at their address in a transition plan (in `followed` too)
+  std::uint64_t transition_maps = 0;      // map and unmap calls made during transition steps, in all
+  std::uint64_t transition_unmaps = 0;
+  std::uint64_t transitions_abandoned = 0;  // transition steps given up at their first fallback (best fit after)
   std::uint64_t fallbacks() const { return not_in_plan + occupied + over_limit + past_plan; }
 };
 

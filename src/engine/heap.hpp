@@ -86,7 +86,10 @@ class Heap {
   /// granules outside them first when the limit requires it. False when they cannot all be mapped under the
   /// limit or the backing refuses one: then nothing stays mapped that was not before (the cached granules given
   /// back to make room stay given back; they held no data).
-  bool map_ranges(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges);
+  /// `keep` (indexed by granule; null: none): cached granules never given back to make room, though not mapped
+  /// here either (a transition step's planned ranges, PlanFollower::follow_transition).
+  bool map_ranges(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges,
+                  const std::vector<bool>* keep = nullptr);
 
   struct Freed {
     std::uint64_t size = 0, requested = 0;

@@ -53,7 +53,8 @@ std::uint64_t Heap::allocate_at(std::uint64_t addr, std::uint64_t bytes, std::ui
   return finish_allocation(take(large_bins_, block, addr, size), bytes, tag);
 }
 
-bool Heap::map_ranges(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges) {
+bool Heap::map_ranges(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges,
+                      const std::vector<bool>* keep) {
   if (paused_ != nullptr) return false;  // nothing may be mapped while paused (heap_pause.cpp)
   const std::uint64_t count = span_bytes_ / granules_.granule();
   std::vector<bool> wanted(count, false);
@@ -73,7 +74,8 @@ bool Heap::map_ranges(const std::vector<std::pair<std::uint64_t, std::uint64_t>>
     large_bins_.for_each(blocks_, [&](BlockIndex index) {
       const Block& block = blocks_[index];
       for (std::uint64_t g = granules_.first_inside(block.addr); g < granules_.end_inside(block.addr, block.size); ++g)
-        if (!wanted[g] && granules_.is_mapped(g)) spare += granules_.granule();
+        if (!wanted[g] && !(keep != nullptr && g < keep->size() && (*keep)[g]) && granules_.is_mapped(g))
+          spare += granules_.granule();
     });
     if (granules_.mapped_bytes() + missing - spare > options_.limit) return false;
     large_bins_.for_each(blocks_, [&](BlockIndex index) {
@@ -81,14 +83,16 @@ bool Heap::map_ranges(const std::vector<std::pair<std::uint64_t, std::uint64_t>>
       const std::uint64_t lo = granules_.first_inside(block.addr);
       const std::uint64_t hi = granules_.end_inside(block.addr, block.size);
       for (std::uint64_t g = lo; g < hi && granules_.mapped_bytes() + missing > options_.limit;) {
-        if (wanted[g] || !granules_.is_mapped(g)) {
+        if (wanted[g] || (keep != nullptr && g < keep->size() && (*keep)[g]) || !granules_.is_mapped(g)) {
           ++g;
           continue;
         }
         const std::uint64_t excess =
             (granules_.mapped_bytes() + missing - options_.limit + granules_.granule() - 1) / granules_.granule();
         std::uint64_t end = g;
-        while (end < hi && end - g < excess && !wanted[end] && granules_.is_mapped(end)) ++end;
+        while (end < hi && end - g < excess && !wanted[end] && !(keep != nullptr && end < keep->size() && (*keep)[end]) &&
+               granules_.is_mapped(end))
+          ++end;
         unmap_range(g, end - g);  // one call per run
         g = end;
       }

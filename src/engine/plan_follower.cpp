@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/plan_candidates.hpp"
+#include "engine/transition_plan.hpp"
 
 namespace plimsoll::engine {
 
@@ -14,6 +15,8 @@ void PackJob::pack() {
   const auto start = std::chrono::steady_clock::now();
   plan = best_plan({as_obstacles, obstacles}, {pinned, around_pinned}, heap);
   if (!plan.entries.empty()) cost = plan_cost(plan, heap);
+  // No steady plan fits: maybe one step of a transition plan, costed tick by tick, leads to one that does.
+  if (!plan.entries.empty() && !cost.fits) transition = pack_transition(as_obstacles, obstacles, around_pinned, heap);
   pack_ns = static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
 }
@@ -53,13 +56,75 @@ std::uint64_t PlanFollower::allocate(std::uint64_t bytes, std::uint16_t tag) {
       break;
     }
   }
-  if (const std::uint64_t addr = heap_.allocate_at(plan_.entries[match].addr, bytes, tag, hint); addr != 0) {
+  if (transition_) {
+    if (const std::uint64_t addr = follow_transition(match, bytes, tag, hint); addr != 0) {
+      ++stats_.followed;
+      ++stats_.transition_followed;
+      observe(addr, size);
+      return addr;
+    }
+  } else if (const std::uint64_t addr = heap_.allocate_at(plan_.entries[match].addr, bytes, tag, hint); addr != 0) {
     ++stats_.followed;
     observe(addr, size);
     return addr;
   }
   return fall_back(bytes, tag,
                    heap_.last_failure() == HeapFailure::occupied ? &StepPlanStats::occupied : &StepPlanStats::over_limit);
+}
+
+std::uint64_t PlanFollower::follow_transition(std::size_t match, std::uint64_t bytes, std::uint16_t tag,
+                                             std::uint64_t hint) {
+  const StepPlan::Entry& entry = plan_.entries[match];
+  std::uint64_t addr = heap_.allocate_at(entry.addr, bytes, tag, hint);
+  if (addr == 0 && heap_.last_failure() == HeapFailure::limit) {
+    // Lazy mapping: room is made by giving back cached granules (left by the previous copies and the step before)
+    // that no transition entry born so far covers, under the same limit as ever; the plan's own granules stay
+    // mapped for the steps after. When that is not enough, best fit takes the request (fall_back).
+    if (heap_.map_ranges({{entry.addr, entry.size}}, &transition_kept_))
+      addr = heap_.allocate_at(entry.addr, bytes, tag, hint);
+  }
+  if (addr != 0) {
+    const GranuleMap& map = heap_.granules();
+    for (std::uint64_t g = map.first_covering(entry.addr); g < map.end_covering(entry.addr, entry.size); ++g)
+      transition_kept_[g] = true;
+  }
+  return addr;
+}
+
+void PlanFollower::begin_transition(TransitionPlan transition) {
+  transition_ = true;
+  plan_ = std::move(transition.plan);
+  ideal_ = std::move(transition.ideal);
+  transition_kept_.assign(heap_.span_bytes() / heap_.granules().granule() + 1, false);
+  maps_before_transition_ = heap_.counters().maps;
+  unmaps_before_transition_ = heap_.counters().unmaps;
+  ++stats_.transitions;
+}
+
+void PlanFollower::stop_transition() {
+  transition_ = false;
+  stats_.transition_maps += heap_.counters().maps - maps_before_transition_;
+  stats_.transition_unmaps += heap_.counters().unmaps - unmaps_before_transition_;
+  transition_kept_ = {};
+}
+
+void PlanFollower::abandon_transition() {
+  stop_transition();
+  ++stats_.transitions_abandoned;
+  plan_ = StepPlan{};
+  ideal_ = StepPlan{};
+}
+
+void PlanFollower::end_transition() {
+  stop_transition();
+  plan_ = StepPlan{};
+  StepPlan ideal = std::move(ideal_);
+  ideal_ = StepPlan{};
+  // Mapped whole now, and followed as any plan; when its ranges cannot be mapped (the transition step fell back
+  // and left blocks elsewhere), it is unfit like any plan, and best fit goes on.
+  PlanCost cost;
+  cost.granules = UINT64_MAX;  // not costed: it counts as no better than any unfit plan for the back-off
+  install(std::move(ideal), cost);
 }
 
 std::uint64_t PlanFollower::place_above_plan(std::uint64_t bytes, std::uint16_t tag) {
@@ -86,6 +151,11 @@ std::uint64_t PlanFollower::place_above_plan(std::uint64_t bytes, std::uint16_t 
 std::uint64_t PlanFollower::fall_back(std::uint64_t bytes, std::uint16_t tag, std::uint64_t StepPlanStats::*reason) {
   ++(stats_.*reason);
   ++step_fallbacks_;
+  // A transition step that does not go as planned is given up at once: its entries placed so far hold granules
+  // best fit may need, and every later entry would meet the same surprise (measured: an extra 3 MiB tensor in
+  // GPT's transition step at 617 granules ran it out of memory where best fit alone does not). The rest of the
+  // step is best fit's, and the next boundary packs again.
+  if (transition_) abandon_transition();
   const std::uint64_t addr = heap_.allocate(bytes, tag);
   if (addr != 0) observe(addr, Heap::round(bytes));
   return addr;
@@ -119,6 +189,15 @@ std::unique_ptr<PackJob> PlanFollower::begin_boundary() {
     observing_ = true;
     observation_.clear();
     cursor_ = 0;
+    return nullptr;
+  }
+  if (transition_) {  // the transition step is over: the ideal plan from the next step on, no pack
+    first_plan_ = false;
+    previous_step_fell_back_ = false;
+    step_fallbacks_ = 0;
+    cursor_ = 0;
+    observation_.clear();
+    end_transition();
     return nullptr;
   }
   const bool fell_back = step_fallbacks_ > 0;
@@ -155,6 +234,10 @@ void PlanFollower::finish_boundary(std::unique_ptr<PackJob> job) {
   }
   stale_run_ = 0;
   if (job->plan.entries.empty()) return;  // does not fit the address space: keep what there was
+  if (!job->cost.fits && job->transition.fits) {
+    begin_transition(std::move(job->transition));
+    return;
+  }
   install(std::move(job->plan), job->cost);
 }
 

@@ -7,11 +7,10 @@
 // pinned where they are), keeping the cheapest of a few packings in granules mapped (plan_candidates.hpp),
 // maps the plan's ranges once (they then stay mapped: planned memory is reused step after step with no map or
 // unmap), and from then on places each request that matches the plan, in size and in order, at its planned
-// address. A plan whose ranges cannot be mapped under the limit (StepPlanStats::unfit) is followed only for the
-// blocks that outlive the step, where their granules are mapped already, best fit placing the rest, and the next
-// boundary packs again while the unfit plans get cheaper (unfit_backoff.hpp): plans converge to one that fits as
-// the leftovers settle where plans want them (a growing step's unfit plan is not followed at all). Everything
-// that does not match goes to best fit, at once:
+// address. A plan whose ranges cannot be mapped under the limit (StepPlanStats::unfit) is not followed: unless a
+// transition plan, costed tick by tick, fits (transition_plan.hpp: one step followed with lazy mapping, then its
+// ideal plan, mapped whole), best fit places the next steps and the next boundaries pack again while the unfit
+// plans get cheaper (unfit_backoff.hpp). Everything that does not match goes to best fit, at once:
 //  - a request whose size is not among the next kLookahead planned ones (an extra tensor, another batch, a
 //    data-dependent shape) falls back and leaves the plan's cursor where it is, so the step resynchronises with
 //    the plan at the next request that matches;
@@ -41,6 +40,7 @@
 #include "engine/heap.hpp"
 #include "engine/plan_candidates.hpp"
 #include "engine/step_plan.hpp"
+#include "engine/transition_plan.hpp"
 #include "engine/unfit_backoff.hpp"
 #include "plimsoll/stats.hpp"
 
@@ -56,6 +56,7 @@ struct PackJob {
   std::uint64_t follower = 0;  // PlanFollower::serial() of the follower that made it
   std::uint64_t events = 0;    // the follower's allocations and frees when it was made
   StepPlan plan;               // pack()'s result
+  TransitionPlan transition;   // when `plan` is unfit: one step toward an ideal plan (transition_plan.hpp)
   PlanCost cost;               // the plan's cost on the snapshot
   std::uint64_t pack_ns = 0;   // how long pack() took
 
@@ -117,6 +118,19 @@ class PlanFollower {
   }
   std::unique_ptr<PackJob> prepare_pack();
   void install(StepPlan plan, const PlanCost& cost);
+  // Transition steps (transition_plan.hpp): plan_ is the transition plan for one step, followed with lazy mapping
+  // (follow_transition); at the next boundary the ideal plan is mapped whole and followed (end_transition).
+  // Invariant: transition_ implies ideal_ has entries, and transition_kept_ marks exactly the granules of the
+  // transition entries placed so far this step (kept mapped: the steps after use them).
+  void begin_transition(TransitionPlan transition);
+  void end_transition();
+  void abandon_transition();  // at the transition step's first fallback: best fit for the rest of the step
+  void stop_transition();
+  std::uint64_t follow_transition(std::size_t match, std::uint64_t bytes, std::uint16_t tag, std::uint64_t hint);
+  bool transition_ = false;
+  StepPlan ideal_;
+  std::vector<bool> transition_kept_;
+  std::uint64_t maps_before_transition_ = 0, unmaps_before_transition_ = 0;
 
   Heap& heap_;
   StepObservation observation_;

@@ -94,7 +94,10 @@ std::string replay_result_json(const ReplayResult& result) {
                        {"occupied", plan.occupied},   {"over_limit", plan.over_limit},
                        {"past_plan", plan.past_plan}, {"skipped", plan.skipped},
                        {"plan_bytes", plan.plan_bytes}, {"plan_peak_bytes", plan.plan_peak_bytes},
-                       {"packs", plan.packs}, {"pack_ms", static_cast<double>(plan.pack_ns) / 1e6}};
+                       {"packs", plan.packs}, {"pack_ms", static_cast<double>(plan.pack_ns) / 1e6},
+                       {"transitions", plan.transitions}, {"transition_followed", plan.transition_followed},
+                       {"transition_maps", plan.transition_maps}, {"transition_unmaps", plan.transition_unmaps},
+                       {"transitions_abandoned", plan.transitions_abandoned}};
   line["oom"] = result.oom;
   line["oom_event"] = result.oom_event ? nlohmann::ordered_json(*result.oom_event) : nlohmann::ordered_json();
   line["ops"] = result.ops;
