@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <new>
 #include <string>
+#include <thread>
 
 #include "backings/backing_adaptor.hpp"
 #include "backings/sim_backing.hpp"
@@ -108,6 +110,72 @@ TEST(EngineAllocatorFaults, ANewTagOutOfHostMemoryThrowsBadAllocNotADeviceOom) {
   EXPECT_EQ(backing.waits, 1);
   void* p = device.allocate(2 * MiB, tag);
   device.deallocate(p);
+  device.deallocate(first);
+  EXPECT_EQ(device.stats().live_allocations, 0u);
+}
+
+// A device that waits for memory between its attempts (as a shared GPU does), with a seam there: the waiting thread
+// parks until the test lets it go, its first attempt failed and its last not yet made.
+class ParkingBacking final : public backings::OwningBackingAdaptor {
+ public:
+  ParkingBacking() : OwningBackingAdaptor("parking", std::make_unique<backings::SimBacking>(4ull << 30)) {}
+  std::atomic<bool> parked{false}, go{false};
+
+ private:
+  bool do_can_wait_for_memory() const noexcept override { return true; }
+  void do_wait_for_memory() noexcept override {
+    parked.store(true);
+    while (!go.load()) std::this_thread::yield();
+  }
+};
+
+// Two threads fail on one device at once, for different reasons: one at the device limit (parked between its
+// attempts), one out of host memory for a new tag's counter. Each failure path acts on the reason its own attempt
+// returned: the host failure throws std::bad_alloc and counts no device OOM, the limit's throws OutOfMemory and is
+// counted once. (A per-device field naming "the thread whose allocation failed for host memory" is shared by every
+// thread failing meanwhile.)
+TEST(EngineAllocatorFaults, TwoThreadsFailingAtOnceForDifferentReasonsEachGetTheirOwn) {
+  SKIP_UNLESS_NEW_CAN_FAIL();
+  auto owned = std::make_unique<ParkingBacking>();
+  ParkingBacking& backing = *owned;
+  Allocator device(sim_device(64 * MiB), std::move(owned));
+  device.set_step_plan(false);
+  void* first = device.allocate(1 * MiB);
+  const Tag tag = intern_tag("faults-two-reasons-far-above-the-others");
+  enum class Outcome { none, allocated, device_oom, bad_alloc, other };
+  std::atomic<Outcome> at_limit{Outcome::none};
+  std::thread over_the_limit([&] {
+    try {
+      device.deallocate(device.allocate(128 * MiB));
+      at_limit = Outcome::allocated;
+    } catch (const OutOfMemory&) {
+      at_limit = Outcome::device_oom;
+    } catch (const std::bad_alloc&) {
+      at_limit = Outcome::bad_alloc;
+    } catch (...) {
+      at_limit = Outcome::other;
+    }
+  });
+  while (!backing.parked.load()) std::this_thread::yield();  // its first attempt failed at the limit
+  Outcome host = Outcome::none;
+  {
+    const ScopedFailures failing;
+    try {
+      device.deallocate(device.allocate(2 * MiB, tag));
+      host = Outcome::allocated;
+    } catch (const OutOfMemory&) {
+      host = Outcome::device_oom;
+    } catch (const std::bad_alloc&) {
+      host = Outcome::bad_alloc;
+    } catch (...) {
+      host = Outcome::other;
+    }
+  }
+  backing.go.store(true);
+  over_the_limit.join();
+  EXPECT_EQ(host, Outcome::bad_alloc) << "the host failure got another thread's reason";
+  EXPECT_EQ(at_limit.load(), Outcome::device_oom) << "the limit's failure got another thread's reason";
+  EXPECT_EQ(device.stats().ooms, 1u) << "the device's OOM counted once, the host's not at all";
   device.deallocate(first);
   EXPECT_EQ(device.stats().live_allocations, 0u);
 }

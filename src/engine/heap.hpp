@@ -39,7 +39,9 @@ struct HeapOptions {
   double growth_factor = 1.1;
 };
 
-enum class HeapFailure { none, limit, device, address_space, too_large, paused, occupied };
+// host_memory: the heap's own books (block records, address maps) could not grow; nothing changed (the allocator
+// throws std::bad_alloc for it, not an OutOfMemory naming the device).
+enum class HeapFailure { none, limit, device, address_space, too_large, paused, occupied, host_memory };
 
 struct HeapCounters {
   std::uint64_t in_use = 0;     // rounded bytes of live allocations
