@@ -11,6 +11,7 @@
 #include <new>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "backings/backing_adaptor.hpp"
 #include "backings/sim_backing.hpp"
@@ -178,6 +179,46 @@ TEST(EngineAllocatorFaults, TwoThreadsFailingAtOnceForDifferentReasonsEachGetThe
   EXPECT_EQ(device.stats().ooms, 1u) << "the device's OOM counted once, the host's not at all";
   device.deallocate(first);
   EXPECT_EQ(device.stats().live_allocations, 0u);
+}
+
+// The heap's own books (its live-address table, its block records) full: one more allocation needs them to grow,
+// under the lock, inside the noexcept try_allocate. Out of host memory they are made room for before anything
+// changes, so the allocation declines (nullptr; allocate() throws std::bad_alloc, not an OutOfMemory) with nothing
+// changed or lost; it terminated before (the table grew after the block was taken out of the free bins).
+TEST(EngineAllocatorFaults, TheHeapsBooksOutOfHostMemoryDeclineBeforeTheHeapChanges) {
+  SKIP_UNLESS_NEW_CAN_FAIL();
+  Allocator device(sim_device(), std::make_unique<backings::SimBacking>(4ull << 30));
+  device.set_step_plan(false);
+  // The live-address table starts at 1024 slots, kept at most half full: the 513th live block grows it.
+  std::vector<void*> live;
+  for (int i = 0; i < 512; ++i) live.push_back(device.allocate(4096));
+  const Stats before = device.stats();
+  void* refused = nullptr;
+  bool bad_alloc = false, device_oom = false;
+  {
+    const ScopedFailures failing;
+    refused = device.try_allocate(4096);
+    try {
+      live.push_back(device.allocate(4096));
+    } catch (const OutOfMemory&) {
+      device_oom = true;
+    } catch (const std::bad_alloc&) {
+      bad_alloc = true;
+    }
+  }
+  EXPECT_EQ(refused, nullptr);
+  EXPECT_TRUE(bad_alloc) << "the host's memory failed, not the device's";
+  EXPECT_FALSE(device_oom);
+  const Stats after = device.stats();
+  EXPECT_EQ(after.live_allocations, before.live_allocations) << "declined before the heap changed anything";
+  EXPECT_EQ(after.in_use_bytes, before.in_use_bytes);
+  EXPECT_EQ(after.allocations, before.allocations);
+  EXPECT_EQ(after.ooms, before.ooms);
+  // With host memory again the books grow and the allocation is made as usual; every block frees.
+  live.push_back(device.allocate(4096));
+  for (void* p : live) device.deallocate(p);
+  EXPECT_EQ(device.stats().live_allocations, 0u);
+  EXPECT_EQ(device.stats().in_use_bytes, 0u);
 }
 
 // A recording attached: its first event of a tag defines the tag in the trace, inside the noexcept try_allocate.

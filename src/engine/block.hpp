@@ -1,7 +1,9 @@
 #pragma once
 // Block records, kept outside the memory they describe: device memory cannot hold headers, and the
 // simulated device has no memory at all.
+#include <algorithm>
 #include <cstdint>
+#include <new>
 #include <vector>
 
 namespace plimsoll::engine {
@@ -42,12 +44,34 @@ class BlockPool {
     blocks_.push_back(block);
     return static_cast<BlockIndex>(blocks_.size() - 1);
   }
+  // Never allocates once ready() said yes: vacant_'s capacity covers every record (invariant below).
   void drop(BlockIndex index) { vacant_.push_back(index); }
+  /// Whether `count` records can be made without allocating (and every record dropped): makes room when not. False,
+  /// with nothing changed, when host memory is out. The heap asks before an allocation changes anything, since it
+  /// runs inside the allocator's noexcept try_allocate under the device lock.
+  /// Invariant once asked: vacant_.capacity() >= blocks_.capacity(), and make() grows blocks_ only within it.
+  bool ready(std::size_t count) noexcept {
+    if (vacant_.size() + (blocks_.capacity() - blocks_.size()) >= count && vacant_.capacity() >= blocks_.capacity())
+      [[likely]]
+      return true;
+    return make_room(count);
+  }
   Block& operator[](BlockIndex index) { return blocks_[index]; }
   const Block& operator[](BlockIndex index) const { return blocks_[index]; }
   std::size_t records() const { return blocks_.size() - vacant_.size(); }
 
  private:
+  bool make_room(std::size_t count) noexcept {
+    try {
+      const std::size_t want = std::max(blocks_.capacity() * 2, blocks_.size() + count);
+      vacant_.reserve(want);  // first: a failure here leaves blocks_ as it was
+      blocks_.reserve(want);
+    } catch (const std::bad_alloc&) {
+      return false;
+    }
+    return true;
+  }
+
   std::vector<Block> blocks_;
   std::vector<BlockIndex> vacant_;
 };
