@@ -181,6 +181,35 @@ TEST(EngineAllocatorFaults, TwoThreadsFailingAtOnceForDifferentReasonsEachGetThe
   EXPECT_EQ(device.stats().live_allocations, 0u);
 }
 
+// One allocation, two attempts, two reasons: the first (a new tag's counter) fails for host memory, then the
+// per-thread caches are flushed and the last attempt, with host memory again, fails at the device limit. The
+// failure path must act on the last attempt's reason: an OutOfMemory, counted. A per-device field set by the first
+// attempt and still set after the last said std::bad_alloc.
+TEST(EngineAllocatorFaults, TheLastAttemptsReasonIsTheOneReported) {
+  SKIP_UNLESS_NEW_CAN_FAIL();
+  Allocator device(sim_device(64 * MiB), std::make_unique<backings::SimBacking>(4ull << 30));
+  device.set_step_plan(false);
+  device.set_thread_cache(1 * MiB);
+  device.deallocate(device.allocate(4096));
+  const Tag tag = intern_tag("faults-last-reason-far-above-the-others");
+  const std::uint64_t ooms_before = device.stats().ooms;
+  bool bad_alloc = false, device_oom = false;
+  t_fail_next_news = 1;  // the tag's counter, in the first attempt only
+  try {
+    device.deallocate(device.allocate(100 * MiB, tag));  // over the 64 MiB limit, inside the address space
+  } catch (const OutOfMemory&) {
+    device_oom = true;
+  } catch (const std::bad_alloc&) {
+    bad_alloc = true;
+  }
+  EXPECT_EQ(t_fail_next_news, 0) << "the first attempt asked for host memory";
+  t_fail_next_news = 0;
+  EXPECT_TRUE(device_oom) << "the last attempt failed at the device limit";
+  EXPECT_FALSE(bad_alloc) << "the first attempt's host failure was reported for the last";
+  EXPECT_EQ(device.stats().ooms, ooms_before + 1);
+  EXPECT_EQ(device.stats().live_allocations, 0u);
+}
+
 // The heap's own books (its live-address table, its block records) full: one more allocation needs them to grow,
 // under the lock, inside the noexcept try_allocate. Out of host memory they are made room for before anything
 // changes, so the allocation declines (nullptr; allocate() throws std::bad_alloc, not an OutOfMemory) with nothing
