@@ -27,12 +27,7 @@ class AddressMap {
   // anything, inside the allocator's noexcept try_allocate.
   bool ready_for_one() noexcept {
     if ((count_ + 1) * 2 <= slots_.size()) [[likely]] return true;
-    try {
-      grow();
-    } catch (const std::bad_alloc&) {
-      return false;
-    }
-    return true;
+    return try_grow();
   }
   // addr must be non-zero and not present.
   void insert(std::uint64_t addr, BlockIndex block) {
@@ -100,6 +95,14 @@ class AddressMap {
     std::size_t i = home(addr);
     while (slots_[i].addr != 0) i = (i + 1) & mask();
     slots_[i] = Slot{addr, block};
+  }
+  [[gnu::noinline, gnu::cold]] bool try_grow() noexcept {
+    try {
+      grow();
+    } catch (const std::bad_alloc&) {
+      return false;
+    }
+    return true;
   }
   void grow() {
     std::vector<Slot> old(slots_.size() * 2);

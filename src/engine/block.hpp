@@ -57,6 +57,15 @@ class BlockPool {
   /// runs inside the allocator's noexcept try_allocate under the device lock.
   bool ready(std::size_t count) noexcept {
     if (spare_ >= count) [[likely]] return true;
+    return try_grow(count);
+  }
+  Block& operator[](BlockIndex index) { return blocks_[index]; }
+  const Block& operator[](BlockIndex index) const { return blocks_[index]; }
+  std::size_t records() const { return blocks_.size() - vacant_.size(); }
+
+ private:
+  // Out of line and cold: the allocation path keeps only the compare.
+  [[gnu::noinline, gnu::cold]] bool try_grow(std::size_t count) noexcept {
     try {
       grow(count);
     } catch (const std::bad_alloc&) {
@@ -64,13 +73,8 @@ class BlockPool {
     }
     return true;
   }
-  Block& operator[](BlockIndex index) { return blocks_[index]; }
-  const Block& operator[](BlockIndex index) const { return blocks_[index]; }
-  std::size_t records() const { return blocks_.size() - vacant_.size(); }
-
- private:
   // Room for `count` more records; vacant_ first, so a failure leaves blocks_ as it was.
-  void grow(std::size_t count) {
+  [[gnu::noinline, gnu::cold]] void grow(std::size_t count) {
     const std::size_t want = std::max(blocks_.capacity() * 2, blocks_.size() + count);
     vacant_.reserve(want);
     blocks_.reserve(want);
