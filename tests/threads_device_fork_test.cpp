@@ -218,8 +218,12 @@ class OwnLockBacking final : public backings::OwningBackingAdaptor {
 
  private:
   bool do_map(std::uintptr_t addr, std::uint64_t bytes) override {
-    const std::lock_guard lock(error_mutex_);  // a failure would be written here; taken on every map
-    return upstream().map(addr, bytes);
+    const bool mapped = upstream().map(addr, bytes);
+    // Where a CUDA backing writes a failure, taken on every map here: a leaf, after the upstream's call (the fork
+    // takes the upstream's lock before this one, Backing::do_lock_own_for_fork).
+    const std::lock_guard lock(error_mutex_);
+    if (!mapped) error_ = "the upstream refused the map";
+    return mapped;
   }
   void do_lock_own_for_fork() noexcept override {
     lock_requested = true;
