@@ -8,7 +8,7 @@
 #   A=/tmp/landed/build B=build PROCESSES=25 bench/run_ab.sh [TRACE...]
 #   A=/tmp/landed/build B=build PROCESSES=5 WHAT=threads bench/run_ab.sh
 # Prints a markdown table of medians over the processes (replay: mean / p50 / p99 ns; threads: ops/s and the
-# ratio to jemalloc).
+# ratio to jemalloc). CACHE sets the replay's per-thread cache bytes (default 8 MiB; CACHE=0: the heap path alone).
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -62,7 +62,8 @@ fi
 for ((process = 1; process <= processes; process++)); do
   for trace in "${traces[@]}"; do
     for side in A B; do
-      "${!side}/bench/plimsoll_replay_bench" --allocator plimsoll-on_demand --thread-cache $((8 << 20)) --trace "$trace" \
+      "${!side}/bench/plimsoll_replay_bench" --allocator plimsoll-on_demand --thread-cache "${CACHE:-$((8 << 20))}" \
+        --trace "$trace" \
         --reps 10 --label "$side" >>"$results"
     done
   done

@@ -71,7 +71,9 @@ plimsoll_layer(telemetry DEPENDS engine util)
 # A Runtime's cuda:N devices join the GPU's shared ledger under PLIMSOLL_SHARE (docs/sharing.md), so runtime sits
 # over sharing.
 plimsoll_layer(sharing DEPENDS backings devices util)
-plimsoll_layer(runtime DEPENDS backings devices policy sharing util)
+# The runtime registers its mutex with the engine's fork handlers (engine/fork_handlers.hpp): it sits over the
+# engine too.
+plimsoll_layer(runtime DEPENDS backings devices engine policy sharing util)
 plimsoll_layer(pipeline DEPENDS util)
 plimsoll_layer(plan DEPENDS telemetry util)
 plimsoll_layer(integrations DEPENDS devices sharing telemetry util)

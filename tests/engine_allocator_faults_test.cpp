@@ -5,10 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <new>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "backings/backing_adaptor.hpp"
 #include "backings/sim_backing.hpp"
@@ -110,6 +113,141 @@ TEST(EngineAllocatorFaults, ANewTagOutOfHostMemoryThrowsBadAllocNotADeviceOom) {
   device.deallocate(p);
   device.deallocate(first);
   EXPECT_EQ(device.stats().live_allocations, 0u);
+}
+
+// A device that waits for memory between its attempts (as a shared GPU does), with a seam there: the waiting thread
+// parks until the test lets it go, its first attempt failed and its last not yet made.
+class ParkingBacking final : public backings::OwningBackingAdaptor {
+ public:
+  ParkingBacking() : OwningBackingAdaptor("parking", std::make_unique<backings::SimBacking>(4ull << 30)) {}
+  std::atomic<bool> parked{false}, go{false};
+
+ private:
+  bool do_can_wait_for_memory() const noexcept override { return true; }
+  void do_wait_for_memory() noexcept override {
+    parked.store(true);
+    while (!go.load()) std::this_thread::yield();
+  }
+};
+
+// Two threads fail on one device at once, for different reasons: one at the device limit (parked between its
+// attempts), one out of host memory for a new tag's counter. Each failure path acts on the reason its own attempt
+// returned: the host failure throws std::bad_alloc and counts no device OOM, the limit's throws OutOfMemory and is
+// counted once. (A per-device field naming "the thread whose allocation failed for host memory" is shared by every
+// thread failing meanwhile.)
+TEST(EngineAllocatorFaults, TwoThreadsFailingAtOnceForDifferentReasonsEachGetTheirOwn) {
+  SKIP_UNLESS_NEW_CAN_FAIL();
+  auto owned = std::make_unique<ParkingBacking>();
+  ParkingBacking& backing = *owned;
+  Allocator device(sim_device(64 * MiB), std::move(owned));
+  device.set_step_plan(false);
+  void* first = device.allocate(1 * MiB);
+  const Tag tag = intern_tag("faults-two-reasons-far-above-the-others");
+  enum class Outcome { none, allocated, device_oom, bad_alloc, other };
+  std::atomic<Outcome> at_limit{Outcome::none};
+  std::thread over_the_limit([&] {
+    try {
+      device.deallocate(device.allocate(128 * MiB));
+      at_limit = Outcome::allocated;
+    } catch (const OutOfMemory&) {
+      at_limit = Outcome::device_oom;
+    } catch (const std::bad_alloc&) {
+      at_limit = Outcome::bad_alloc;
+    } catch (...) {
+      at_limit = Outcome::other;
+    }
+  });
+  while (!backing.parked.load()) std::this_thread::yield();  // its first attempt failed at the limit
+  Outcome host = Outcome::none;
+  {
+    const ScopedFailures failing;
+    try {
+      device.deallocate(device.allocate(2 * MiB, tag));
+      host = Outcome::allocated;
+    } catch (const OutOfMemory&) {
+      host = Outcome::device_oom;
+    } catch (const std::bad_alloc&) {
+      host = Outcome::bad_alloc;
+    } catch (...) {
+      host = Outcome::other;
+    }
+  }
+  backing.go.store(true);
+  over_the_limit.join();
+  EXPECT_EQ(host, Outcome::bad_alloc) << "the host failure got another thread's reason";
+  EXPECT_EQ(at_limit.load(), Outcome::device_oom) << "the limit's failure got another thread's reason";
+  EXPECT_EQ(device.stats().ooms, 1u) << "the device's OOM counted once, the host's not at all";
+  device.deallocate(first);
+  EXPECT_EQ(device.stats().live_allocations, 0u);
+}
+
+// One allocation, two attempts, two reasons: the first (a new tag's counter) fails for host memory, then the
+// per-thread caches are flushed and the last attempt, with host memory again, fails at the device limit. The
+// failure path must act on the last attempt's reason: an OutOfMemory, counted. A per-device field set by the first
+// attempt and still set after the last said std::bad_alloc.
+TEST(EngineAllocatorFaults, TheLastAttemptsReasonIsTheOneReported) {
+  SKIP_UNLESS_NEW_CAN_FAIL();
+  Allocator device(sim_device(64 * MiB), std::make_unique<backings::SimBacking>(4ull << 30));
+  device.set_step_plan(false);
+  device.set_thread_cache(1 * MiB);
+  device.deallocate(device.allocate(4096));
+  const Tag tag = intern_tag("faults-last-reason-far-above-the-others");
+  const std::uint64_t ooms_before = device.stats().ooms;
+  bool bad_alloc = false, device_oom = false;
+  t_fail_next_news = 1;  // the tag's counter, in the first attempt only
+  try {
+    device.deallocate(device.allocate(100 * MiB, tag));  // over the 64 MiB limit, inside the address space
+  } catch (const OutOfMemory&) {
+    device_oom = true;
+  } catch (const std::bad_alloc&) {
+    bad_alloc = true;
+  }
+  EXPECT_EQ(t_fail_next_news, 0) << "the first attempt asked for host memory";
+  t_fail_next_news = 0;
+  EXPECT_TRUE(device_oom) << "the last attempt failed at the device limit";
+  EXPECT_FALSE(bad_alloc) << "the first attempt's host failure was reported for the last";
+  EXPECT_EQ(device.stats().ooms, ooms_before + 1);
+  EXPECT_EQ(device.stats().live_allocations, 0u);
+}
+
+// The heap's own books (its live-address table, its block records) full: one more allocation needs them to grow,
+// under the lock, inside the noexcept try_allocate. Out of host memory they are made room for before anything
+// changes, so the allocation declines (nullptr; allocate() throws std::bad_alloc, not an OutOfMemory) with nothing
+// changed or lost; it terminated before (the table grew after the block was taken out of the free bins).
+TEST(EngineAllocatorFaults, TheHeapsBooksOutOfHostMemoryDeclineBeforeTheHeapChanges) {
+  SKIP_UNLESS_NEW_CAN_FAIL();
+  Allocator device(sim_device(), std::make_unique<backings::SimBacking>(4ull << 30));
+  device.set_step_plan(false);
+  // The live-address table starts at 1024 slots, kept at most half full: the 513th live block grows it.
+  std::vector<void*> live;
+  for (int i = 0; i < 512; ++i) live.push_back(device.allocate(4096));
+  const Stats before = device.stats();
+  void* refused = nullptr;
+  bool bad_alloc = false, device_oom = false;
+  {
+    const ScopedFailures failing;
+    refused = device.try_allocate(4096);
+    try {
+      live.push_back(device.allocate(4096));
+    } catch (const OutOfMemory&) {
+      device_oom = true;
+    } catch (const std::bad_alloc&) {
+      bad_alloc = true;
+    }
+  }
+  EXPECT_EQ(refused, nullptr);
+  EXPECT_TRUE(bad_alloc) << "the host's memory failed, not the device's";
+  EXPECT_FALSE(device_oom);
+  const Stats after = device.stats();
+  EXPECT_EQ(after.live_allocations, before.live_allocations) << "declined before the heap changed anything";
+  EXPECT_EQ(after.in_use_bytes, before.in_use_bytes);
+  EXPECT_EQ(after.allocations, before.allocations);
+  EXPECT_EQ(after.ooms, before.ooms);
+  // With host memory again the books grow and the allocation is made as usual; every block frees.
+  live.push_back(device.allocate(4096));
+  for (void* p : live) device.deallocate(p);
+  EXPECT_EQ(device.stats().live_allocations, 0u);
+  EXPECT_EQ(device.stats().in_use_bytes, 0u);
 }
 
 // A recording attached: its first event of a tag defines the tag in the trace, inside the noexcept try_allocate.

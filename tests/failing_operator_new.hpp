@@ -21,6 +21,7 @@
 
 namespace {
 thread_local bool t_fail_new = false;
+thread_local int t_fail_next_news = 0;  // while above 0, this thread's next allocation fails and counts it down
 
 /// Every allocation on this thread fails while one lives.
 class ScopedFailures {
@@ -39,6 +40,10 @@ class ScopedFailures {
 namespace {
 void* allocate_or_null(std::size_t bytes, std::size_t alignment) noexcept {
   if (t_fail_new) return nullptr;
+  if (t_fail_next_news > 0) {
+    --t_fail_next_news;
+    return nullptr;
+  }
   if (bytes == 0) bytes = 1;
   if (alignment <= alignof(std::max_align_t)) return std::malloc(bytes);
   void* p = nullptr;

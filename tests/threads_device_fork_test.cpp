@@ -12,10 +12,13 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "backings/backing_adaptor.hpp"
+#include "backings/faulty_backing.hpp"
 #include "backings/sim_backing.hpp"
 #include "engine/fork_handlers.hpp"
 #include "plimsoll/allocator.hpp"
@@ -192,6 +195,115 @@ TEST(ThreadsDeviceFork, ForkWhileAnotherThreadHoldsTheBackingLockLeavesAWorkingC
   device.deallocate(kept);
   device.trim();
   EXPECT_EQ(device.stats().live_allocations, 0u);
+}
+
+// A backing with a lock of its own besides the backing's (as a CUDA backing's last driver error): its map takes it
+// under the backing's lock when it fails, and last_error() alone, without any other lock. last_error() parks holding
+// it until the fork's preparation asks for it (the seam: this backing's do_lock_own_for_fork), or the fork is over
+// without having asked (the code before: the child then inherits it held).
+class OwnLockBacking final : public backings::OwningBackingAdaptor {
+ public:
+  OwnLockBacking() : OwningBackingAdaptor("own-lock", std::make_unique<backings::SimBacking>(4ull << 30)) {}
+  std::atomic<bool> park_reader{false}, reader_parked{false}, lock_requested{false};
+  std::atomic<bool> forked{false};  // set by the parent once fork() returned
+
+  std::string last_error() {
+    const std::lock_guard lock(error_mutex_);
+    if (park_reader.exchange(false)) {
+      reader_parked = true;
+      while (!lock_requested.load() && !forked.load()) std::this_thread::yield();
+    }
+    return error_;
+  }
+
+ private:
+  bool do_map(std::uintptr_t addr, std::uint64_t bytes) override {
+    const bool mapped = upstream().map(addr, bytes);
+    // Where a CUDA backing writes a failure, taken on every map here: a leaf, after the upstream's call (the fork
+    // takes the upstream's lock before this one, Backing::do_lock_own_for_fork).
+    const std::lock_guard lock(error_mutex_);
+    if (!mapped) error_ = "the upstream refused the map";
+    return mapped;
+  }
+  void do_lock_own_for_fork() noexcept override {
+    lock_requested = true;
+    error_mutex_.lock();  // NOLINT: released by do_unlock_own_after_fork
+  }
+  void do_unlock_own_after_fork() noexcept override { error_mutex_.unlock(); }
+
+  std::mutex error_mutex_;
+  std::string error_;
+};
+
+// Another thread inside a backing's own lock (Backing::do_lock_own_for_fork), without the device's or the backing's:
+// the fork must take it too, or the child's first map hangs. The CUDA VMM, region and pinned-host backings' error
+// locks (and their stream events') take this path; they need a GPU, this one does not.
+TEST(ThreadsDeviceFork, ForkWhileAnotherThreadHoldsABackingsOwnLockLeavesAWorkingChild) {
+  auto owned = std::make_unique<OwnLockBacking>();
+  OwnLockBacking& backing = *owned;
+  Allocator device(sim_device(), std::move(owned));
+  void* kept = device.allocate(4096, 1);
+
+  backing.park_reader = true;
+  std::atomic<bool> reader_done{false}, reader_may_exit{false};
+  std::thread reader([&] {
+    (void)backing.last_error();  // parked holding the backing's own lock
+    reader_done = true;
+    while (!reader_may_exit.load()) std::this_thread::yield();  // alive until the parent is done (TSan)
+  });
+  while (!backing.reader_parked.load()) std::this_thread::yield();
+
+  const pid_t child = fork();
+  ASSERT_NE(child, -1);
+  if (child == 0) {
+    void* p = device.try_allocate(96 * MiB, 2);  // a new granule: maps, under the backing's own lock
+    if (p == nullptr) _exit(2);
+    device.deallocate(p);
+    if (!backing.last_error().empty()) _exit(3);
+    _exit(0);
+  }
+  backing.forked = true;
+  int status = 0;
+  const bool exited = fork_test::child_exited_in_time(child, status);
+  while (!reader_done.load()) std::this_thread::yield();
+  reader_may_exit = true;
+  reader.join();
+  EXPECT_TRUE(exited) << "the child hung: a backing's own lock, held by a thread that does not exist in it";
+  if (exited) {
+    EXPECT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's check number " << WEXITSTATUS(status) << " failed";
+  }
+  device.deallocate(kept);
+  device.trim();
+  EXPECT_EQ(device.stats().live_allocations, 0u);
+}
+
+// A device over the faulty backing (its draws' lock, taken inside its backing lock): the child of a fork taken while
+// another thread was inside its map allocates through it (a draw) and sees the planned failure.
+TEST(ThreadsDeviceFork, AForkedChildDrawsThroughTheFaultyBacking) {
+  backings::SimBacking upstream(4ull << 30);
+  backings::FaultPlan plan;
+  plan.fail_map_call = 3;
+  auto faulty = std::make_unique<backings::FaultyBacking>(upstream, plan);
+  backings::FaultyBacking& backing = *faulty;
+  Allocator device(sim_device(), std::move(faulty));
+  device.set_step_plan(false);
+  void* kept = device.allocate(4 * MiB, 1);  // map call 1
+  const std::uint64_t calls_before = backing.map_calls();
+  const pid_t child = fork();
+  ASSERT_NE(child, -1);
+  if (child == 0) {
+    void* p = device.try_allocate(96 * MiB, 2);  // map call 2: a draw, under the draws' lock
+    if (p == nullptr) _exit(2);
+    if (backing.map_calls() != calls_before + 1) _exit(3);
+    device.deallocate(p);
+    _exit(0);
+  }
+  int status = 0;
+  const bool exited = fork_test::child_exited_in_time(child, status);
+  EXPECT_TRUE(exited) << "the child hung";
+  EXPECT_TRUE(exited && WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << WEXITSTATUS(status);
+  device.deallocate(kept);
 }
 
 // Devices made and destroyed on other threads while the main thread forks: the registry of device locks must never

@@ -78,9 +78,11 @@ HostPages Backing::host_pages() const {
 void Backing::lock_for_fork() noexcept {
   mutex_.lock();  // NOLINT: released by unlock_after_fork, in the handlers after the fork
   do_lock_upstream_for_fork();
+  do_lock_own_for_fork();
 }
 
 void Backing::unlock_after_fork() noexcept {
+  do_unlock_own_after_fork();
   do_unlock_upstream_after_fork();
   mutex_.unlock();
 }

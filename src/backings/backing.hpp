@@ -80,10 +80,11 @@ class Backing {
   bool can_wait_for_memory() const noexcept { return do_can_wait_for_memory(); }
   void wait_for_memory() noexcept { do_wait_for_memory(); }
 
-  /// fork(): the engine's handlers take the backing's lock (then an adaptor's upstream's, as the calls nest them)
-  /// right after the device's lock, and release both after the fork, so the child inherits no lock held by a
-  /// thread that does not exist there (host_pages() takes it outside the device lock). Only from those handlers:
-  /// nothing else may be held or called meanwhile.
+  /// fork(): the engine's handlers take the backing's lock (then an adaptor's upstream's, as the calls nest them,
+  /// then the backing's own leaf locks: do_lock_own_for_fork) right after the device's lock, and release them all
+  /// after the fork, so the child inherits no lock held by a thread that does not exist there (host_pages() takes
+  /// the backing's lock outside the device lock; last_driver_error() a CUDA backing's error lock outside both).
+  /// Only from those handlers: nothing else may be held or called meanwhile.
   void lock_for_fork() noexcept;
   void unlock_after_fork() noexcept;
 
@@ -115,6 +116,11 @@ class Backing {
   /// An adaptor's upstream, taken after this backing's lock (and released before it).
   virtual void do_lock_upstream_for_fork() noexcept {}
   virtual void do_unlock_upstream_after_fork() noexcept {}
+  /// Locks the backing keeps for itself (a CUDA backing's last driver error, read without the backing's lock): taken
+  /// after the backing's lock and its upstream's, released before them. Each must be a leaf (nothing is taken
+  /// under it) that a hook may take under the backing's lock, so this order is the calls' own.
+  virtual void do_lock_own_for_fork() noexcept {}
+  virtual void do_unlock_own_after_fork() noexcept {}
 
   [[noreturn]] void throw_misuse(const std::string& problem) const;
 

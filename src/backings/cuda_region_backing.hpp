@@ -39,6 +39,13 @@ class CudaRegionBacking final : public Backing {
   /// The device's events (nullptr when the driver lacks them): blocks freed on a stream wait for their own
   /// events instead of the whole device.
   StreamEvents* do_stream_events() noexcept override { return events_.get(); }
+  /// fork(): the events' error lock (last_error() takes it without the backing's lock).
+  void do_lock_own_for_fork() noexcept override {
+    if (events_ != nullptr) events_->lock_for_fork();
+  }
+  void do_unlock_own_after_fork() noexcept override {
+    if (events_ != nullptr) events_->unlock_after_fork();
+  }
   std::string do_describe() const override;
 
   const cuda_driver::Api& api_;

@@ -31,6 +31,11 @@ class CudaStreamEvents final : public StreamEvents {
   /// covers every free noted before it.
   bool take_unordered_frees() noexcept { return unordered_frees_.exchange(false); }
 
+  /// fork(): the error's lock (a leaf: last_error() takes it without the device lock), from the owning backing's
+  /// Backing::do_lock_own_for_fork.
+  void lock_for_fork() const noexcept { error_mutex_.lock(); }  // NOLINT: released by unlock_after_fork
+  void unlock_after_fork() const noexcept { error_mutex_.unlock(); }
+
  private:
   /// Pushes the context; false (with the error kept) when the driver refuses.
   bool push(const char* operation) noexcept;

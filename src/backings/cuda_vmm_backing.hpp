@@ -58,6 +58,15 @@ class CudaVmmBacking final : public Backing {
   std::string do_describe() const override;
   /// Through the driver (cuMemcpyDtoH/HtoD); nullptr when it lacks the copy calls.
   DeviceCopy* do_device_copy() noexcept override { return copy_.get(); }
+  /// fork(): the error's lock (last_driver_error() takes it without the backing's lock), then the events'.
+  void do_lock_own_for_fork() noexcept override {
+    error_mutex_.lock();  // NOLINT: released by do_unlock_own_after_fork
+    if (events_ != nullptr) events_->lock_for_fork();
+  }
+  void do_unlock_own_after_fork() noexcept override {
+    if (events_ != nullptr) events_->unlock_after_fork();
+    error_mutex_.unlock();
+  }
 
   /// cuMemCreate + cuMemMap + cuMemSetAccess of the granule at `addr`, undoing its own steps on failure.
   /// Returns the failed call's result (kSuccess when mapped) and names the call in `failed_call`.

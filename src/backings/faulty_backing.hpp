@@ -37,6 +37,10 @@ class FaultyBacking final : public BackingAdaptor {
   /// An injected failure returns false without asking the upstream, so nothing is mapped.
   bool do_map(std::uintptr_t addr, std::uint64_t bytes) override;
   std::string do_describe() const override;
+  /// fork(): the draws' lock. Only taken inside this backing's lock, which the fork holds already; taken anyway so
+  /// the child's first draw never depends on that staying so.
+  void do_lock_own_for_fork() noexcept override { random_mutex_.lock(); }  // NOLINT: released after the fork
+  void do_unlock_own_after_fork() noexcept override { random_mutex_.unlock(); }
 
   /// Counts the call and says whether to fail it.
   bool should_fail(std::atomic<std::uint64_t>& calls, std::uint64_t fail_call, double probability);

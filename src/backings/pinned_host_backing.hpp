@@ -36,6 +36,15 @@ class PinnedHostBacking final : public OwningBackingAdaptor {
   void do_unmap(std::uintptr_t addr, std::uint64_t bytes) noexcept override;
   std::string do_describe() const override;
   StreamEvents* do_stream_events() noexcept override { return events_.get(); }
+  /// fork(): the error's lock (last_driver_error() takes it without the backing's lock), then the events'.
+  void do_lock_own_for_fork() noexcept override {
+    error_mutex_.lock();  // NOLINT: released by do_unlock_own_after_fork
+    if (events_ != nullptr) events_->lock_for_fork();
+  }
+  void do_unlock_own_after_fork() noexcept override {
+    if (events_ != nullptr) events_->unlock_after_fork();
+    error_mutex_.unlock();
+  }
 
   const cuda_driver::Api& api_;
   const CudaPrimaryContext context_;

@@ -3,6 +3,7 @@
 // (no tombstones, so lookups stay short however long the process runs). Load factor <= 1/2.
 #include <bit>
 #include <cstdint>
+#include <new>
 #include <vector>
 
 #include "engine/block.hpp"
@@ -21,6 +22,13 @@ class AddressMap {
     }
   }
 
+  // Whether one insert() can be done without allocating: grows when not. False, with nothing changed, when host
+  // memory is out (grow() makes the new table before it touches the old one). Asked before the heap changes
+  // anything, inside the allocator's noexcept try_allocate.
+  bool ready_for_one() noexcept {
+    if ((count_ + 1) * 2 <= slots_.size()) [[likely]] return true;
+    return try_grow();
+  }
   // addr must be non-zero and not present.
   void insert(std::uint64_t addr, BlockIndex block) {
     if ((count_ + 1) * 2 > slots_.size()) grow();
@@ -87,6 +95,14 @@ class AddressMap {
     std::size_t i = home(addr);
     while (slots_[i].addr != 0) i = (i + 1) & mask();
     slots_[i] = Slot{addr, block};
+  }
+  [[gnu::noinline, gnu::cold]] bool try_grow() noexcept {
+    try {
+      grow();
+    } catch (const std::bad_alloc&) {
+      return false;
+    }
+    return true;
   }
   void grow() {
     std::vector<Slot> old(slots_.size() * 2);

@@ -147,28 +147,36 @@ struct Allocator::Impl : engine::FrontUpstream {
     return caches->allocate(bytes, tag);
   }
 
+  // One attempt under the lock: the address, or 0 and why. The reason travels with the 0 to allocate_or_wait's
+  // failure path, which takes the lock again: a field beside the result would be shared by every thread failing
+  // on the device meanwhile (the heap's own last_failure() too), so neither is read there.
+  struct Attempt {
+    std::uint64_t addr = 0;
+    engine::HeapFailure failure = engine::HeapFailure::none;
+  };
+
   // Host and simulated devices: the front first (small requests, when on), then the heap under the lock; at
   // the limit, every thread's cache goes back to the heap before the allocation fails.
   // `report_failure` false: a first attempt that may be retried, whose failure is neither counted nor observed (the
   // backing may wait for memory outside the lock, and the retry reports: backings::Backing::wait_for_memory).
-  std::uint64_t allocate_host(std::size_t bytes, Tag tag, bool report_failure) PLIMSOLL_EXCLUDES(lock) {
-    if (std::uint64_t addr = allocate_from_front(bytes, tag)) return addr;
+  Attempt allocate_host(std::size_t bytes, Tag tag, bool report_failure) PLIMSOLL_EXCLUDES(lock) {
+    if (std::uint64_t addr = allocate_from_front(bytes, tag)) return {addr};
     engine::ThreadCaches* caches = front.load(std::memory_order_acquire);
     {
       util::SpinGuard guard(lock);
-      if (std::uint64_t addr = allocate(bytes, tag, report_failure && caches == nullptr)) return addr;
-      if (caches == nullptr || heap->paused()) return 0;
+      const Attempt first = allocate(bytes, tag, report_failure && caches == nullptr);
+      if (first.addr != 0 || caches == nullptr || first.failure == engine::HeapFailure::paused) return first;
     }
     try {
       caches->flush();  // runs inside try_allocate (noexcept); a flush out of host memory takes nothing
     } catch (const std::bad_alloc&) {
-      return 0;
+      return {0, engine::HeapFailure::host_memory};
     }
     util::SpinGuard guard(lock);
     return allocate(bytes, tag, report_failure);
   }
 
-  std::uint64_t allocate(std::size_t bytes, Tag tag, bool report_failure = true) PLIMSOLL_REQUIRES(lock) {
+  Attempt allocate(std::size_t bytes, Tag tag, bool report_failure = true) PLIMSOLL_REQUIRES(lock) {
     if (observer != nullptr) [[unlikely]] return allocate_recorded(bytes, tag, report_failure);
     return allocate_unrecorded(bytes, tag, report_failure);
   }
@@ -181,18 +189,18 @@ struct Allocator::Impl : engine::FrontUpstream {
     if (mapped_after < mapped_before) observer->unmapped(mapped_before - mapped_after);
   }
 
-  std::uint64_t allocate_recorded(std::size_t bytes, Tag tag, bool report_failure) PLIMSOLL_REQUIRES(lock) {
+  Attempt allocate_recorded(std::size_t bytes, Tag tag, bool report_failure) PLIMSOLL_REQUIRES(lock) {
     const std::uint32_t site = observe_call_sites ? observer->capture_call_site() : 0;
     const std::uint64_t mapped_before = heap->mapped_bytes();
-    const std::uint64_t addr = allocate_unrecorded(bytes, tag, report_failure);
+    const Attempt attempt = allocate_unrecorded(bytes, tag, report_failure);
     record_mapping_change(mapped_before);
-    if (addr == 0) {
-      if (report_failure && !host_memory_failed()) observer->out_of_memory(bytes, tag, site);
-      return 0;
+    if (attempt.addr == 0) {
+      if (report_failure && counts_as_oom(attempt.failure)) observer->out_of_memory(bytes, tag, site);
+      return attempt;
     }
-    observer->allocated(addr, bytes, tag, site);
-    if (site != 0) remember_site(addr, site);
-    return addr;
+    observer->allocated(attempt.addr, bytes, tag, site);
+    if (site != 0) remember_site(attempt.addr, site);
+    return attempt;
   }
 
   // The call site snapshot() names for a live block: a diagnostic, so out of host memory it is left out rather than
@@ -210,25 +218,23 @@ struct Allocator::Impl : engine::FrontUpstream {
     if (!live_sites.empty()) live_sites.erase(addr);
   }
 
-  std::uint64_t allocate_unrecorded(std::size_t bytes, Tag tag, bool report_failure = true) PLIMSOLL_REQUIRES(lock) {
-    if (!tag_ready(tag)) [[unlikely]] {
-      host_out_of_memory = std::this_thread::get_id();
-      return 0;
-    }
+  Attempt allocate_unrecorded(std::size_t bytes, Tag tag, bool report_failure = true) PLIMSOLL_REQUIRES(lock) {
+    if (!tag_ready(tag)) [[unlikely]] return {0, engine::HeapFailure::host_memory};
     std::uint64_t addr = plan != nullptr ? plan->allocate(bytes, tag) : heap->allocate(bytes, tag);
     if (addr == 0) {
-      if (report_failure && heap->last_failure() != engine::HeapFailure::paused) ++ooms;
-      return 0;
+      const engine::HeapFailure failure = heap->last_failure();  // this attempt's, read in the same lock hold
+      if (report_failure && counts_as_oom(failure)) ++ooms;
+      return {0, failure};
     }
     count_tag(tag, engine::Heap::round(bytes));
-    return addr;
+    return {addr};
   }
 
-  // The thread whose last allocation failed for want of host memory (a tag's counter), not of the device's: its
-  // allocate() throws std::bad_alloc rather than an OutOfMemory naming the device limit, and no OOM is recorded.
-  // Read and cleared by that thread's failure path (allocate_or_wait), under the lock.
-  std::thread::id host_out_of_memory PLIMSOLL_GUARDED_BY(lock);
-  bool host_memory_failed() const PLIMSOLL_REQUIRES(lock) { return host_out_of_memory == std::this_thread::get_id(); }
+  // A device out of memory (counted, recorded, reported as OutOfMemory); not a paused device (InvalidState) nor the
+  // host out of memory for the device's books (std::bad_alloc: the device was not what failed).
+  static bool counts_as_oom(engine::HeapFailure failure) {
+    return failure != engine::HeapFailure::paused && failure != engine::HeapFailure::host_memory;
+  }
 
   // A tag's counter is made before the heap changes anything (try_allocate is noexcept: a bad_alloc after the heap
   // placed the block would terminate, or lose the block): out of host memory for it, the allocation declines.
@@ -252,31 +258,32 @@ struct Allocator::Impl : engine::FrontUpstream {
 
   // ---- Devices with streams (CUDA). The lock is held; `stream` null: the caller named none (no reuse).
 
-  std::uint64_t allocate_on(std::size_t bytes, Tag tag, const engine::StreamHandle* stream, bool report_failure) PLIMSOLL_REQUIRES(lock) {
+  Attempt allocate_on(std::size_t bytes, Tag tag, const engine::StreamHandle* stream, bool report_failure) PLIMSOLL_REQUIRES(lock) {
     const std::uint32_t site = observer != nullptr && observe_call_sites ? observer->capture_call_site() : 0;
     const std::uint64_t mapped_before = heap->mapped_bytes();
     streams->poll();
     const std::uint64_t size = engine::Heap::round(bytes);
-    std::uint64_t addr = 0;
+    Attempt attempt;
     if (stream != nullptr && bytes <= heap->span_bytes() && !heap->paused() && tag_ready(tag))
-      addr = streams->reuse(size, size <= heap->options().small_max, *stream);
-    if (addr != 0) {
-      heap->relabel(addr, bytes, tag);
+      attempt.addr = streams->reuse(size, size <= heap->options().small_max, *stream);
+    if (attempt.addr != 0) {
+      heap->relabel(attempt.addr, bytes, tag);
       count_tag(tag, size);
     } else {
-      addr = allocate_unrecorded(bytes, tag, report_failure);
+      attempt = allocate_unrecorded(bytes, tag, report_failure);
     }
+    const std::uint64_t addr = attempt.addr;
     if (observer != nullptr) {
       record_mapping_change(mapped_before);
       if (addr != 0) {
         observer->allocated(addr, bytes, tag, site);
         if (site != 0) remember_site(addr, site);
-      } else if (report_failure && !host_memory_failed()) {
+      } else if (report_failure && counts_as_oom(attempt.failure)) {
         observer->out_of_memory(bytes, tag, site);
       }
     }
     if (addr != 0) peak_live = std::max(peak_live, heap->counters().in_use - streams->counters().parked_bytes);
-    return addr;
+    return attempt;
   }
 
   static void back_off(unsigned polls) {
@@ -288,18 +295,20 @@ struct Allocator::Impl : engine::FrontUpstream {
   // Out of memory while blocks are parked: waits for the work queued before those frees (the lock released
   // between polls, so other threads go on) and retries whenever some came back; 0 once none is left to wait for.
   // Only the last attempt reports a failure, and only when `report_failure` (false: the caller retries).
-  std::uint64_t allocate_streamed(std::size_t bytes, Tag tag, const engine::StreamHandle* stream, bool report_failure)
+  Attempt allocate_streamed(std::size_t bytes, Tag tag, const engine::StreamHandle* stream, bool report_failure)
       PLIMSOLL_REQUIRES(lock) {
     const bool can_wait = !streams->empty();
-    if (std::uint64_t addr = allocate_on(bytes, tag, stream, report_failure && !can_wait); addr != 0 || !can_wait)
-      return addr;
+    if (const Attempt attempt = allocate_on(bytes, tag, stream, report_failure && !can_wait);
+        attempt.addr != 0 || !can_wait)
+      return attempt;
     const std::uint64_t target = streams->close_batches();
     for (unsigned polls = 0;; ++polls) {
       const std::size_t freed = streams->poll();
       const bool more = streams->pending_before(target);
       if (freed > 0 || !more) {
-        if (std::uint64_t addr = allocate_on(bytes, tag, stream, report_failure && !more); addr != 0 || !more)
-          return addr;
+        if (const Attempt attempt = allocate_on(bytes, tag, stream, report_failure && !more);
+            attempt.addr != 0 || !more)
+          return attempt;
       }
       lock.unlock();
       back_off(polls);
@@ -308,37 +317,37 @@ struct Allocator::Impl : engine::FrontUpstream {
   }
 
   // An allocation, with the device's streams when it has them, tried once more after the backing waited for memory
-  // (outside the lock) when it can (a shared GPU whose borrowers were asked to give memory back). On failure:
-  // with `numbers`, throws InvalidState on a paused device, std::bad_alloc when the host's memory failed (a tag's
-  // counter), and fills `numbers` for the OOM report; without, 0.
+  // (outside the lock) when it can (a shared GPU whose borrowers were asked to give memory back). On failure, by
+  // the reason its own attempt returned: with `numbers`, throws InvalidState on a paused device, std::bad_alloc when
+  // the host's memory failed (the device's books: a tag's counter, the heap's records), and fills `numbers` for the
+  // OOM report; without, 0.
   std::uint64_t allocate_or_wait(std::size_t bytes, Tag tag, const engine::StreamHandle* stream, OomDetails* numbers)
       PLIMSOLL_EXCLUDES(lock) {
     for (bool last = !backing_can_wait;; last = true) {
-      std::uint64_t addr = 0;
+      Attempt attempt;
       if (streams == nullptr) {
-        addr = allocate_host(bytes, tag, last);
+        attempt = allocate_host(bytes, tag, last);
       } else {
         util::SpinGuard guard(lock);
-        addr = allocate_streamed(bytes, tag, stream, last);
+        attempt = allocate_streamed(bytes, tag, stream, last);
       }
-      if (addr != 0) return addr;
-      {
-        // What the program holds through the front, for the report: read before the device lock.
-        const engine::FrontTotals held = last && numbers != nullptr ? front_totals() : engine::FrontTotals{};
-        util::SpinGuard guard(lock);
-        if (host_memory_failed()) {
-          host_out_of_memory = std::thread::id();
-          if (numbers != nullptr) throw std::bad_alloc();  // the host's memory, not the device's: no device report
-          return 0;
+      if (attempt.addr != 0) return attempt.addr;
+      if (attempt.failure == engine::HeapFailure::host_memory) {
+        if (numbers != nullptr) throw std::bad_alloc();  // the host's memory, not the device's: no device report
+        return 0;
+      }
+      if (attempt.failure == engine::HeapFailure::paused) {
+        if (numbers != nullptr) throw_paused(bytes);
+        return 0;
+      }
+      if (last) {
+        if (numbers != nullptr) {
+          // What the program holds through the front, for the report: read before the device lock.
+          const engine::FrontTotals held = front_totals();
+          util::SpinGuard guard(lock);
+          *numbers = oom_numbers(bytes, tag, held, attempt.failure);
         }
-        if (heap->paused()) {
-          if (numbers != nullptr) throw_paused(bytes);
-          return 0;
-        }
-        if (last) {
-          if (numbers != nullptr) *numbers = oom_numbers(bytes, tag, held);
-          return 0;
-        }
+        return 0;
       }
       backing->wait_for_memory();  // never under the lock: other threads allocate and free meanwhile
     }
@@ -388,7 +397,10 @@ struct Allocator::Impl : engine::FrontUpstream {
 
   // Gathered under the lock, at the moment of failure.
   // `held`: what the program holds through the front (its blocks count in the heap's in_use, as front blocks).
-  OomDetails oom_numbers(std::size_t bytes, Tag tag, const engine::FrontTotals& held) const PLIMSOLL_REQUIRES(lock) {
+  // `failure`: why this thread's attempt failed (not the heap's last_failure(), which another thread may have
+  // changed since).
+  OomDetails oom_numbers(std::size_t bytes, Tag tag, const engine::FrontTotals& held, engine::HeapFailure failure) const
+      PLIMSOLL_REQUIRES(lock) {
     OomDetails d;
     d.requested_bytes = bytes;
     d.rounded_bytes = engine::Heap::round(bytes);
@@ -404,7 +416,7 @@ struct Allocator::Impl : engine::FrontUpstream {
     d.device_free_bytes = memory.free_bytes;
     d.device_total_bytes = memory.total_bytes;
     d.granule_bytes = backing->granularity();
-    d.device_refused = heap->last_failure() == engine::HeapFailure::device;
+    d.device_refused = failure == engine::HeapFailure::device;
     d.top_tags = tag_stats(held.tags);
     if (d.top_tags.size() > 5) d.top_tags.resize(5);
     return d;

@@ -1,7 +1,9 @@
 #pragma once
 // Block records, kept outside the memory they describe: device memory cannot hold headers, and the
 // simulated device has no memory at all.
+#include <algorithm>
 #include <cstdint>
+#include <new>
 #include <vector>
 
 namespace plimsoll::engine {
@@ -37,19 +39,53 @@ class BlockPool {
       BlockIndex index = vacant_.back();
       vacant_.pop_back();
       blocks_[index] = block;
+      --spare_;
       return index;
     }
+    if (blocks_.size() == blocks_.capacity()) [[unlikely]] grow(1);  // a make() no ready() prepared: may throw
     blocks_.push_back(block);
+    --spare_;
     return static_cast<BlockIndex>(blocks_.size() - 1);
   }
-  void drop(BlockIndex index) { vacant_.push_back(index); }
+  // Never allocates: vacant_'s capacity covers every record (invariant below).
+  void drop(BlockIndex index) {
+    vacant_.push_back(index);
+    ++spare_;
+  }
+  /// Whether `count` records can be made without allocating (and every record dropped): makes room when not. False,
+  /// with nothing changed, when host memory is out. The heap asks before an allocation changes anything, since it
+  /// runs inside the allocator's noexcept try_allocate under the device lock.
+  bool ready(std::size_t count) noexcept {
+    if (spare_ >= count) [[likely]] return true;
+    return try_grow(count);
+  }
   Block& operator[](BlockIndex index) { return blocks_[index]; }
   const Block& operator[](BlockIndex index) const { return blocks_[index]; }
   std::size_t records() const { return blocks_.size() - vacant_.size(); }
 
  private:
+  // Out of line and cold: the allocation path keeps only the compare.
+  [[gnu::noinline, gnu::cold]] bool try_grow(std::size_t count) noexcept {
+    try {
+      grow(count);
+    } catch (const std::bad_alloc&) {
+      return false;
+    }
+    return true;
+  }
+  // Room for `count` more records; vacant_ first, so a failure leaves blocks_ as it was.
+  [[gnu::noinline, gnu::cold]] void grow(std::size_t count) {
+    const std::size_t want = std::max(blocks_.capacity() * 2, blocks_.size() + count);
+    vacant_.reserve(want);
+    blocks_.reserve(want);
+    spare_ = vacant_.size() + (blocks_.capacity() - blocks_.size());
+  }
+
+  // Invariants: vacant_.capacity() >= blocks_.capacity() (so drop() never allocates); spare_ == vacant_.size() +
+  // blocks_.capacity() - blocks_.size(), the records make() hands out without allocating (one compare for ready()).
   std::vector<Block> blocks_;
   std::vector<BlockIndex> vacant_;
+  std::size_t spare_ = 0;
 };
 
 }  // namespace plimsoll::engine

@@ -31,6 +31,16 @@ DeviceLocks& device_locks() {
   return *registry;
 }
 
+// The outer locks (step 0), in the order they registered. Never destroyed, like the devices' registry.
+struct OuterLocks {
+  std::mutex mutex;
+  std::vector<std::mutex*> locks;
+};
+OuterLocks& outer_locks() {
+  static auto* const registry = new OuterLocks;
+  return *registry;
+}
+
 // Participants, in the order they registered. Never destroyed, like the devices' registry.
 struct Participants {
   std::mutex mutex;
@@ -42,6 +52,18 @@ Participants& participants() {
 }
 
 std::atomic<bool> preparing{false}, locking_members{false};
+
+void lock_outer() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
+  OuterLocks& registry = outer_locks();
+  registry.mutex.lock();
+  for (std::mutex* lock : registry.locks) lock->lock();
+}
+
+void unlock_outer() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
+  OuterLocks& registry = outer_locks();
+  for (auto lock = registry.locks.rbegin(); lock != registry.locks.rend(); ++lock) (*lock)->unlock();
+  registry.mutex.unlock();
+}
 
 void lock_participant_registries() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
   Participants& registry = participants();
@@ -82,7 +104,10 @@ void unlock_devices() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
 
 void prepare() {
   preparing.store(true, std::memory_order_release);
-  // The step mutex first: announce_step holds it across every device's step() (a pack: up to a second), and a
+  // The outer locks before all: a runtime makes devices under its lock (registering their locks, joining the step
+  // listeners), so taken later they would wait for a thread that waits for the preparation.
+  lock_outer();
+  // Then the step mutex: announce_step holds it across every device's step() (a pack: up to a second), and a
   // front stopped while the preparation waits for it would stall its threads that long. Nothing takes it under a
   // front's or a device's lock.
   lock_step_listeners_for_fork();
@@ -97,6 +122,7 @@ void parent() {
   ThreadCaches::parent_after_fork();
   unlock_participants();
   unlock_step_listeners_after_fork();
+  unlock_outer();
   preparing.store(false, std::memory_order_release);
 }
 
@@ -105,6 +131,7 @@ void child() {
   ThreadCaches::child_after_fork();
   unlock_participants();
   unlock_step_listeners_after_fork();
+  unlock_outer();
   preparing.store(false, std::memory_order_release);
 }
 
@@ -118,6 +145,7 @@ void install_fork_handlers() {
     make_step_listeners_for_fork();
     (void)device_locks();
     (void)participants();
+    (void)outer_locks();
     pthread_atfork(&prepare, &parent, &child);
   });
 }
@@ -133,6 +161,19 @@ void unregister_device_lock(util::SpinLock& lock) {
   DeviceLocks& registry = device_locks();
   const std::lock_guard guard(registry.mutex);
   std::erase_if(registry.locks, [&lock](const DeviceLock& device) { return device.lock == &lock; });
+}
+
+void register_outer_fork_lock(std::mutex& lock) {
+  install_fork_handlers();
+  OuterLocks& registry = outer_locks();
+  const std::lock_guard guard(registry.mutex);
+  registry.locks.push_back(&lock);
+}
+
+void unregister_outer_fork_lock(std::mutex& lock) {
+  OuterLocks& registry = outer_locks();
+  const std::lock_guard guard(registry.mutex);
+  std::erase(registry.locks, &lock);
 }
 
 void register_fork_participant(ForkParticipant& participant) {

@@ -3,6 +3,9 @@
 // the fork is never released there, so the child's next operation on it hangs. One pthread_atfork handler set,
 // installed once, therefore takes every engine lock a device operation needs before the fork and releases it on
 // both sides after, in the engine's one lock order (docs/engine.md, "Threads", fork()):
+//   0. the outer locks' registry, then every outer lock (a layer above whose lock is held while it makes devices,
+//      configures them and listens for steps: the runtime's mutex, which Runtime::device takes at a child's first
+//      allocation through the runtime); nothing takes one under any lock below;
 //   1. the step listeners' registry (engine/step_listeners.hpp), which announce_step holds while it takes device
 //      locks (across a pack: up to a second); nothing takes it under a front's or a device's lock, and taken first
 //      it stalls no front thread while the preparation waits for it;
@@ -17,10 +20,13 @@
 //   5. every fork participant's members (each open recording's lock, taken under a device lock by every observed
 //      event).
 // After the fork, both sides: the devices' locks and their registry, the fronts (in the child, lowering every held
-// owner's operation flag: only the forking thread exists there), the participants, then the step registry. A
+// owner's operation flag: only the forking thread exists there), the participants, the step registry, then the
+// outer locks and their registry. A
 // device joins the registry at its construction and leaves it first thing in its destruction; the preparation
 // holds the registry's mutex until the handlers after the fork ran, so a device destroyed meanwhile waits, and a
 // device that left is never touched.
+#include <mutex>
+
 #include "util/spin_lock.hpp"
 
 namespace plimsoll::backings {
@@ -37,6 +43,12 @@ void install_fork_handlers();
 /// backing's (Backing::lock_for_fork; nullptr: none). Not called with either held.
 void register_device_lock(util::SpinLock& lock, backings::Backing* backing = nullptr);
 void unregister_device_lock(util::SpinLock& lock);
+
+/// A lock of a layer above the engine, taken first of all around every fork() (step 0) from registration until
+/// unregistration: a lock held while devices are made or configured (so while their locks are registered, the step
+/// listeners joined, device locks taken), never taken under an engine lock. Not called with it held.
+void register_outer_fork_lock(std::mutex& lock);
+void unregister_outer_fork_lock(std::mutex& lock);
 
 /// A layer above the engine whose locks a fork() must hold too (telemetry's recordings: the engine cannot include
 /// them). Its hooks run inside fork(): they allocate nothing and throw nothing.

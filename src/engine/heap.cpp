@@ -1,6 +1,7 @@
 #include "engine/heap.hpp"
 
 #include <algorithm>
+#include <new>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +24,9 @@ constexpr bool kSelfCheck = false;
 }  // namespace
 
 Heap::Heap(backings::Backing& backing, HeapOptions options) : backing_(backing), options_(options) {
+  // Room for the first allocations' records (and their drops) from the start, before anything is reserved:
+  // books_ready() then asks for more only once a heap holds dozens of blocks.
+  if (!blocks_.ready(kInitialRecords)) throw std::bad_alloc();
   const std::uint64_t granule = backing_.granularity();
   if (options_.small_page % granule != 0 && granule % options_.small_page != 0)
     throw InvalidArgument("small_page must divide or be a multiple of the backing's granularity");
@@ -66,6 +70,10 @@ std::uint64_t Heap::allocate(std::uint64_t bytes, std::uint16_t tag) {
   }
   if (bytes > span_bytes_) {
     failure_ = HeapFailure::too_large;
+    return 0;
+  }
+  if (!books_ready()) [[unlikely]] {
+    failure_ = HeapFailure::host_memory;
     return 0;
   }
   const std::uint64_t size = round(bytes);

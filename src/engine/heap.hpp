@@ -39,7 +39,9 @@ struct HeapOptions {
   double growth_factor = 1.1;
 };
 
-enum class HeapFailure { none, limit, device, address_space, too_large, paused, occupied };
+// host_memory: the heap's own books (block records, address maps) could not grow; nothing changed (the allocator
+// throws std::bad_alloc for it, not an OutOfMemory naming the device).
+enum class HeapFailure { none, limit, device, address_space, too_large, paused, occupied, host_memory };
 
 struct HeapCounters {
   std::uint64_t in_use = 0;     // rounded bytes of live allocations
@@ -183,6 +185,16 @@ class Heap {
   Placement fewest_new_granules(std::uint64_t size) const;
   bool release_cached_outside(const Placement& placement, std::uint64_t size);
   BlockIndex coalesce(FreeBins& bins, BlockIndex index);
+  // The most block records one allocation makes: a new small page split out of a free block (2), its span's first
+  // record (1), the request split out of the page (2).
+  static constexpr std::size_t kRecordsPerAllocation = 5;
+  static constexpr std::size_t kInitialRecords = 64;
+  /// The books (block records, the live and page address maps) have room for one allocation without allocating:
+  /// made before anything changes, so that out of host memory the heap declines (HeapFailure::host_memory) instead
+  /// of throwing half way through (try_allocate is noexcept; the block would be lost).
+  bool books_ready() noexcept {
+    return blocks_.ready(kRecordsPerAllocation) && live_.ready_for_one() && pages_.ready_for_one();
+  }
   void free_large(BlockIndex index);
   bool ensure_mapped(const Placement& placement, std::uint64_t size);
   void unmap_range(std::uint64_t first, std::uint64_t count);

@@ -38,6 +38,10 @@ std::uint64_t Heap::allocate_at(std::uint64_t addr, std::uint64_t bytes, std::ui
     failure_ = HeapFailure::occupied;
     return 0;
   }
+  if (!books_ready()) [[unlikely]] {  // before anything changes, as allocate() (heap.hpp)
+    failure_ = HeapFailure::host_memory;
+    return 0;
+  }
   const std::uint64_t first = granules_.first_covering(addr);
   const std::uint64_t last = granules_.end_covering(addr, size);
   const std::uint64_t missing = granules_.count_unmapped(first, last) * granules_.granule();

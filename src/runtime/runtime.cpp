@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "devices/gpu_scan.hpp"
+#include "engine/fork_handlers.hpp"
 #include "plimsoll/error.hpp"
 #include "runtime/device_plan.hpp"
 #include "runtime/device_listing.hpp"
@@ -224,9 +225,13 @@ struct Runtime::Impl {
   }
 };
 
-Runtime::Runtime(Config config) : impl_(std::make_unique<Impl>(std::move(config))) {}
+Runtime::Runtime(Config config) : impl_(std::make_unique<Impl>(std::move(config))) {
+  // Taken first around every fork() (engine/fork_handlers.hpp, step 0): a thread making a device holds it, and the
+  // child's first Runtime::device would wait for that thread forever.
+  engine::register_outer_fork_lock(impl_->mutex);
+}
 
-Runtime::~Runtime() = default;
+Runtime::~Runtime() { engine::unregister_outer_fork_lock(impl_->mutex); }  // first: a fork from now on leaves it alone
 
 Runtime& Runtime::global() {
   // Never destroyed: memory handed out through the C API or held by other static objects may be freed while

@@ -135,6 +135,9 @@ std::uint32_t CallSites::insert(std::uint64_t hash, const std::uintptr_t* frames
   // At most half full, so probes stay short and always end at an empty slot.
   if ((stacks_.size() + 1) * 2 > table->slot_count()) table = &grow_table();
 
+  // Every allocation before the stack is published: out of host memory (capture() runs inside a device's noexcept
+  // try_allocate) nothing is left half made, and a published stack is always owned.
+  if (stacks_.size() == stacks_.capacity()) stacks_.reserve(std::max<std::size_t>(64, stacks_.capacity() * 2));
   auto stack = std::make_unique<Stack>();
   stack->hash = hash;
   stack->id = static_cast<std::uint32_t>(stacks_.size() + 1);

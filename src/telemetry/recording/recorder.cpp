@@ -126,19 +126,24 @@ void Recording::Impl::marker_locked(std::string_view text) {
   events_written.store(events_written.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
-void Recording::Impl::name_new_sites(std::uint32_t newest) {
+void Recording::Impl::name_new_sites(std::uint32_t newest) noexcept {
   std::uint32_t seen = newest_site_seen_.load(std::memory_order_relaxed);
   while (seen < newest && !newest_site_seen_.compare_exchange_weak(seen, newest, std::memory_order_relaxed)) {
   }
   if (seen >= newest) return;  // another thread took this range
   for (std::uint32_t id = seen + 1; id <= newest; ++id) {
-    const std::string name = call_sites_->interpreter_name(id);
-    if (name.empty()) continue;
-    std::lock_guard guard(lock_);
-    if (is_closed.load(std::memory_order_relaxed)) return;
-    if (id >= sites_written_.size()) sites_written_.resize(static_cast<std::size_t>(id) + 1, false);
-    sites_written_[id] = true;
-    write_string_locked(telemetry::binary::StringTable::site, id, name);
+    // Out of host memory (the name's copy, the written-sites bits), the site is left unmarked: close() names every
+    // site not written yet, so the trace still gets it, and nothing is thrown out of the noexcept try_allocate.
+    try {
+      const std::string name = call_sites_->interpreter_name(id);
+      if (name.empty()) continue;
+      std::lock_guard guard(lock_);
+      if (is_closed.load(std::memory_order_relaxed)) return;
+      if (id >= sites_written_.size()) sites_written_.resize(static_cast<std::size_t>(id) + 1, false);
+      sites_written_[id] = true;
+      write_string_locked(telemetry::binary::StringTable::site, id, name);
+    } catch (const std::bad_alloc&) {
+    }
   }
 }
 

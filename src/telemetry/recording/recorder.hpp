@@ -49,8 +49,16 @@ struct Recording::Impl {
   bool capturing_call_sites() const { return call_sites_ != nullptr; }
   /// The calling stack's id (0 when none could be captured). Frames inside plimsoll stay in the stack: they are
   /// skipped when the site is named, which keeps the hot path a bare stack walk.
-  std::uint32_t capture_call_site() {
-    const std::uint32_t site = call_sites_->capture();
+  /// Called inside a device's noexcept try_allocate, under its lock: out of host memory for a new stack's record the
+  /// allocation goes on without a call site (0; the call sites keep nothing half made), and a new interpreter site
+  /// whose name cannot be made now is named at close() instead.
+  std::uint32_t capture_call_site() noexcept {
+    std::uint32_t site = 0;
+    try {
+      site = call_sites_->capture();
+    } catch (const std::bad_alloc&) {
+      return 0;
+    }
     if (site > newest_site_seen_.load(std::memory_order_relaxed)) [[unlikely]] name_new_sites(site);
     return site;
   }
@@ -98,7 +106,7 @@ struct Recording::Impl {
 
   // Interpreter sites (Python's "file.py:LINE") are named when first captured, so a process killed before close()
   // still leaves their names in the file; native stacks wait for close(), where symbolizing is affordable.
-  void name_new_sites(std::uint32_t newest);
+  void name_new_sites(std::uint32_t newest) noexcept;
   std::atomic<std::uint32_t> newest_site_seen_{0};
   std::vector<bool> sites_written_;  // under lock_
 

@@ -1,0 +1,143 @@
+// A recording with call sites, out of host memory inside a device's noexcept try_allocate (under its lock): a new
+// stack's record (CallSites::insert) and a new interpreter site's name (Recording::Impl::name_new_sites) need host
+// memory there; a std::bad_alloc leaving them was std::terminate. Failures are injected by replacing operator new in
+// this test program (failing_operator_new.hpp); the tests skip under a sanitizer, whose runtime owns operator new.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backings/sim_backing.hpp"
+#include "plimsoll/allocator.hpp"
+#include "plimsoll/recording.hpp"
+#include "plimsoll/site_source.hpp"
+#include "plimsoll/trace.hpp"
+
+#include "failing_operator_new.hpp"
+#include "sim_device.hpp"
+
+namespace plimsoll {
+namespace {
+
+thread_local bool in_interpreter = false;
+thread_local std::uint32_t current_line = 0;
+thread_local bool fail_after_describe = false;  // host memory runs out right after the frame's name was made
+
+bool fake_innermost(InterpreterFrame& frame) noexcept {
+  if (!in_interpreter) return false;
+  frame.code = 0x5678;
+  frame.line = current_line;
+  return true;
+}
+
+// Longer than a short string's inline room, so copying it allocates.
+std::string fake_describe(const InterpreterFrame& frame) {
+  std::string name = "a/long/path/to/the/training/script.py:" + std::to_string(frame.line);
+  if (fail_after_describe) t_fail_new = true;
+  return name;
+}
+
+const InterpreterSiteSource kFakeSource{&fake_innermost, &fake_describe};
+
+struct SourceInstalled {
+  SourceInstalled() { set_interpreter_site_source(&kFakeSource); }
+  ~SourceInstalled() { set_interpreter_site_source(nullptr); }
+};
+
+std::string temp_trace(const char* name) {
+  return (std::filesystem::temp_directory_path() / (std::string(name) + std::to_string(::getpid()) + ".plimsoll"))
+      .string();
+}
+
+// Books of the device warm (block records to reuse, the tag's counter): only the recording needs host memory.
+void warm(Allocator& device) {
+  std::vector<void*> blocks;
+  for (int i = 0; i < 64; ++i) blocks.push_back(device.allocate(4096));
+  for (void* p : blocks) device.deallocate(p);
+}
+
+std::vector<std::string> allocation_sites(const Trace& trace) {
+  std::vector<std::string> named;
+  for (const TraceEvent& event : trace.events) {
+    if (event.kind == TraceEvent::Kind::allocate)
+      named.push_back(event.site < trace.sites.size() ? trace.sites[event.site] : std::string("?"));
+  }
+  return named;
+}
+
+// A new stack out of host memory: the allocation goes on without a call site, nothing half made in the call sites.
+TEST(TelemetryCallSitesFaults, ANewSiteOutOfHostMemoryIsLeftOutNotTerminate) {
+  SKIP_UNLESS_NEW_CAN_FAIL();
+  SourceInstalled installed;
+  const std::string path = temp_trace("plimsoll_sites_faults_capture_");
+  {
+    Allocator device(testing_support::sim_device(), std::make_unique<backings::SimBacking>(4ull << 30));
+    device.set_step_plan(false);
+    warm(device);
+    auto recording = Recording::open(path, {.call_sites = true});
+    device.record_to(recording);
+    in_interpreter = true;
+    current_line = 10;
+    device.deallocate(device.allocate(4096));  // one site known
+    current_line = 11;
+    void* p = nullptr;
+    {
+      const ScopedFailures failing;
+      p = device.try_allocate(4096);  // terminated here before: the new stack's record threw
+    }
+    EXPECT_NE(p, nullptr) << "the device had room: only the call site gives way";
+    void* again = device.allocate(4096);  // with host memory again, the site is captured and named
+    in_interpreter = false;
+    device.deallocate(p);
+    device.deallocate(again);
+    EXPECT_EQ(device.stats().live_allocations, 0u);
+    device.record_to(nullptr);
+    recording->close();
+  }
+  const Trace trace = read_trace(path);
+  std::filesystem::remove(path);
+  const std::vector<std::string> named = allocation_sites(trace);
+  ASSERT_EQ(named.size(), 3u);
+  EXPECT_EQ(named[0], "a/long/path/to/the/training/script.py:10");
+  EXPECT_EQ(named[1], "") << "no call site when none could be recorded";
+  EXPECT_EQ(named[2], "a/long/path/to/the/training/script.py:11");
+}
+
+// The stack is recorded, then its name cannot be written at once (the name's copy fails): the allocation goes on
+// with its site, and close() names the site, as it names every site not written yet.
+TEST(TelemetryCallSitesFaults, ASiteThatCannotBeNamedAtOnceIsNamedAtClose) {
+  SKIP_UNLESS_NEW_CAN_FAIL();
+  SourceInstalled installed;
+  const std::string path = temp_trace("plimsoll_sites_faults_name_");
+  {
+    Allocator device(testing_support::sim_device(), std::make_unique<backings::SimBacking>(4ull << 30));
+    device.set_step_plan(false);
+    warm(device);
+    auto recording = Recording::open(path, {.call_sites = true});
+    device.record_to(recording);
+    in_interpreter = true;
+    current_line = 20;
+    fail_after_describe = true;
+    void* p = device.try_allocate(4096);  // terminated here before: naming the new site threw
+    t_fail_new = false;
+    fail_after_describe = false;
+    in_interpreter = false;
+    EXPECT_NE(p, nullptr);
+    device.deallocate(p);
+    EXPECT_EQ(device.stats().live_allocations, 0u);
+    device.record_to(nullptr);
+    recording->close();
+  }
+  const Trace trace = read_trace(path);
+  std::filesystem::remove(path);
+  const std::vector<std::string> named = allocation_sites(trace);
+  ASSERT_EQ(named.size(), 1u);
+  EXPECT_EQ(named[0], "a/long/path/to/the/training/script.py:20") << "named at close()";
+}
+
+}  // namespace
+}  // namespace plimsoll
