@@ -1,6 +1,7 @@
 // The handed-out table's region summary (src/engine/handed_table.hpp): set() marks the 64 KiB region of the word it
 // writes, get() reads words only in marked regions, and no region is marked by another's word. Wide blocks (over
-// 64 KiB) keep one word per region, exact to the block's start.
+// 64 KiB) keep one word per region, exact to the block's start. prepare() makes a block's word writable with one
+// store (set_prepared), as the per-thread caches do on a hit, and find() keeps the leaf a free then clears in.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -90,6 +91,36 @@ TEST(EngineHandedTable, AWideBlockHasItsRegionsWordExactToItsStart) {
   ASSERT_TRUE(table.set(addr + 4096, HandedTable::word(1 << 20, 2)));
   EXPECT_EQ(table.get(addr), 0u);
   EXPECT_EQ(table.get(addr + 4096), HandedTable::word(1 << 20, 2));
+}
+
+// The caches prepare a block when it enters the front and write its word on every hit with set_prepared, which reads
+// no region bit: the word is readable only because prepare() marked the region (for the kind of block it said).
+TEST(EngineHandedTable, PrepareMarksTheRegionThatASetPreparedWordIsReadIn) {
+  HandedTable table;
+  const std::uint64_t addr = kBase + 11 * kRegion + 1024;
+  ASSERT_TRUE(table.prepare(addr, false));
+  EXPECT_TRUE(table.marked(addr));
+  EXPECT_EQ(table.get(addr), 0u) << "prepared is not handed out";
+  HandedTable::set_prepared(table.prepared_leaf(addr), addr, HandedTable::word(700, 4));
+  EXPECT_EQ(table.get(addr), HandedTable::word(700, 4));
+  const HandedTable::Found found = table.find(addr);
+  EXPECT_EQ(found.word, HandedTable::word(700, 4));
+  ASSERT_NE(found.leaf, nullptr);
+  HandedTable::clear_in(found.leaf, addr, found.word);
+  EXPECT_EQ(table.get(addr), 0u);
+  HandedTable::set_prepared(table.prepared_leaf(addr), addr, HandedTable::word(256, 1));  // prepared stays prepared
+  EXPECT_EQ(table.get(addr), HandedTable::word(256, 1));
+
+  // A wide block is prepared with its region's wide bit, not the plain one (a heap free there reads no plain word).
+  const std::uint64_t wide = kBase + 13 * kRegion + 512;
+  ASSERT_TRUE(table.prepare(wide, true));
+  EXPECT_FALSE(table.marked(wide));
+  HandedTable::set_prepared(table.prepared_leaf(wide), wide, HandedTable::word(kRegion + 256, 6));
+  EXPECT_EQ(table.get(wide), HandedTable::word(kRegion + 256, 6));
+  EXPECT_EQ(table.find(wide).word, HandedTable::word(kRegion + 256, 6));
+
+  EXPECT_FALSE(table.prepare(kBase + 3, false)) << "off the quantum: no word to prepare";
+  EXPECT_EQ(table.find(kBase + 3).leaf, nullptr);
 }
 
 }  // namespace
