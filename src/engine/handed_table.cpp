@@ -42,7 +42,12 @@ std::uint64_t* HandedTable::make_leaf(std::uint64_t addr) {
   static_assert(sizeof(Middle) == sizeof(Leaf*) && std::atomic<Leaf*>::is_always_lock_free);
   Middle* middle = publish(top_[addr >> kMiddleShift], kMiddleLeaves * sizeof(Middle));
   if (middle == nullptr) return nullptr;
-  return publish(middle[leaf_index(addr)], kLeafSize * sizeof(Leaf));
+  Leaf* leaf = publish(middle[leaf_index(addr)], kLeafSize * sizeof(Leaf));
+  // The first leaf becomes the hint (find_leaf): whoever claims the key publishes the leaf after it.
+  std::uint64_t no_key = kNoKey;
+  if (leaf != nullptr && hint_key_.compare_exchange_strong(no_key, addr >> kLeafShift, std::memory_order_relaxed))
+    hint_leaf_.store(leaf, std::memory_order_release);
+  return leaf;
 }
 
 }  // namespace plimsoll::engine

@@ -166,11 +166,14 @@ class HandedTable {
     return std::uint64_t{1} << (((addr >> kRegionShift) & 31) * 2);
   }
 
-  const std::uint64_t* find_leaf(std::uint64_t addr) const {
-    const Middle* middle = top_[addr >> kMiddleShift].load(std::memory_order_acquire);
-    return middle != nullptr ? middle[leaf_index(addr)].load(std::memory_order_acquire) : nullptr;
-  }
-  std::uint64_t* find_leaf(std::uint64_t addr) {
+  // The first leaf made is also kept here, with its key (addr >> kLeafShift), read before the radix: a device's
+  // heap mostly lies in one GiB, and both words load before addr is known (a hit's addr comes from a bin load),
+  // so the word's store or load waits on one compare instead of two more dependent loads (docs/engine.md,
+  // "Threads"). Written once (the leaf's maker that wins the key), the key before the leaf, which is published
+  // with release: a reader that sees the leaf sees its key.
+  std::uint64_t* find_leaf(std::uint64_t addr) const {
+    std::uint64_t* hint = hint_leaf_.load(std::memory_order_acquire);
+    if (hint != nullptr && (addr >> kLeafShift) == hint_key_.load(std::memory_order_relaxed)) [[likely]] return hint;
     Middle* middle = top_[addr >> kMiddleShift].load(std::memory_order_acquire);
     return middle != nullptr ? middle[leaf_index(addr)].load(std::memory_order_acquire) : nullptr;
   }
@@ -181,6 +184,9 @@ class HandedTable {
   }
   std::uint64_t* make_leaf(std::uint64_t addr);
 
+  static constexpr std::uint64_t kNoKey = ~std::uint64_t{0};
+  std::atomic<std::uint64_t*> hint_leaf_{nullptr};
+  std::atomic<std::uint64_t> hint_key_{kNoKey};
   std::array<std::atomic<Middle*>, kTopMiddles> top_{};
 };
 
