@@ -123,4 +123,24 @@ TEST(EngineHandedTable, PrepareMarksTheRegionThatASetPreparedWordIsReadIn) {
   EXPECT_EQ(table.find(kBase + 3).leaf, nullptr);
 }
 
+// The first leaf made is compared before the radix walk (the hint); an address in another leaf, at the same offset
+// in its GiB, must read and write its own word, and an address in a leaf never made must read nothing.
+TEST(EngineHandedTable, ABlockInAnotherLeafThanTheHintReadsItsOwnWord) {
+  HandedTable table;
+  constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
+  const std::uint64_t first = kBase + 2 * kRegion, second = first + 3 * kGiB, never = first + 5 * kGiB;
+  ASSERT_TRUE(table.set(first, HandedTable::word(300, 1)));  // its leaf is the hint
+  ASSERT_TRUE(table.prepare(second, false));
+  HandedTable::set_prepared(table.prepared_leaf(second), second, HandedTable::word(600, 2));
+  EXPECT_EQ(table.get(first), HandedTable::word(300, 1)) << "the other leaf's word landed in the hint's leaf";
+  EXPECT_EQ(table.get(second), HandedTable::word(600, 2));
+  EXPECT_EQ(table.get(never), 0u);
+  EXPECT_EQ(table.find(never).leaf, nullptr);
+  const HandedTable::Found found = table.find(second);
+  HandedTable::clear_in(found.leaf, second, found.word);
+  EXPECT_EQ(table.get(second), 0u);
+  EXPECT_EQ(table.get(first), HandedTable::word(300, 1));
+  EXPECT_NE(table.prepared_leaf(first), table.prepared_leaf(second));
+}
+
 }  // namespace
