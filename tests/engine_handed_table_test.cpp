@@ -123,24 +123,29 @@ TEST(EngineHandedTable, PrepareMarksTheRegionThatASetPreparedWordIsReadIn) {
   EXPECT_EQ(table.find(kBase + 3).leaf, nullptr);
 }
 
-// The first leaf made is compared before the radix walk (the hint); an address in another leaf, at the same offset
-// in its GiB, must read and write its own word, and an address in a leaf never made must read nothing.
-TEST(EngineHandedTable, ABlockInAnotherLeafThanTheHintReadsItsOwnWord) {
+// The leaves last made are looked up in a small direct-mapped array before the radix walk. Leaves whose keys share a
+// slot replace each other there: each address must still read and write its own word, and an address whose slot
+// holds another leaf, or in a leaf never made, must read nothing.
+TEST(EngineHandedTable, LeavesSharingARecentSlotReadTheirOwnWords) {
   HandedTable table;
   constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
-  const std::uint64_t first = kBase + 2 * kRegion, second = first + 3 * kGiB, never = first + 5 * kGiB;
-  ASSERT_TRUE(table.set(first, HandedTable::word(300, 1)));  // its leaf is the hint
-  ASSERT_TRUE(table.prepare(second, false));
-  HandedTable::set_prepared(table.prepared_leaf(second), second, HandedTable::word(600, 2));
-  EXPECT_EQ(table.get(first), HandedTable::word(300, 1)) << "the other leaf's word landed in the hint's leaf";
-  EXPECT_EQ(table.get(second), HandedTable::word(600, 2));
+  const std::uint64_t first = kBase + 2 * kRegion;  // key 7
+  const std::uint64_t same_slot = first + 16 * kGiB, other_slot = first + 3 * kGiB, never = first + 32 * kGiB;
+  ASSERT_TRUE(table.set(first, HandedTable::word(300, 1)));
+  ASSERT_TRUE(table.prepare(same_slot, false));  // replaces the first leaf in its slot
+  HandedTable::set_prepared(table.prepared_leaf(same_slot), same_slot, HandedTable::word(600, 2));
+  ASSERT_TRUE(table.set(other_slot, HandedTable::word(900, 3)));
+  EXPECT_EQ(table.get(first), HandedTable::word(300, 1)) << "a leaf replaced in its slot must still be found";
+  EXPECT_EQ(table.get(same_slot), HandedTable::word(600, 2)) << "the other leaf's word landed in the wrong leaf";
+  EXPECT_EQ(table.get(other_slot), HandedTable::word(900, 3));
   EXPECT_EQ(table.get(never), 0u);
   EXPECT_EQ(table.find(never).leaf, nullptr);
-  const HandedTable::Found found = table.find(second);
-  HandedTable::clear_in(found.leaf, second, found.word);
-  EXPECT_EQ(table.get(second), 0u);
+  EXPECT_EQ(table.get(kRegion), 0u) << "key 0: an empty slot must match no key";
+  const HandedTable::Found found = table.find(same_slot);
+  HandedTable::clear_in(found.leaf, same_slot, found.word);
+  EXPECT_EQ(table.get(same_slot), 0u);
   EXPECT_EQ(table.get(first), HandedTable::word(300, 1));
-  EXPECT_NE(table.prepared_leaf(first), table.prepared_leaf(second));
+  EXPECT_NE(table.prepared_leaf(first), table.prepared_leaf(same_slot));
 }
 
 }  // namespace

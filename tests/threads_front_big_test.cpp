@@ -252,31 +252,5 @@ TEST(ThreadsFrontBig, TwoThreadsOfBigRequestsOnlyTurnBigBlocksOn) {
   work();
   other.join();
 }
-// A thread joins the front at its first request of any size, a request over 1 MiB (never served by the front)
-// included: with one thread asking only for 2 MiB blocks and another for 200 KiB ones, two threads share the device
-// and the second one's big block is kept. Before, only requests up to 1 MiB joined a thread, and this one was not.
-TEST(ThreadsFrontBig, AThreadOfRequestsOverAMebibyteOnlyJoinsTheFront) {
-  Allocator device(sim_device(256 * MiB), std::make_unique<backings::SimBacking>(4ull << 30));
-  device.set_thread_cache(8 * MiB);
-  std::barrier joined(2);
-  std::thread other([&] {
-    void* p = device.allocate(2 * MiB);
-    device.deallocate(p);
-    joined.arrive_and_wait();  // alive while the other thread joins: an exited thread's cache leaves the front
-    joined.arrive_and_wait();
-  });
-  joined.arrive_and_wait();
-  void* p = device.allocate(200 * KiB);
-  device.deallocate(p);
-  joined.arrive_and_wait();
-  other.join();
-  EXPECT_NE(device.snapshot().find("\"cached\""), std::string::npos)
-      << "docs: a thread joins at its first request of any size, and big blocks are kept once two threads joined";
-  const Stats stats = device.stats();
-  EXPECT_EQ(stats.in_use_bytes, 0u);
-  EXPECT_EQ(stats.live_allocations, 0u);
-  EXPECT_EQ(stats.allocations, 2u);
-  EXPECT_EQ(stats.frees, 2u);
-}
 }  // namespace
 }  // namespace plimsoll

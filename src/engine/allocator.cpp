@@ -139,7 +139,12 @@ struct Allocator::Impl : engine::FrontUpstream {
   std::uint64_t allocate_from_front(std::size_t bytes, Tag tag) PLIMSOLL_EXCLUDES(lock) {
     engine::ThreadCaches* caches = front.load(std::memory_order_acquire);
     if (caches == nullptr || !front_on.load(std::memory_order_relaxed)) return 0;
-    return caches->allocate(bytes, tag);  // it declines the sizes it does not serve (thread_cache.hpp)
+    using engine::ThreadCaches;  // big blocks only once threads share the device (thread_cache.hpp)
+    if (bytes > ThreadCaches::kMaxBinned && (bytes > ThreadCaches::kMaxSize || !caches->big_blocks_on())) {
+      if (bytes <= ThreadCaches::kMaxSize) caches->count_thread();  // a thread of big requests only counts too
+      return 0;
+    }
+    return caches->allocate(bytes, tag);
   }
 
   // Host and simulated devices: the front first (small requests, when on), then the heap under the lock; at

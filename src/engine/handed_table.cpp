@@ -43,10 +43,14 @@ std::uint64_t* HandedTable::make_leaf(std::uint64_t addr) {
   Middle* middle = publish(top_[addr >> kMiddleShift], kMiddleLeaves * sizeof(Middle));
   if (middle == nullptr) return nullptr;
   Leaf* leaf = publish(middle[leaf_index(addr)], kLeafSize * sizeof(Leaf));
-  // The first leaf becomes the hint (find_leaf): whoever claims the key publishes the leaf after it.
-  std::uint64_t no_key = kNoKey;
-  if (leaf != nullptr && hint_key_.compare_exchange_strong(no_key, addr >> kLeafShift, std::memory_order_relaxed))
-    hint_leaf_.store(leaf, std::memory_order_release);
+  // Remembered in its slot (find_leaf) when its page number fits above the key plus one (user addresses below
+  // 2^47, 4 KiB pages: 35 bits beside the key's 27).
+  const auto bits = reinterpret_cast<std::uintptr_t>(leaf);
+  static_assert(64 - kKeyBits >= 47 - 12, "a leaf's page number fits above its key");
+  const std::uint64_t key = addr >> kLeafShift;
+  if (leaf != nullptr && (bits & 0xFFF) == 0 && (bits >> 47) == 0 && key + 1 <= kKeyMask) {
+    recent_[key & (kRecent - 1)].store((std::uint64_t{bits} >> 12) << kKeyBits | (key + 1), std::memory_order_release);
+  }
   return leaf;
 }
 

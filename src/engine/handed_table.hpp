@@ -166,14 +166,15 @@ class HandedTable {
     return std::uint64_t{1} << (((addr >> kRegionShift) & 31) * 2);
   }
 
-  // The first leaf made is also kept here, with its key (addr >> kLeafShift), read before the radix: a device's
-  // heap mostly lies in one GiB, and both words load before addr is known (a hit's addr comes from a bin load),
-  // so the word's store or load waits on one compare instead of two more dependent loads (docs/engine.md,
-  // "Threads"). Written once (the leaf's maker that wins the key), the key before the leaf, which is published
-  // with release: a reader that sees the leaf sees its key.
+  // The leaves last made are also kept in a small direct-mapped array, each entry one word (the leaf's page number
+  // above its key plus one, addr >> kLeafShift plus one, so a zero entry matches no key), read before the radix walk: the entry loads as soon as addr is known and a
+  // hit needs no second load, so the word's store or load waits on one load and a compare instead of two more
+  // dependent loads (docs/engine.md, "Threads"). An entry is written when a leaf is made (a later leaf of the same
+  // slot replaces it: that key walks again); a leaf whose entry would not fit is found by the walk alone.
   std::uint64_t* find_leaf(std::uint64_t addr) const {
-    std::uint64_t* hint = hint_leaf_.load(std::memory_order_acquire);
-    if (hint != nullptr && (addr >> kLeafShift) == hint_key_.load(std::memory_order_relaxed)) [[likely]] return hint;
+    const std::uint64_t key = addr >> kLeafShift;
+    const std::uint64_t entry = recent_[key & (kRecent - 1)].load(std::memory_order_acquire);
+    if ((entry & kKeyMask) == key + 1) [[likely]] return reinterpret_cast<std::uint64_t*>((entry >> kKeyBits) << 12);
     Middle* middle = top_[addr >> kMiddleShift].load(std::memory_order_acquire);
     return middle != nullptr ? middle[leaf_index(addr)].load(std::memory_order_acquire) : nullptr;
   }
@@ -184,9 +185,10 @@ class HandedTable {
   }
   std::uint64_t* make_leaf(std::uint64_t addr);
 
-  static constexpr std::uint64_t kNoKey = ~std::uint64_t{0};
-  std::atomic<std::uint64_t*> hint_leaf_{nullptr};
-  std::atomic<std::uint64_t> hint_key_{kNoKey};
+  static constexpr int kKeyBits = kAddressBits - kLeafShift;
+  static constexpr std::uint64_t kKeyMask = (std::uint64_t{1} << kKeyBits) - 1;
+  static constexpr std::size_t kRecent = 16;
+  std::array<std::atomic<std::uint64_t>, kRecent> recent_{};
   std::array<std::atomic<Middle*>, kTopMiddles> top_{};
 };
 

@@ -681,10 +681,7 @@ std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size
 // The hot paths below are small on purpose: whatever is rare (a thread's first operation, a miss, a full cache,
 // a big block) is in a function of its own, so the common case takes no stack frame of saved registers.
 std::uint64_t ThreadCaches::allocate(std::uint64_t bytes, std::uint16_t tag) {
-  // First, for every size: a thread joins at its first request, so threads whose requests are all big count toward
-  // big_blocks_on() while the front declines them.
   if (t_last_id != id_) [[unlikely]] return allocate_joining(bytes, tag);  // also an exiting thread (id 0)
-  if (bytes > kMaxBinned && (bytes > kMaxSize || !big_blocks_on())) [[unlikely]] return 0;
   ThreadCache& cache = *t_last;
   const std::uint64_t size = rounded(bytes);
   const ThreadCache::Operation operation(cache, asymmetric_);
@@ -701,6 +698,15 @@ std::uint64_t ThreadCaches::allocate(std::uint64_t bytes, std::uint16_t tag) {
   return addr;
 }
 
+void ThreadCaches::count_thread() noexcept {
+  if (t_last_id == id_ || t_exiting) [[likely]] return;
+  try {
+    join();
+  } catch (const std::bad_alloc&) {
+    // No cache for this thread now; a later request tries again.
+  }
+}
+
 std::uint64_t ThreadCaches::allocate_joining(std::uint64_t bytes, std::uint16_t tag) {
   if (t_exiting) return 0;
   try {
@@ -713,6 +719,7 @@ std::uint64_t ThreadCaches::allocate_joining(std::uint64_t bytes, std::uint16_t 
 
 std::uint64_t ThreadCaches::allocate_missed(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes,
                                             std::uint16_t tag) {
+  if (size > kMaxBinned && !big_blocks_on()) return 0;  // one thread: the device's own path, uncontended
   std::uint64_t addr = size > kMaxBinned ? cache.pop_big(size) : 0;
   if (addr != 0 && !handed_.set(addr, HandedTable::word(bytes, tag))) {
     upstream_.give_back(std::span(&addr, 1));

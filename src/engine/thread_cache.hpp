@@ -104,10 +104,9 @@ class ThreadCaches {
   ThreadCaches(const ThreadCaches&) = delete;
   ThreadCaches& operator=(const ThreadCaches&) = delete;
 
-  /// A block for `bytes`, 0 when the front does not serve the size (over kMaxSize; over kMaxBinned before a second
-  /// thread joined), the heap cannot place one, the front is not serving, or the cache cannot grow its books (out
-  /// of host memory): the caller takes the slow path, which flushes and reports. A thread joins the front at its
-  /// first request of any size (so threads whose requests are all big count toward big_blocks_on()). Never throws.
+  /// A block for `bytes` (at most kMaxSize), 0 when the heap cannot place one, the front is not serving, or the
+  /// cache cannot grow its books (out of host memory): the caller takes the slow path, which flushes and
+  /// reports. Never throws.
   std::uint64_t allocate(std::uint64_t bytes, std::uint16_t tag);
   /// False when addr is not a block the front handed out (the caller's slow path decides: a heap block, or a
   /// bad free). Otherwise the block goes to this thread's cache, or back to the heap when the cache is full,
@@ -144,6 +143,9 @@ class ThreadCaches {
   std::uint64_t bytes_per_thread() const { return bytes_per_thread_.load(std::memory_order_relaxed); }
   /// Whether big blocks (over kMaxBinned) are served: from the second thread to join on, never again off.
   bool big_blocks_on() const { return big_blocks_on_.load(std::memory_order_relaxed); }
+  /// Joins this thread to the front if it has not joined yet (out of host memory: not now), so that threads whose
+  /// requests are all big count toward big_blocks_on() while their requests are declined. Never throws.
+  void count_thread() noexcept;
   void set_bytes_per_thread(std::uint64_t bytes) { bytes_per_thread_.store(bytes, std::memory_order_relaxed); }
 
  private:
