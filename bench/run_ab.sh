@@ -7,6 +7,9 @@
 #     -DCMAKE_BUILD_TYPE=Release && cmake --build /tmp/landed/build --target plimsoll_replay_bench plimsoll_cross_thread_bench
 #   A=/tmp/landed/build B=build PROCESSES=25 bench/run_ab.sh [TRACE...]
 #   A=/tmp/landed/build B=build PROCESSES=5 WHAT=threads bench/run_ab.sh
+#   A=/tmp/landed/build B=build PROCESSES=21 WHAT=threads THREADS="1 2 4" MAX_BYTES=65536 bench/run_ab.sh
+# WHAT=threads also reads THREADS (thread counts, default "2 4") and MAX_BYTES (only the trace's sizes up to this
+# many bytes, default 1048576: 65536 measures the caches' small path alone).
 # Prints a markdown table of medians over the processes (replay: mean / p50 / p99 ns; threads: ops/s and the
 # ratio to jemalloc). CACHE sets the replay's per-thread cache bytes (default 8 MiB; CACHE=0: the heap path alone).
 set -euo pipefail
@@ -33,8 +36,8 @@ if [[ "${WHAT:-replay}" == threads ]]; then
   trace="${TRACE:-$repo_root/../shared/traces/resnet50-b32.trace}"
   for ((process = 1; process <= processes; process++)); do
     for mode in cross own; do
-      for threads in 2 4; do
-        args=(--trace "$trace" --rounds 5000 --reps 3 --mode "$mode" --threads "$threads")
+      for threads in ${THREADS:-2 4}; do
+        args=(--trace "$trace" --rounds 5000 --reps 3 --mode "$mode" --threads "$threads" --max-bytes "${MAX_BYTES:-1048576}")
         {
           LD_PRELOAD="$jemalloc" "$B/bench/plimsoll_cross_thread_bench" --allocator malloc "${args[@]}" --label jemalloc
           "$A/bench/plimsoll_cross_thread_bench" --allocator plimsoll --thread-cache $((8 << 20)) "${args[@]}" --label A

@@ -1,6 +1,7 @@
 // The handed-out table's region summary (src/engine/handed_table.hpp): set() marks the 64 KiB region of the word it
 // writes, get() reads words only in marked regions, and no region is marked by another's word. Wide blocks (over
-// 64 KiB) keep one word per region, exact to the block's start.
+// 64 KiB) keep one word per region, exact to the block's start. prepare() makes a block's word writable with one
+// store (set_prepared), as the per-thread caches do on a hit, and find() keeps the leaf a free then clears in.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -90,6 +91,61 @@ TEST(EngineHandedTable, AWideBlockHasItsRegionsWordExactToItsStart) {
   ASSERT_TRUE(table.set(addr + 4096, HandedTable::word(1 << 20, 2)));
   EXPECT_EQ(table.get(addr), 0u);
   EXPECT_EQ(table.get(addr + 4096), HandedTable::word(1 << 20, 2));
+}
+
+// The caches prepare a block when it enters the front and write its word on every hit with set_prepared, which reads
+// no region bit: the word is readable only because prepare() marked the region (for the kind of block it said).
+TEST(EngineHandedTable, PrepareMarksTheRegionThatASetPreparedWordIsReadIn) {
+  HandedTable table;
+  const std::uint64_t addr = kBase + 11 * kRegion + 1024;
+  ASSERT_TRUE(table.prepare(addr, false));
+  EXPECT_TRUE(table.marked(addr));
+  EXPECT_EQ(table.get(addr), 0u) << "prepared is not handed out";
+  HandedTable::set_prepared(table.prepared_leaf(addr), addr, HandedTable::word(700, 4));
+  EXPECT_EQ(table.get(addr), HandedTable::word(700, 4));
+  const HandedTable::Found found = table.find(addr);
+  EXPECT_EQ(found.word, HandedTable::word(700, 4));
+  ASSERT_NE(found.leaf, nullptr);
+  HandedTable::clear_in(found.leaf, addr, found.word);
+  EXPECT_EQ(table.get(addr), 0u);
+  HandedTable::set_prepared(table.prepared_leaf(addr), addr, HandedTable::word(256, 1));  // prepared stays prepared
+  EXPECT_EQ(table.get(addr), HandedTable::word(256, 1));
+
+  // A wide block is prepared with its region's wide bit, not the plain one (a heap free there reads no plain word).
+  const std::uint64_t wide = kBase + 13 * kRegion + 512;
+  ASSERT_TRUE(table.prepare(wide, true));
+  EXPECT_FALSE(table.marked(wide));
+  HandedTable::set_prepared(table.prepared_leaf(wide), wide, HandedTable::word(kRegion + 256, 6));
+  EXPECT_EQ(table.get(wide), HandedTable::word(kRegion + 256, 6));
+  EXPECT_EQ(table.find(wide).word, HandedTable::word(kRegion + 256, 6));
+
+  EXPECT_FALSE(table.prepare(kBase + 3, false)) << "off the quantum: no word to prepare";
+  EXPECT_EQ(table.find(kBase + 3).leaf, nullptr);
+}
+
+// The leaves last made are looked up in a small direct-mapped array before the radix walk. Leaves whose keys share a
+// slot replace each other there: each address must still read and write its own word, and an address whose slot
+// holds another leaf, or in a leaf never made, must read nothing.
+TEST(EngineHandedTable, LeavesSharingARecentSlotReadTheirOwnWords) {
+  HandedTable table;
+  constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
+  const std::uint64_t first = kBase + 2 * kRegion;  // key 7
+  const std::uint64_t same_slot = first + 16 * kGiB, other_slot = first + 3 * kGiB, never = first + 32 * kGiB;
+  ASSERT_TRUE(table.set(first, HandedTable::word(300, 1)));
+  ASSERT_TRUE(table.prepare(same_slot, false));  // replaces the first leaf in its slot
+  HandedTable::set_prepared(table.prepared_leaf(same_slot), same_slot, HandedTable::word(600, 2));
+  ASSERT_TRUE(table.set(other_slot, HandedTable::word(900, 3)));
+  EXPECT_EQ(table.get(first), HandedTable::word(300, 1)) << "a leaf replaced in its slot must still be found";
+  EXPECT_EQ(table.get(same_slot), HandedTable::word(600, 2)) << "the other leaf's word landed in the wrong leaf";
+  EXPECT_EQ(table.get(other_slot), HandedTable::word(900, 3));
+  EXPECT_EQ(table.get(never), 0u);
+  EXPECT_EQ(table.find(never).leaf, nullptr);
+  EXPECT_EQ(table.get(kRegion), 0u) << "key 0: an empty slot must match no key";
+  const HandedTable::Found found = table.find(same_slot);
+  HandedTable::clear_in(found.leaf, same_slot, found.word);
+  EXPECT_EQ(table.get(same_slot), 0u);
+  EXPECT_EQ(table.get(first), HandedTable::word(300, 1));
+  EXPECT_NE(table.prepared_leaf(first), table.prepared_leaf(same_slot));
 }
 
 }  // namespace

@@ -858,5 +858,40 @@ TEST(ThreadsFront, PeakInUseIsAnUpperBoundByAtMostTheCachedBytes) {
   EXPECT_EQ(device.stats().peak_in_use_bytes, 0u) << "after a trim nothing is cached: the peak starts exact";
 }
 
+// A refill prepares every block it takes from the heap in the handed-out table (so a hit writes its word with one
+// store); a block the table cannot hold a word for (here: past its 57 bits of address, as a leaf that cannot be mapped
+// would be) sends the whole run back to the heap, and the request is declined for the device's own path: nothing
+// cached, nothing counted, nothing lost.
+TEST(ThreadsFront, ARunTheTableCannotPrepareGoesBackWhole) {
+  class FarUpstream : public engine::FrontUpstream {
+   public:
+    std::size_t take_blocks(std::uint64_t size, std::size_t count, std::uint64_t* out) override {
+      for (std::size_t i = 0; i < count; ++i) out[i] = next_ + i * size;
+      taken += count;
+      return count;
+    }
+    void give_back(std::span<const std::uint64_t> addrs) override { given += addrs.size(); }
+    std::uint64_t next_ = std::uint64_t{1} << 60;  // beyond the table's 57 bits
+    std::size_t taken = 0, given = 0;
+  };
+  FarUpstream upstream;
+  engine::ThreadCaches front(upstream, 8 * MiB);
+  EXPECT_EQ(front.allocate(256, 1), 0u) << "a block the table cannot hold must not be handed out";
+  EXPECT_GT(upstream.taken, 1u) << "a run of small blocks";
+  EXPECT_EQ(upstream.given, upstream.taken) << "the whole run goes back";
+  const engine::FrontTotals totals = front.totals();
+  EXPECT_EQ(totals.cached_blocks, 0u);
+  EXPECT_EQ(totals.allocations, 0u);
+  upstream.next_ = std::uint64_t{9} << 30;  // addressable again: the next refill is prepared and served
+  const std::uint64_t addr = front.allocate(256, 1);
+  EXPECT_EQ(addr, std::uint64_t{9} << 30);
+  std::uint64_t requested = 0;
+  std::uint16_t tag = 0;
+  EXPECT_TRUE(front.handed_out(addr, requested, tag));
+  EXPECT_EQ(requested, 256u);
+  EXPECT_TRUE(front.deallocate(addr));
+  EXPECT_FALSE(front.handed_out(addr, requested, tag));
+}
+
 }  // namespace
 }  // namespace plimsoll

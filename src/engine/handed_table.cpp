@@ -42,7 +42,16 @@ std::uint64_t* HandedTable::make_leaf(std::uint64_t addr) {
   static_assert(sizeof(Middle) == sizeof(Leaf*) && std::atomic<Leaf*>::is_always_lock_free);
   Middle* middle = publish(top_[addr >> kMiddleShift], kMiddleLeaves * sizeof(Middle));
   if (middle == nullptr) return nullptr;
-  return publish(middle[leaf_index(addr)], kLeafSize * sizeof(Leaf));
+  Leaf* leaf = publish(middle[leaf_index(addr)], kLeafSize * sizeof(Leaf));
+  // Remembered in its slot (find_leaf) when its page number fits above the key plus one (user addresses below
+  // 2^47, 4 KiB pages: 35 bits beside the key's 27).
+  const auto bits = reinterpret_cast<std::uintptr_t>(leaf);
+  static_assert(64 - kKeyBits >= 47 - 12, "a leaf's page number fits above its key");
+  const std::uint64_t key = addr >> kLeafShift;
+  if (leaf != nullptr && (bits & 0xFFF) == 0 && (bits >> 47) == 0 && key + 1 <= kKeyMask) {
+    recent_[key & (kRecent - 1)].store((std::uint64_t{bits} >> 12) << kKeyBits | (key + 1), std::memory_order_release);
+  }
+  return leaf;
 }
 
 }  // namespace plimsoll::engine

@@ -86,21 +86,45 @@ class HandedTable {
   /// Sets addr's word, marking its region first when it is not (a load of a hot summary word, so every path that
   /// hands a block out keeps the invariant by itself); false when no leaf could be made (the caller declines).
   bool set(std::uint64_t addr, std::uint64_t w) {
-    std::uint64_t* leaf = addressable(addr) ? leaf_for(addr) : nullptr;
-    if (leaf == nullptr) return false;
-    if (wide(requested(w))) {
-      mark_in(leaf, region_bit(addr) << 1, addr);
-      std::atomic_ref<std::uint64_t>(leaf[kWideWords + region(addr)]).store(w | offset(addr) << kOffsetShift,
-                                                                            std::memory_order_relaxed);
-      return true;
-    }
-    mark_in(leaf, region_bit(addr), addr);
-    std::atomic_ref<std::uint64_t>(leaf[slot(addr)]).store(w, std::memory_order_relaxed);
+    if (!prepare(addr, wide(requested(w)))) return false;
+    set_prepared(find_leaf(addr), addr, w);
     return true;
   }
-  /// Clears the word `w` of an addr get() found set.
-  void clear(std::uint64_t addr, std::uint64_t w) {
+  /// Makes ready for set_prepared a block starting at addr, before it is ever handed out: its leaf made and its
+  /// region marked (plain, or `wide` for a block over 64 KiB). False when no leaf could be made. The caches call it
+  /// once per block, when the block enters the front from the heap, so a cache hit writes its word with no region
+  /// read (docs/engine.md, "Threads": marks never clear, so a block prepared once stays prepared).
+  bool prepare(std::uint64_t addr, bool is_wide) {
+    std::uint64_t* leaf = addressable(addr) ? leaf_for(addr) : nullptr;
+    if (leaf == nullptr) return false;
+    mark_in(leaf, is_wide ? region_bit(addr) << 1 : region_bit(addr), addr);
+    return true;
+  }
+  /// The leaf of an addr prepare() said yes to (never null then).
+  std::uint64_t* prepared_leaf(std::uint64_t addr) { return find_leaf(addr); }
+  /// Sets the word of an addr prepare() said yes to, in its leaf (prepared_leaf): one store, no region read.
+  static void set_prepared(std::uint64_t* leaf, std::uint64_t addr, std::uint64_t w) {
+    if (wide(requested(w))) {
+      std::atomic_ref<std::uint64_t>(leaf[kWideWords + region(addr)]).store(w | offset(addr) << kOffsetShift,
+                                                                            std::memory_order_relaxed);
+      return;
+    }
+    std::atomic_ref<std::uint64_t>(leaf[slot(addr)]).store(w, std::memory_order_relaxed);
+  }
+  /// A lookup that keeps its leaf, so the free that follows clears the word without walking the radix again.
+  struct Found {
+    std::uint64_t* leaf = nullptr;
+    std::uint64_t word = 0;
+  };
+  Found find(std::uint64_t addr) {
+    if (!addressable(addr)) return {};
     std::uint64_t* leaf = find_leaf(addr);
+    return {leaf, in_leaf(leaf, addr)};
+  }
+  /// Clears the word `w` of an addr get() found set.
+  void clear(std::uint64_t addr, std::uint64_t w) { clear_in(find_leaf(addr), addr, w); }
+  /// The same, in the leaf find() returned with it.
+  static void clear_in(std::uint64_t* leaf, std::uint64_t addr, std::uint64_t w) {
     std::atomic_ref<std::uint64_t>(wide(requested(w)) ? leaf[kWideWords + region(addr)] : leaf[slot(addr)])
         .store(0, std::memory_order_relaxed);
   }
@@ -142,11 +166,15 @@ class HandedTable {
     return std::uint64_t{1} << (((addr >> kRegionShift) & 31) * 2);
   }
 
-  const std::uint64_t* find_leaf(std::uint64_t addr) const {
-    const Middle* middle = top_[addr >> kMiddleShift].load(std::memory_order_acquire);
-    return middle != nullptr ? middle[leaf_index(addr)].load(std::memory_order_acquire) : nullptr;
-  }
-  std::uint64_t* find_leaf(std::uint64_t addr) {
+  // The leaves last made are also kept in a small direct-mapped array, each entry one word (the leaf's page number
+  // above its key plus one, addr >> kLeafShift plus one, so a zero entry matches no key), read before the radix walk: the entry loads as soon as addr is known and a
+  // hit needs no second load, so the word's store or load waits on one load and a compare instead of two more
+  // dependent loads (docs/engine.md, "Threads"). An entry is written when a leaf is made (a later leaf of the same
+  // slot replaces it: that key walks again); a leaf whose entry would not fit is found by the walk alone.
+  std::uint64_t* find_leaf(std::uint64_t addr) const {
+    const std::uint64_t key = addr >> kLeafShift;
+    const std::uint64_t entry = recent_[key & (kRecent - 1)].load(std::memory_order_acquire);
+    if ((entry & kKeyMask) == key + 1) [[likely]] return reinterpret_cast<std::uint64_t*>((entry >> kKeyBits) << 12);
     Middle* middle = top_[addr >> kMiddleShift].load(std::memory_order_acquire);
     return middle != nullptr ? middle[leaf_index(addr)].load(std::memory_order_acquire) : nullptr;
   }
@@ -157,6 +185,10 @@ class HandedTable {
   }
   std::uint64_t* make_leaf(std::uint64_t addr);
 
+  static constexpr int kKeyBits = kAddressBits - kLeafShift;
+  static constexpr std::uint64_t kKeyMask = (std::uint64_t{1} << kKeyBits) - 1;
+  static constexpr std::size_t kRecent = 16;
+  std::array<std::atomic<std::uint64_t>, kRecent> recent_{};
   std::array<std::atomic<Middle*>, kTopMiddles> top_{};
 };
 

@@ -663,13 +663,18 @@ std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size
     // one cache line of the handed-out table, and the blocks' own lines, mostly belong to one thread.
     count = upstream_.take_blocks(size, std::min<std::uint64_t>(most, (2048 + size - 1) / size), batch.data());
     std::reverse(batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(count));  // handed out in address order
+    // Prepared for the table as they enter the front (leaf made, region marked), so every hit after writes its word
+    // with one store. Out of memory for a leaf (mmap refused), the whole run goes back: the device's path serves it.
+    for (std::size_t i = 0; i < count; ++i) {
+      if (!handed_.prepare(batch[i], false)) {
+        upstream_.give_back(std::span(batch.data(), count));
+        return 0;
+      }
+    }
   }
   cache.refill(size, batch.data(), count);
   const std::uint64_t addr = cache.pop(size);
-  if (addr != 0 && !handed_.set(addr, HandedTable::word(bytes, tag))) {
-    upstream_.give_back(std::span(&addr, 1));  // no room for the table's leaf: the device's own path serves this one
-    return 0;
-  }
+  if (addr != 0) HandedTable::set_prepared(handed_.prepared_leaf(addr), addr, HandedTable::word(bytes, tag));
   return addr;
 }
 
@@ -686,8 +691,9 @@ std::uint64_t ThreadCaches::allocate(std::uint64_t bytes, std::uint16_t tag) {
   // runs inside try_allocate, which is noexcept. Out of host memory for them, the device's own path serves it.
   if (!serving() || !tags_ready(cache, tag)) [[unlikely]] return 0;
   const std::uint64_t addr = size <= kMaxBinned ? cache.pop(size) : 0;
-  if (addr == 0 || !handed_.set(addr, HandedTable::word(bytes, tag))) [[unlikely]]
-    return allocate_missed(cache, addr, size, bytes, tag);
+  if (addr == 0) [[unlikely]] return allocate_missed(cache, size, bytes, tag);
+  // A binned block was prepared when it entered the front (allocate_slow): its word is one store.
+  HandedTable::set_prepared(handed_.prepared_leaf(addr), addr, HandedTable::word(bytes, tag));
   cache.count_allocation(size, bytes, tag);
   return addr;
 }
@@ -711,16 +717,10 @@ std::uint64_t ThreadCaches::allocate_joining(std::uint64_t bytes, std::uint16_t 
   return allocate(bytes, tag);
 }
 
-std::uint64_t ThreadCaches::allocate_missed(ThreadCache& cache, std::uint64_t addr, std::uint64_t size,
-                                            std::uint64_t bytes, std::uint16_t tag) {
+std::uint64_t ThreadCaches::allocate_missed(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes,
+                                            std::uint16_t tag) {
   if (size > kMaxBinned && !big_blocks_on()) return 0;  // one thread: the device's own path, uncontended
-  if (addr != 0) {
-    // A block cached without ever being handed out (the rest of a run, or from the depot) may lie under a leaf not
-    // made yet, and making it can fail (mmap refused): the device's own path serves this one.
-    upstream_.give_back(std::span(&addr, 1));
-    return 0;
-  }
-  addr = size > kMaxBinned ? cache.pop_big(size) : 0;
+  std::uint64_t addr = size > kMaxBinned ? cache.pop_big(size) : 0;
   if (addr != 0 && !handed_.set(addr, HandedTable::word(bytes, tag))) {
     upstream_.give_back(std::span(&addr, 1));
     return 0;
@@ -769,22 +769,23 @@ void ThreadCaches::keep_big(ThreadCache& cache, std::uint64_t addr, std::uint64_
 }
 
 bool ThreadCaches::deallocate(std::uint64_t addr, bool keep) {
-  const std::uint64_t word = handed_.get(addr);  // first: a heap block's free reads no thread-local
-  if (!HandedTable::handed(word)) return false;
-  if (t_last_id != id_) [[unlikely]] return deallocate_joining(addr, word, keep);  // also an exiting thread (id 0)
-  deallocate_in(*t_last, addr, word, keep);
+  const HandedTable::Found found = handed_.find(addr);  // first: a heap block's free reads no thread-local
+  if (!HandedTable::handed(found.word)) return false;
+  if (t_last_id != id_) [[unlikely]] return deallocate_joining(addr, found.word, keep);  // also an exiting thread
+  deallocate_in(*t_last, addr, found, keep);
   return true;
 }
 
 [[gnu::always_inline]] inline void ThreadCaches::deallocate_in(ThreadCache& cache, std::uint64_t addr,
-                                                             std::uint64_t word, bool keep) {
+                                                             HandedTable::Found found, bool keep) {
+  const std::uint64_t word = found.word;
   const std::uint64_t size = rounded(HandedTable::requested(word));
   const ThreadCache::Operation operation(cache, asymmetric_);
   // Whatever may allocate (and throw) runs before the word is cleared, so a bad_alloc leaves the block handed out
   // and counted once: the program still holds it, and may free it again.
   if (!tags_ready(cache, HandedTable::tag(word))) [[unlikely]] throw std::bad_alloc();
   // Inside the operation: a fork() (or a flush) that waited for it finds the block either handed out or cached.
-  handed_.clear(addr, word);
+  HandedTable::clear_in(found.leaf, addr, word);  // the leaf of the lookup above: one radix walk a free
   cache.count_free(size, HandedTable::requested(word), HandedTable::tag(word));
   keep = keep && serving();  // inside the operation, as in allocate: a block kept past a pause's flush would stay
   if (keep && size <= kMaxBinned && cache.push(addr, size, bytes_per_thread())) [[likely]] return;
@@ -798,7 +799,7 @@ bool ThreadCaches::deallocate_joining(std::uint64_t addr, std::uint64_t word, bo
     upstream_.give_back(std::span(&addr, 1));
     return true;
   }
-  deallocate_in(join(), addr, word, keep);
+  deallocate_in(join(), addr, handed_.find(addr), keep);
   return true;
 }
 

@@ -8,7 +8,10 @@
 //    heap's alone, so the front can never make a device pass its limit.
 //  - A front block is either *handed out* (the program holds it: its word in the HandedTable is set, with its
 //    requested bytes and tag) or *cached* (in exactly one thread's cache or the depot, in the bin of its size,
-//    its word clear). Never both, never neither.
+//    its word clear). Never both, never neither. Every binned block the front holds is *prepared* in the table
+//    (its leaf made, its 64 KiB region marked) from the moment it leaves the heap (allocate_slow; marks are never
+//    cleared), so a cache hit writes its word with one store and reads no region bit; a free looks its word up
+//    once and clears it in the leaf that lookup found.
 //  - Frees go to the freeing thread's cache, whichever thread allocated (PyTorch's autograd frees on its own
 //    threads): the block changes hands with the pointer, so no thread ever writes another's cache. A cache holds
 //    at most 64 blocks of a size (past that, the older half of the bin moves to the shared *depot*, where a
@@ -153,9 +156,9 @@ class ThreadCaches {
   [[gnu::noinline]] ThreadCache& join();  // this thread's first operation on this front
   // The rare sides of allocate and deallocate, out of line (thread_cache.cpp, "hot paths").
   [[gnu::noinline]] std::uint64_t allocate_joining(std::uint64_t bytes, std::uint16_t tag);
-  [[gnu::noinline]] std::uint64_t allocate_missed(ThreadCache& cache, std::uint64_t addr, std::uint64_t size,
-                                                  std::uint64_t bytes, std::uint16_t tag);
-  void deallocate_in(ThreadCache& cache, std::uint64_t addr, std::uint64_t word, bool keep);
+  [[gnu::noinline]] std::uint64_t allocate_missed(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes,
+                                                  std::uint16_t tag);
+  void deallocate_in(ThreadCache& cache, std::uint64_t addr, HandedTable::Found found, bool keep);
   [[gnu::noinline]] bool deallocate_joining(std::uint64_t addr, std::uint64_t word, bool keep);
   [[gnu::noinline]] void deallocate_missed(ThreadCache& cache, std::uint64_t addr, std::uint64_t size, bool keep);
   /// The slow side of allocate: a batch from the depot, else a block from the heap; with its word set.
