@@ -161,6 +161,7 @@ class Allocator {
 
  private:
   void* allocate_with_streams(std::size_t bytes, const void* stream, Tag tag);
+  [[gnu::noinline]] void* allocate_reporting(std::size_t bytes, Tag tag);
 
   std::unique_ptr<Impl> impl_;
 };

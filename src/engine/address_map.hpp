@@ -88,7 +88,7 @@ class AddressMap {
     while (slots_[i].addr != 0) i = (i + 1) & mask();
     slots_[i] = Slot{addr, block};
   }
-  void grow() {
+  [[gnu::noinline]] void grow() {  // rare: kept out of the heap's flattened hot paths
     std::vector<Slot> old(slots_.size() * 2);
     old.swap(slots_);
     for (const Slot& slot : old)

@@ -147,6 +147,18 @@ struct Allocator::Impl : engine::FrontUpstream {
     return caches->allocate(bytes, tag);
   }
 
+  // The device path's common case, before the OOM report's strings are made ready and without the front asked a
+  // second time: one locked attempt, taken only when nothing watches (no recording) and the tag's counter exists.
+  // It reports nothing on failure: the caller then runs allocate_or_wait, whose attempts count and report
+  // (a failed heap attempt changes nothing but the cached granules it gives back, which a retry gives back too).
+  std::uint64_t allocate_quietly(std::size_t bytes, Tag tag) PLIMSOLL_EXCLUDES(lock) {
+    util::SpinGuard guard(lock);
+    if (observer != nullptr || tag >= tags.size()) [[unlikely]] return 0;
+    const std::uint64_t addr = plan != nullptr ? plan->allocate(bytes, tag) : heap->allocate(bytes, tag);
+    if (addr != 0) [[likely]] count_tag(tag, engine::Heap::round(bytes));
+    return addr;
+  }
+
   // Host and simulated devices: the front first (small requests, when on), then the heap under the lock; at
   // the limit, every thread's cache goes back to the heap before the allocation fails.
   // `report_failure` false: a first attempt that may be retried, whose failure is neither counted nor observed (the
@@ -490,6 +502,12 @@ void* Allocator::allocate(std::size_t bytes, Tag tag) {
   if (impl_->streams != nullptr) [[unlikely]] return allocate_with_streams(bytes, nullptr, tag);
   // A cache hit first, before an OOM report's strings are made ready (a few nanoseconds of a 15 ns budget).
   if (std::uint64_t addr = impl_->allocate_from_front(bytes, tag)) return reinterpret_cast<void*>(addr);
+  if (std::uint64_t addr = impl_->allocate_quietly(bytes, tag)) return reinterpret_cast<void*>(addr);
+  return allocate_reporting(bytes, tag);
+}
+
+// allocate()'s failure side, out of line: the OOM report's strings are made only here.
+void* Allocator::allocate_reporting(std::size_t bytes, Tag tag) {
   OomDetails numbers;
   if (std::uint64_t addr = impl_->allocate_or_wait(bytes, tag, nullptr, &numbers)) return reinterpret_cast<void*>(addr);
   throw OutOfMemory(explain_oom(std::move(numbers)));

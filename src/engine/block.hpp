@@ -39,15 +39,50 @@ class BlockPool {
       blocks_[index] = block;
       return index;
     }
-    blocks_.push_back(block);
-    return static_cast<BlockIndex>(blocks_.size() - 1);
+    return append(block);
   }
-  void drop(BlockIndex index) { vacant_.push_back(index); }
+  // A free record, written field by field into the pool: a Block built on the stack and copied in is written with
+  // narrow stores and read back with wide ones, which the CPU cannot forward (a stall on every split of the heap's
+  // warm path).
+  BlockIndex make_free(std::uint64_t addr, std::uint64_t size, BlockIndex prev, BlockIndex next, bool small) {
+    BlockIndex index;
+    if (!vacant_.empty()) [[likely]] {
+      index = vacant_.back();
+      vacant_.pop_back();
+    } else {
+      index = append(Block{});
+    }
+    Block& block = blocks_[index];
+    block.addr = addr;
+    block.size = size;
+    block.requested = 0;
+    block.prev = prev;
+    block.next = next;
+    block.free_prev = kNoBlock;
+    block.free_next = kNoBlock;
+    block.span_head = kNoBlock;
+    block.tag = 0;
+    block.free = true;
+    block.small = small;
+    block.page = false;
+    return index;
+  }
+  void drop(BlockIndex index) {
+    if (vacant_.size() == vacant_.capacity()) [[unlikely]] return drop_growing(index);
+    vacant_.push_back(index);
+  }
   Block& operator[](BlockIndex index) { return blocks_[index]; }
   const Block& operator[](BlockIndex index) const { return blocks_[index]; }
   std::size_t records() const { return blocks_.size() - vacant_.size(); }
 
  private:
+  // The pool's growth, out of line: the heap's flattened hot paths would otherwise inline a vector's reallocation.
+  [[gnu::noinline]] BlockIndex append(const Block& block) {
+    blocks_.push_back(block);
+    return static_cast<BlockIndex>(blocks_.size() - 1);
+  }
+  [[gnu::noinline]] void drop_growing(BlockIndex index) { vacant_.push_back(index); }
+
   std::vector<Block> blocks_;
   std::vector<BlockIndex> vacant_;
 };
