@@ -768,9 +768,7 @@ void ThreadCaches::keep_big(ThreadCache& cache, std::uint64_t addr, std::uint64_
   if (count != 0) upstream_.give_back(std::span(to_heap.data(), count));
 }
 
-bool ThreadCaches::deallocate(std::uint64_t addr, bool keep) {
-  const std::uint64_t word = handed_.get(addr);  // first: a heap block's free reads no thread-local
-  if (!HandedTable::handed(word)) return false;
+bool ThreadCaches::deallocate_handed(std::uint64_t addr, std::uint64_t word, bool keep) {
   if (t_last_id != id_) [[unlikely]] return deallocate_joining(addr, word, keep);  // also an exiting thread (id 0)
   deallocate_in(*t_last, addr, word, keep);
   return true;
