@@ -50,7 +50,7 @@ class BlockPool {
       index = vacant_.back();
       vacant_.pop_back();
     } else {
-      index = append(Block{});
+      index = append_record();
     }
     Block& block = blocks_[index];
     block.addr = addr;
@@ -79,6 +79,10 @@ class BlockPool {
   // The pool's growth, out of line: the heap's flattened hot paths would otherwise inline a vector's reallocation.
   [[gnu::noinline]] BlockIndex append(const Block& block) {
     blocks_.push_back(block);
+    return static_cast<BlockIndex>(blocks_.size() - 1);
+  }
+  [[gnu::noinline]] BlockIndex append_record() {  // no Block argument: a 64-byte-aligned temporary would make
+    blocks_.emplace_back();                       // every caller realign its stack
     return static_cast<BlockIndex>(blocks_.size() - 1);
   }
   [[gnu::noinline]] void drop_growing(BlockIndex index) { vacant_.push_back(index); }

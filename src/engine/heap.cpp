@@ -170,7 +170,7 @@ BlockIndex Heap::allocate_small(std::uint64_t size) {
     Block& page_block = blocks_[page];
     page_block.free = false;
     page_block.page = true;
-    index = blocks_.make(Block{.addr = page_block.addr, .size = page_block.size, .small = true});
+    index = blocks_.make_free(page_block.addr, page_block.size, kNoBlock, kNoBlock, true);
     blocks_[page].span_head = index;
     pages_.insert(blocks_[page].addr, page);
     small_bins_.insert(blocks_, index);
