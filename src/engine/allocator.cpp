@@ -147,28 +147,35 @@ struct Allocator::Impl : engine::FrontUpstream {
     return caches->allocate(bytes, tag);
   }
 
-  // The device path's common case, before the OOM report's strings are made ready and without the front asked a
-  // second time: one locked attempt, taken only when nothing watches (no recording) and the tag's counter exists.
-  // It reports nothing on failure: the caller then runs allocate_or_wait, whose attempts count and report
-  // (a failed heap attempt changes nothing but the cached granules it gives back, which a retry gives back too).
-  std::uint64_t allocate_quietly(std::size_t bytes, Tag tag) PLIMSOLL_EXCLUDES(lock) {
+  // allocate_host's first locked attempt, on its own: allocate() runs it before the OOM report's strings are made
+  // ready and without asking the front a second time; on failure it goes on with allocate_or_wait(..., tried =
+  // true), which starts after this attempt, so every request makes the same attempts, counts and reports as
+  // before (a step plan sees each request once). `report_failure`: as allocate_host's.
+  std::uint64_t allocate_first(std::size_t bytes, Tag tag, bool report_failure, const engine::ThreadCaches* caches)
+      PLIMSOLL_EXCLUDES(lock) {
     util::SpinGuard guard(lock);
-    if (observer != nullptr || tag >= tags.size()) [[unlikely]] return 0;
-    const std::uint64_t addr = plan != nullptr ? plan->allocate(bytes, tag) : heap->allocate(bytes, tag);
-    if (addr != 0) [[likely]] count_tag(tag, engine::Heap::round(bytes));
-    return addr;
+    const bool report = report_failure && caches == nullptr;
+    // allocate(), spelled out so that the unrecorded path inlines here
+    if (observer != nullptr) [[unlikely]] return allocate_recorded(bytes, tag, report);
+    return allocate_unrecorded(bytes, tag, report);
   }
 
   // Host and simulated devices: the front first (small requests, when on), then the heap under the lock; at
   // the limit, every thread's cache goes back to the heap before the allocation fails.
   // `report_failure` false: a first attempt that may be retried, whose failure is neither counted nor observed (the
   // backing may wait for memory outside the lock, and the retry reports: backings::Backing::wait_for_memory).
-  std::uint64_t allocate_host(std::size_t bytes, Tag tag, bool report_failure) PLIMSOLL_EXCLUDES(lock) {
-    if (std::uint64_t addr = allocate_from_front(bytes, tag)) return addr;
+  // `tried`: the front and the first locked attempt ran already (allocate_first).
+  std::uint64_t allocate_host(std::size_t bytes, Tag tag, bool report_failure, bool tried = false)
+      PLIMSOLL_EXCLUDES(lock) {
+    if (!tried) {
+      if (std::uint64_t addr = allocate_from_front(bytes, tag)) return addr;
+    }
     engine::ThreadCaches* caches = front.load(std::memory_order_acquire);
     {
       util::SpinGuard guard(lock);
-      if (std::uint64_t addr = allocate(bytes, tag, report_failure && caches == nullptr)) return addr;
+      if (!tried) {
+        if (std::uint64_t addr = allocate(bytes, tag, report_failure && caches == nullptr)) return addr;
+      }
       if (caches == nullptr || heap->paused()) return 0;
     }
     try {
@@ -193,7 +200,8 @@ struct Allocator::Impl : engine::FrontUpstream {
     if (mapped_after < mapped_before) observer->unmapped(mapped_before - mapped_after);
   }
 
-  std::uint64_t allocate_recorded(std::size_t bytes, Tag tag, bool report_failure) PLIMSOLL_REQUIRES(lock) {
+  [[gnu::noinline]] std::uint64_t allocate_recorded(std::size_t bytes, Tag tag, bool report_failure)
+      PLIMSOLL_REQUIRES(lock) {
     const std::uint32_t site = observe_call_sites ? observer->capture_call_site() : 0;
     const std::uint64_t mapped_before = heap->mapped_bytes();
     const std::uint64_t addr = allocate_unrecorded(bytes, tag, report_failure);
@@ -222,7 +230,10 @@ struct Allocator::Impl : engine::FrontUpstream {
     if (!live_sites.empty()) live_sites.erase(addr);
   }
 
-  std::uint64_t allocate_unrecorded(std::size_t bytes, Tag tag, bool report_failure = true) PLIMSOLL_REQUIRES(lock) {
+  // Inline in every caller: it is the device path's allocation itself (allocate_first's, on every request the front
+  // does not serve).
+  [[gnu::always_inline]] std::uint64_t allocate_unrecorded(std::size_t bytes, Tag tag, bool report_failure = true)
+      PLIMSOLL_REQUIRES(lock) {
     if (!tag_ready(tag)) [[unlikely]] {
       host_out_of_memory = std::this_thread::get_id();
       return 0;
@@ -246,6 +257,10 @@ struct Allocator::Impl : engine::FrontUpstream {
   // placed the block would terminate, or lose the block): out of host memory for it, the allocation declines.
   bool tag_ready(Tag tag) noexcept PLIMSOLL_REQUIRES(lock) {
     if (tag < tags.size()) [[likely]] return true;
+    return grow_tags(tag);
+  }
+  // Out of line: with its handler inline, tag_ready as a whole became a call on every device allocation.
+  [[gnu::noinline]] bool grow_tags(Tag tag) noexcept PLIMSOLL_REQUIRES(lock) {
     try {
       tags.resize(static_cast<std::size_t>(tag) + 1);
     } catch (const std::bad_alloc&) {
@@ -323,12 +338,13 @@ struct Allocator::Impl : engine::FrontUpstream {
   // (outside the lock) when it can (a shared GPU whose borrowers were asked to give memory back). On failure:
   // with `numbers`, throws InvalidState on a paused device, std::bad_alloc when the host's memory failed (a tag's
   // counter), and fills `numbers` for the OOM report; without, 0.
-  std::uint64_t allocate_or_wait(std::size_t bytes, Tag tag, const engine::StreamHandle* stream, OomDetails* numbers)
-      PLIMSOLL_EXCLUDES(lock) {
-    for (bool last = !backing_can_wait;; last = true) {
+  // `tried`: allocate_first ran this request's first attempt already (host devices only).
+  std::uint64_t allocate_or_wait(std::size_t bytes, Tag tag, const engine::StreamHandle* stream, OomDetails* numbers,
+                                 bool tried = false) PLIMSOLL_EXCLUDES(lock) {
+    for (bool last = !backing_can_wait;; last = true, tried = false) {
       std::uint64_t addr = 0;
       if (streams == nullptr) {
-        addr = allocate_host(bytes, tag, last);
+        addr = allocate_host(bytes, tag, last, tried);
       } else {
         util::SpinGuard guard(lock);
         addr = allocate_streamed(bytes, tag, stream, last);
@@ -502,14 +518,17 @@ void* Allocator::allocate(std::size_t bytes, Tag tag) {
   if (impl_->streams != nullptr) [[unlikely]] return allocate_with_streams(bytes, nullptr, tag);
   // A cache hit first, before an OOM report's strings are made ready (a few nanoseconds of a 15 ns budget).
   if (std::uint64_t addr = impl_->allocate_from_front(bytes, tag)) return reinterpret_cast<void*>(addr);
-  if (std::uint64_t addr = impl_->allocate_quietly(bytes, tag)) return reinterpret_cast<void*>(addr);
+  const engine::ThreadCaches* caches = impl_->front.load(std::memory_order_acquire);
+  if (std::uint64_t addr = impl_->allocate_first(bytes, tag, !impl_->backing_can_wait, caches))
+    return reinterpret_cast<void*>(addr);
   return allocate_reporting(bytes, tag);
 }
 
-// allocate()'s failure side, out of line: the OOM report's strings are made only here.
+// allocate()'s side after a failed first attempt, out of line: the OOM report's strings are made only here.
 void* Allocator::allocate_reporting(std::size_t bytes, Tag tag) {
   OomDetails numbers;
-  if (std::uint64_t addr = impl_->allocate_or_wait(bytes, tag, nullptr, &numbers)) return reinterpret_cast<void*>(addr);
+  if (std::uint64_t addr = impl_->allocate_or_wait(bytes, tag, nullptr, &numbers, /*tried=*/true))
+    return reinterpret_cast<void*>(addr);
   throw OutOfMemory(explain_oom(std::move(numbers)));
 }
 
