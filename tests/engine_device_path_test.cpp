@@ -52,9 +52,17 @@ TEST(EngineDevicePath, WithAStepPlanAFailureIsStillCountedOnce) {
     a->deallocate(y);
     a->step();
   }
+  ASSERT_GE(a->stats().step_plan.plans, 1u);
+  // Every request the plan sees lands in exactly one of these.
+  const auto requests_seen = [&] {
+    const StepPlanStats plan = a->stats().step_plan;
+    return plan.learning + plan.followed + plan.growth + plan.fallbacks();
+  };
   void* held = a->allocate(40 * MiB);
+  const std::uint64_t before = requests_seen();
   EXPECT_THROW(a->allocate(40 * MiB), OutOfMemory);
   EXPECT_EQ(a->stats().ooms, 1u);
+  EXPECT_EQ(requests_seen(), before + 1) << "the failing request reached the plan more than once";
   a->deallocate(held);
   EXPECT_EQ(a->stats().in_use_bytes, 0u);
   EXPECT_EQ(a->stats().live_allocations, 0u);
