@@ -14,7 +14,7 @@ inline constexpr BlockIndex kNoBlock = UINT32_MAX;
 //  - two free neighbours never exist (freeing coalesces at once);
 //  - a free block sits in exactly one bin of its class; a used block in none;
 //  - addr and size are multiples of the heap's quantum (256 bytes), size > 0.
-struct alignas(64) Block {
+struct Block {
   std::uint64_t addr = 0;
   std::uint64_t size = 0;
   std::uint64_t requested = 0;  // bytes asked for (used blocks), for stats
