@@ -161,6 +161,8 @@ class Allocator {
 
  private:
   void* allocate_with_streams(std::size_t bytes, const void* stream, Tag tag);
+  struct Attempt;  // one locked attempt: an address, or 0 and why (allocator.cpp)
+  [[gnu::noinline]] void* allocate_reporting(std::size_t bytes, Tag tag, const Attempt& first);
 
   std::unique_ptr<Impl> impl_;
 };

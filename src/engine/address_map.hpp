@@ -104,7 +104,7 @@ class AddressMap {
     }
     return true;
   }
-  void grow() {
+  [[gnu::noinline]] void grow() {  // rare: kept out of the heap's flattened hot paths
     std::vector<Slot> old(slots_.size() * 2);
     old.swap(slots_);
     for (const Slot& slot : old)

@@ -45,6 +45,14 @@ std::string hex(std::uint64_t addr) {
 }
 }  // namespace
 
+// One attempt under the lock: the address, or 0 and why. The reason travels with the 0 to allocate_or_wait's
+// failure path, which takes the lock again: a field beside the result would be shared by every thread failing
+// on the device meanwhile (the heap's own last_failure() too), so neither is read there.
+struct Allocator::Attempt {
+  std::uint64_t addr = 0;
+  engine::HeapFailure failure = engine::HeapFailure::none;
+};
+
 struct Allocator::Impl : engine::FrontUpstream {
   struct TagCounter {
     std::uint64_t in_use = 0, peak = 0, live = 0;
@@ -147,22 +155,35 @@ struct Allocator::Impl : engine::FrontUpstream {
     return caches->allocate(bytes, tag);
   }
 
-  // One attempt under the lock: the address, or 0 and why. The reason travels with the 0 to allocate_or_wait's
-  // failure path, which takes the lock again: a field beside the result would be shared by every thread failing
-  // on the device meanwhile (the heap's own last_failure() too), so neither is read there.
-  struct Attempt {
-    std::uint64_t addr = 0;
-    engine::HeapFailure failure = engine::HeapFailure::none;
-  };
+  using Attempt = Allocator::Attempt;
+
+  // allocate_host's first locked attempt, on its own: allocate() runs it before the OOM report's strings are made
+  // ready and without asking the front a second time; on failure it goes on with allocate_or_wait(..., &first),
+  // which starts after this attempt, so every request makes the same attempts, counts and reports as before (a step
+  // plan sees each request once). `report_failure`: as allocate_host's.
+  Attempt allocate_first(std::size_t bytes, Tag tag, bool report_failure, const engine::ThreadCaches* caches)
+      PLIMSOLL_EXCLUDES(lock) {
+    util::SpinGuard guard(lock);
+    const bool report = report_failure && caches == nullptr;
+    // allocate(), spelled out so that the unrecorded path inlines here
+    if (observer != nullptr) [[unlikely]] return allocate_recorded(bytes, tag, report);
+    return allocate_unrecorded(bytes, tag, report);
+  }
 
   // Host and simulated devices: the front first (small requests, when on), then the heap under the lock; at
   // the limit, every thread's cache goes back to the heap before the allocation fails.
   // `report_failure` false: a first attempt that may be retried, whose failure is neither counted nor observed (the
   // backing may wait for memory outside the lock, and the retry reports: backings::Backing::wait_for_memory).
-  Attempt allocate_host(std::size_t bytes, Tag tag, bool report_failure) PLIMSOLL_EXCLUDES(lock) {
-    if (std::uint64_t addr = allocate_from_front(bytes, tag)) return {addr};
-    engine::ThreadCaches* caches = front.load(std::memory_order_acquire);
-    {
+  // `tried`: the front and the first locked attempt ran already (allocate_first), with this result.
+  Attempt allocate_host(std::size_t bytes, Tag tag, bool report_failure, const Attempt* tried = nullptr)
+      PLIMSOLL_EXCLUDES(lock) {
+    engine::ThreadCaches* caches = nullptr;
+    if (tried != nullptr) {
+      caches = front.load(std::memory_order_acquire);
+      if (caches == nullptr || tried->failure == engine::HeapFailure::paused) return *tried;
+    } else {
+      if (std::uint64_t addr = allocate_from_front(bytes, tag)) return {addr};
+      caches = front.load(std::memory_order_acquire);
       util::SpinGuard guard(lock);
       const Attempt first = allocate(bytes, tag, report_failure && caches == nullptr);
       if (first.addr != 0 || caches == nullptr || first.failure == engine::HeapFailure::paused) return first;
@@ -189,7 +210,8 @@ struct Allocator::Impl : engine::FrontUpstream {
     if (mapped_after < mapped_before) observer->unmapped(mapped_before - mapped_after);
   }
 
-  Attempt allocate_recorded(std::size_t bytes, Tag tag, bool report_failure) PLIMSOLL_REQUIRES(lock) {
+  [[gnu::noinline]] Attempt allocate_recorded(std::size_t bytes, Tag tag, bool report_failure)
+      PLIMSOLL_REQUIRES(lock) {
     const std::uint32_t site = observe_call_sites ? observer->capture_call_site() : 0;
     const std::uint64_t mapped_before = heap->mapped_bytes();
     const Attempt attempt = allocate_unrecorded(bytes, tag, report_failure);
@@ -218,7 +240,10 @@ struct Allocator::Impl : engine::FrontUpstream {
     if (!live_sites.empty()) live_sites.erase(addr);
   }
 
-  Attempt allocate_unrecorded(std::size_t bytes, Tag tag, bool report_failure = true) PLIMSOLL_REQUIRES(lock) {
+  // Inline in every caller: it is the device path's allocation itself (allocate_first's, on every request the front
+  // does not serve).
+  [[gnu::always_inline]] Attempt allocate_unrecorded(std::size_t bytes, Tag tag, bool report_failure = true)
+      PLIMSOLL_REQUIRES(lock) {
     if (!tag_ready(tag)) [[unlikely]] return {0, engine::HeapFailure::host_memory};
     std::uint64_t addr = plan != nullptr ? plan->allocate(bytes, tag) : heap->allocate(bytes, tag);
     if (addr == 0) {
@@ -240,6 +265,10 @@ struct Allocator::Impl : engine::FrontUpstream {
   // placed the block would terminate, or lose the block): out of host memory for it, the allocation declines.
   bool tag_ready(Tag tag) noexcept PLIMSOLL_REQUIRES(lock) {
     if (tag < tags.size()) [[likely]] return true;
+    return grow_tags(tag);
+  }
+  // Out of line: with its handler inline, tag_ready as a whole became a call on every device allocation.
+  [[gnu::noinline]] bool grow_tags(Tag tag) noexcept PLIMSOLL_REQUIRES(lock) {
     try {
       tags.resize(static_cast<std::size_t>(tag) + 1);
     } catch (const std::bad_alloc&) {
@@ -321,12 +350,13 @@ struct Allocator::Impl : engine::FrontUpstream {
   // the reason its own attempt returned: with `numbers`, throws InvalidState on a paused device, std::bad_alloc when
   // the host's memory failed (the device's books: a tag's counter, the heap's records), and fills `numbers` for the
   // OOM report; without, 0.
-  std::uint64_t allocate_or_wait(std::size_t bytes, Tag tag, const engine::StreamHandle* stream, OomDetails* numbers)
-      PLIMSOLL_EXCLUDES(lock) {
-    for (bool last = !backing_can_wait;; last = true) {
+  // `tried`: allocate_first ran this request's first attempt already, with this result (host devices only).
+  std::uint64_t allocate_or_wait(std::size_t bytes, Tag tag, const engine::StreamHandle* stream, OomDetails* numbers,
+                                 const Attempt* tried = nullptr) PLIMSOLL_EXCLUDES(lock) {
+    for (bool last = !backing_can_wait;; last = true, tried = nullptr) {
       Attempt attempt;
       if (streams == nullptr) {
-        attempt = allocate_host(bytes, tag, last);
+        attempt = allocate_host(bytes, tag, last, tried);
       } else {
         util::SpinGuard guard(lock);
         attempt = allocate_streamed(bytes, tag, stream, last);
@@ -502,8 +532,17 @@ void* Allocator::allocate(std::size_t bytes, Tag tag) {
   if (impl_->streams != nullptr) [[unlikely]] return allocate_with_streams(bytes, nullptr, tag);
   // A cache hit first, before an OOM report's strings are made ready (a few nanoseconds of a 15 ns budget).
   if (std::uint64_t addr = impl_->allocate_from_front(bytes, tag)) return reinterpret_cast<void*>(addr);
+  const engine::ThreadCaches* caches = impl_->front.load(std::memory_order_acquire);
+  const Attempt first = impl_->allocate_first(bytes, tag, !impl_->backing_can_wait, caches);
+  if (first.addr != 0) return reinterpret_cast<void*>(first.addr);
+  return allocate_reporting(bytes, tag, first);
+}
+
+// allocate()'s side after a failed first attempt, out of line: the OOM report's strings are made only here.
+void* Allocator::allocate_reporting(std::size_t bytes, Tag tag, const Attempt& first) {
   OomDetails numbers;
-  if (std::uint64_t addr = impl_->allocate_or_wait(bytes, tag, nullptr, &numbers)) return reinterpret_cast<void*>(addr);
+  if (std::uint64_t addr = impl_->allocate_or_wait(bytes, tag, nullptr, &numbers, &first))
+    return reinterpret_cast<void*>(addr);
   throw OutOfMemory(explain_oom(std::move(numbers)));
 }
 

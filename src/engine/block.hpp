@@ -47,6 +47,33 @@ class BlockPool {
     --spare_;
     return static_cast<BlockIndex>(blocks_.size() - 1);
   }
+  // A free record, written field by field into the pool: a Block built on the stack and copied in is written with
+  // narrow stores and read back with wide ones, which the CPU cannot forward (a stall on every split of the heap's
+  // warm path).
+  BlockIndex make_free(std::uint64_t addr, std::uint64_t size, BlockIndex prev, BlockIndex next, bool small) {
+    BlockIndex index;
+    if (!vacant_.empty()) [[likely]] {
+      index = vacant_.back();
+      vacant_.pop_back();
+    } else {
+      index = append_record();
+    }
+    --spare_;
+    Block& block = blocks_[index];
+    block.addr = addr;
+    block.size = size;
+    block.requested = 0;
+    block.prev = prev;
+    block.next = next;
+    block.free_prev = kNoBlock;
+    block.free_next = kNoBlock;
+    block.span_head = kNoBlock;
+    block.tag = 0;
+    block.free = true;
+    block.small = small;
+    block.page = false;
+    return index;
+  }
   // Never allocates: vacant_'s capacity covers every record (invariant below).
   void drop(BlockIndex index) {
     vacant_.push_back(index);
@@ -79,6 +106,14 @@ class BlockPool {
     vacant_.reserve(want);
     blocks_.reserve(want);
     spare_ = vacant_.size() + (blocks_.capacity() - blocks_.size());
+  }
+
+  // Out of line: the heap's flattened hot paths would otherwise inline a vector's reallocation. No Block argument:
+  // a temporary would be built on every caller's stack.
+  [[gnu::noinline]] BlockIndex append_record() {
+    if (blocks_.size() == blocks_.capacity()) [[unlikely]] grow(1);  // a make_free() no ready() prepared: may throw
+    blocks_.emplace_back();
+    return static_cast<BlockIndex>(blocks_.size() - 1);
   }
 
   // Invariants: vacant_.capacity() >= blocks_.capacity() (so drop() never allocates); spare_ == vacant_.size() +

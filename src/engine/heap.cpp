@@ -106,6 +106,10 @@ BlockIndex Heap::allocate_large(std::uint64_t size) {
   const std::uint64_t addr = blocks_[best_fit].addr;
   if (granules_.all_mapped(granules_.first_covering(addr), granules_.end_covering(addr, size)))
     return take(large_bins_, best_fit, addr, size);
+  return allocate_large_growing(size);
+}
+
+BlockIndex Heap::allocate_large_growing(std::uint64_t size) {
   // The growth path, rare once a job is warm. Mapped memory elsewhere beats the best fit: put the block
   // where it needs the fewest new granules (often none), so a step whose frees came in another order
   // reuses what the first step mapped instead of mapping more.
@@ -174,7 +178,7 @@ BlockIndex Heap::allocate_small(std::uint64_t size) {
     Block& page_block = blocks_[page];
     page_block.free = false;
     page_block.page = true;
-    index = blocks_.make(Block{.addr = page_block.addr, .size = page_block.size, .small = true});
+    index = blocks_.make_free(page_block.addr, page_block.size, kNoBlock, kNoBlock, true);
     blocks_[page].span_head = index;
     pages_.insert(blocks_[page].addr, page);
     small_bins_.insert(blocks_, index);
@@ -188,8 +192,7 @@ BlockIndex Heap::take(FreeBins& bins, BlockIndex index, std::uint64_t addr, std:
   bins.remove(blocks_, index);
   if (addr > blocks_[index].addr) {
     Block& lower = blocks_[index];
-    const BlockIndex upper = blocks_.make(Block{.addr = addr, .size = lower.addr + lower.size - addr, .prev = index,
-                                                .next = lower.next, .small = lower.small});
+    const BlockIndex upper = blocks_.make_free(addr, lower.addr + lower.size - addr, index, lower.next, lower.small);
     Block& below = blocks_[index];  // make() may have moved the pool
     if (below.next != kNoBlock) blocks_[below.next].prev = upper;
     below.next = upper;
@@ -199,8 +202,7 @@ BlockIndex Heap::take(FreeBins& bins, BlockIndex index, std::uint64_t addr, std:
   }
   if (blocks_[index].size > size) {
     Block& block = blocks_[index];
-    const BlockIndex rest = blocks_.make(Block{.addr = block.addr + size, .size = block.size - size, .prev = index,
-                                               .next = block.next, .small = block.small});
+    const BlockIndex rest = blocks_.make_free(block.addr + size, block.size - size, index, block.next, block.small);
     Block& taken = blocks_[index];
     if (taken.next != kNoBlock) blocks_[taken.next].prev = rest;
     taken.next = rest;

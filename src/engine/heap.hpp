@@ -75,7 +75,9 @@ class Heap {
 
   /// Returns the address, or 0 when the request cannot be met even after giving back cached memory
   /// (last_failure() says why).
-  std::uint64_t allocate(std::uint64_t bytes, std::uint16_t tag);
+  // Flattened: the warm path (a best fit in mapped memory, the address map, the counters) runs as one function with
+  // no call inside it; growing and giving memory back stay out of line (allocate_large_growing, release_cached).
+  [[gnu::flatten]] std::uint64_t allocate(std::uint64_t bytes, std::uint16_t tag);
 
   /// Places the request exactly at addr (step-aware placement, src/engine/plan_follower.hpp): 0, with nothing
   /// changed, when [addr, addr + round(bytes)) is not inside one free block (HeapFailure::occupied) or its
@@ -101,7 +103,7 @@ class Heap {
   /// `refused_tag` (a tag value, or kNoRefusedTag): the allocator refuses the program's free of a block the
   /// per-thread caches hold (kFrontTag) in the same lookup that finds the block.
   static constexpr std::uint32_t kNoRefusedTag = 0x10000;  // above every 16-bit tag
-  bool deallocate(std::uint64_t addr, Freed& freed, std::uint32_t refused_tag = kNoRefusedTag);
+  [[gnu::flatten]] bool deallocate(std::uint64_t addr, Freed& freed, std::uint32_t refused_tag = kNoRefusedTag);
 
   // For stream-ordered reuse (src/engine/stream_order.hpp), which keeps freed blocks live in the heap while their
   // streams' work is pending and hands them out again itself. None of these changes placement.
@@ -118,7 +120,7 @@ class Heap {
   void reset_peaks();
 
   /// Unmaps every whole granule that lies inside a free block; returns the bytes given back.
-  std::uint64_t release_cached();
+  [[gnu::noinline]] std::uint64_t release_cached();
 
   // Pause and resume (heap_pause.cpp, docs/engine.md "Pause and resume"). While paused nothing is mapped, every
   // address stays reserved, frees are taken and allocations refused (HeapFailure::paused). `device` names the
@@ -173,6 +175,7 @@ class Heap {
  private:
   friend struct HeapTestAccess;  // tests/engine_self_check_test.cpp breaks invariants on purpose
   BlockIndex allocate_large(std::uint64_t size);
+  [[gnu::noinline]] BlockIndex allocate_large_growing(std::uint64_t size);  // the best fit needs granules mapped
   BlockIndex allocate_small(std::uint64_t size);
   std::uint64_t finish_allocation(BlockIndex index, std::uint64_t bytes, std::uint16_t tag);
   BlockIndex free_block_covering(std::uint64_t addr, std::uint64_t size, std::uint64_t hint) const;

@@ -768,9 +768,7 @@ void ThreadCaches::keep_big(ThreadCache& cache, std::uint64_t addr, std::uint64_
   if (count != 0) upstream_.give_back(std::span(to_heap.data(), count));
 }
 
-bool ThreadCaches::deallocate(std::uint64_t addr, bool keep) {
-  const HandedTable::Found found = handed_.find(addr);  // first: a heap block's free reads no thread-local
-  if (!HandedTable::handed(found.word)) return false;
+bool ThreadCaches::deallocate_handed(std::uint64_t addr, HandedTable::Found found, bool keep) {
   if (t_last_id != id_) [[unlikely]] return deallocate_joining(addr, found.word, keep);  // also an exiting thread
   deallocate_in(*t_last, addr, found, keep);
   return true;

@@ -112,7 +112,12 @@ class ThreadCaches {
   /// bad free). Otherwise the block goes to this thread's cache, or back to the heap when the cache is full,
   /// `keep` is false or the front is not serving. Throws std::bad_alloc only when this thread's cache cannot
   /// grow its books, and then before anything changed: the block stays handed out and counted once.
-  bool deallocate(std::uint64_t addr, bool keep = true);
+  /// Inline, so that a free of a heap block (the device's path: every request over what the caches serve) costs the
+  /// table's read and no call.
+  bool deallocate(std::uint64_t addr, bool keep = true) {
+    const HandedTable::Found found = handed_.find(addr);  // first: a heap block's free reads no thread-local
+    return HandedTable::handed(found.word) && deallocate_handed(addr, found, keep);
+  }
   /// Whether addr is handed out by the front, with its requested bytes and tag.
   bool handed_out(std::uint64_t addr, std::uint64_t& requested, std::uint16_t& tag) const;
   /// Every thread's cached blocks back to the heap (waiting for each owner to leave its operation). Returns how
@@ -158,6 +163,7 @@ class ThreadCaches {
   [[gnu::noinline]] std::uint64_t allocate_joining(std::uint64_t bytes, std::uint16_t tag);
   [[gnu::noinline]] std::uint64_t allocate_missed(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes,
                                                   std::uint16_t tag);
+  bool deallocate_handed(std::uint64_t addr, HandedTable::Found found, bool keep);  // a block the front handed out
   void deallocate_in(ThreadCache& cache, std::uint64_t addr, HandedTable::Found found, bool keep);
   [[gnu::noinline]] bool deallocate_joining(std::uint64_t addr, std::uint64_t word, bool keep);
   [[gnu::noinline]] void deallocate_missed(ThreadCache& cache, std::uint64_t addr, std::uint64_t size, bool keep);
