@@ -769,7 +769,7 @@ void ThreadCaches::keep_big(ThreadCache& cache, std::uint64_t addr, std::uint64_
 }
 
 bool ThreadCaches::deallocate_handed(std::uint64_t addr, HandedTable::Found found, bool keep) {
-  if (t_last_id != id_) [[unlikely]] return deallocate_joining(addr, found.word, keep);  // also an exiting thread
+  if (t_last_id != id_) [[unlikely]] return deallocate_joining(addr, found, keep);  // also an exiting thread
   deallocate_in(*t_last, addr, found, keep);
   return true;
 }
@@ -790,14 +790,16 @@ bool ThreadCaches::deallocate_handed(std::uint64_t addr, HandedTable::Found foun
   deallocate_missed(cache, addr, size, keep);
 }
 
-bool ThreadCaches::deallocate_joining(std::uint64_t addr, std::uint64_t word, bool keep) {
+// The word read by deallocate()'s lookup, not a second one: another thread's free of the same block meanwhile could
+// have cleared it, and a clear word would count as a 256-byte block of tag 0.
+bool ThreadCaches::deallocate_joining(std::uint64_t addr, HandedTable::Found found, bool keep) {
   if (t_exiting) {
-    count_free_elsewhere(word);  // first: it may throw, with the block still handed out
-    handed_.clear(addr, word);
+    count_free_elsewhere(found.word);  // first: it may throw, with the block still handed out
+    HandedTable::clear_in(found.leaf, addr, found.word);
     upstream_.give_back(std::span(&addr, 1));
     return true;
   }
-  deallocate_in(join(), addr, handed_.find(addr), keep);
+  deallocate_in(join(), addr, found, keep);
   return true;
 }
 

@@ -165,7 +165,7 @@ class ThreadCaches {
                                                   std::uint16_t tag);
   bool deallocate_handed(std::uint64_t addr, HandedTable::Found found, bool keep);  // a block the front handed out
   void deallocate_in(ThreadCache& cache, std::uint64_t addr, HandedTable::Found found, bool keep);
-  [[gnu::noinline]] bool deallocate_joining(std::uint64_t addr, std::uint64_t word, bool keep);
+  [[gnu::noinline]] bool deallocate_joining(std::uint64_t addr, HandedTable::Found found, bool keep);
   [[gnu::noinline]] void deallocate_missed(ThreadCache& cache, std::uint64_t addr, std::uint64_t size, bool keep);
   /// The slow side of allocate: a batch from the depot, else a block from the heap; with its word set.
   std::uint64_t allocate_slow(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes, std::uint16_t tag);
