@@ -111,6 +111,9 @@ void PlanFollower::stop_transition() {
 void PlanFollower::abandon_transition() {
   stop_transition();
   ++stats_.transitions_abandoned;
+  // An unfit pack as far as packing again goes: a job whose transitions are always given up would otherwise pay a
+  // whole pack (best plan, ideal plan and its search, transition) at every boundary forever.
+  next_try_ = stats_.steps + unfit_backoff_.after_unfit(transition_unfit_granules_);
   plan_ = StepPlan{};
   ideal_ = StepPlan{};
 }
@@ -124,7 +127,9 @@ void PlanFollower::end_transition() {
   // and left blocks elsewhere), it is unfit like any plan, and best fit goes on.
   PlanCost cost;
   cost.granules = UINT64_MAX;  // not costed: it counts as no better than any unfit plan for the back-off
-  install(std::move(ideal), cost);
+  // The back-off starts afresh only once the ideal plan was followed a whole step without a fallback (begin_boundary).
+  install(std::move(ideal), cost, /*reset_backoff=*/false);
+  ideal_on_trial_ = !plan_.entries.empty();
 }
 
 std::uint64_t PlanFollower::place_above_plan(std::uint64_t bytes, std::uint16_t tag) {
@@ -191,6 +196,10 @@ std::unique_ptr<PackJob> PlanFollower::begin_boundary() {
     cursor_ = 0;
     return nullptr;
   }
+  if (ideal_on_trial_) {  // the ideal plan after a transition: a whole step without a fallback ends the back-off
+    ideal_on_trial_ = false;
+    if (step_fallbacks_ == 0 && !plan_.entries.empty()) unfit_backoff_.reset();
+  }
   if (transition_) {  // the transition step is over: the ideal plan from the next step on, no pack
     first_plan_ = false;
     previous_step_fell_back_ = false;
@@ -235,6 +244,7 @@ void PlanFollower::finish_boundary(std::unique_ptr<PackJob> job) {
   stale_run_ = 0;
   if (job->plan.entries.empty()) return;  // does not fit the address space: keep what there was
   if (!job->cost.fits && job->transition.fits) {
+    transition_unfit_granules_ = job->cost.granules;
     begin_transition(std::move(job->transition));
     return;
   }
@@ -307,7 +317,7 @@ std::unique_ptr<PackJob> PlanFollower::prepare_pack() {
   return job;
 }
 
-void PlanFollower::install(StepPlan plan, const PlanCost& cost) {
+void PlanFollower::install(StepPlan plan, const PlanCost& cost, bool reset_backoff) {
   // Mapped once, here. A plan whose ranges cannot all be mapped under the limit is not followed: half a plan
   // scatters planned blocks through the space best fit needs for the rest (measured: following every entry that
   // fits ran GPT and ResNet-50 out of memory at 1.01 x, at events 1,576 and 41,976; following only its leftovers
@@ -327,7 +337,7 @@ void PlanFollower::install(StepPlan plan, const PlanCost& cost) {
   }
   plan_ = std::move(plan);
   ++stats_.plans;
-  unfit_backoff_.reset();
+  if (reset_backoff) unfit_backoff_.reset();
   stats_.plan_bytes = plan_.footprint == 0 ? 0 : [&] {
     std::uint64_t lo = UINT64_MAX;
     for (const StepPlan::Entry& e : plan_.entries)

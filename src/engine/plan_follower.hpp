@@ -117,7 +117,7 @@ class PlanFollower {
     observing_ = false;
   }
   std::unique_ptr<PackJob> prepare_pack();
-  void install(StepPlan plan, const PlanCost& cost);
+  void install(StepPlan plan, const PlanCost& cost, bool reset_backoff = true);
   // Transition steps (transition_plan.hpp): plan_ is the transition plan for one step, followed with lazy mapping
   // (follow_transition); at the next boundary the ideal plan is mapped whole and followed (end_transition).
   // Invariant: transition_ implies ideal_ has entries, and transition_kept_ marks exactly the granules of the
@@ -131,6 +131,8 @@ class PlanFollower {
   StepPlan ideal_;
   std::vector<bool> transition_kept_;
   std::uint64_t maps_before_transition_ = 0, unmaps_before_transition_ = 0;
+  std::uint64_t transition_unfit_granules_ = 0;  // the unfit steady plan's: an abandoned transition counts as it
+  bool ideal_on_trial_ = false;  // the ideal plan's first step is under way: the back-off resets if it falls back not
 
   Heap& heap_;
   StepObservation observation_;
