@@ -35,7 +35,8 @@ std::uint64_t transition_peak_granules(const StepObservation& step, const std::v
 /// The transition plan and what it costs.
 /// Invariants: `plan` satisfies StepPlan's invariants against `step` and the obstacles it was packed around (a
 /// leftover is pinned at its ideal address only where no obstacle is live over any of its lifetime); `peak_granules`
-/// is transition_peak_granules of it; `fits` is both peak_granules and ideal_granules x granule <= the heap's limit.
+/// is transition_peak_granules of it; `fits` is both peak_granules and ideal_granules x granule <= the heap's limit,
+/// and every leftover (a request that outlives the step) at its ideal address (ideal_granules assumes it is).
 struct TransitionPlan {
   StepPlan ideal;  // the steady plan the steps after the transition follow (leftovers where it pins them)
   StepPlan plan;  // empty when not worth following: growth requests (not handled), or an ideal plan over the limit
