@@ -92,10 +92,11 @@ std::uint64_t PlanFollower::follow_transition(std::size_t match, std::uint64_t b
 }
 
 void PlanFollower::begin_transition(TransitionPlan transition) {
+  // First what may throw (out of host memory): nothing is changed then, and best fit goes on.
+  transition_kept_.assign(heap_.span_bytes() / heap_.granules().granule() + 1, false);
   transition_ = true;
   plan_ = std::move(transition.plan);
   ideal_ = std::move(transition.ideal);
-  transition_kept_.assign(heap_.span_bytes() / heap_.granules().granule() + 1, false);
   maps_before_transition_ = heap_.counters().maps;
   unmaps_before_transition_ = heap_.counters().unmaps;
   ++stats_.transitions;
@@ -190,12 +191,6 @@ void PlanFollower::step_boundary() {
 
 std::unique_ptr<PackJob> PlanFollower::begin_boundary() {
   ++stats_.steps;
-  if (!observing_) {  // the first boundary (what came before, model building, is not a step), or a step too long
-    observing_ = true;
-    observation_.clear();
-    cursor_ = 0;
-    return nullptr;
-  }
   if (ideal_on_trial_) {  // the ideal plan after a transition: a whole step without a fallback ends the back-off
     ideal_on_trial_ = false;
     if (step_fallbacks_ == 0 && !plan_.entries.empty()) unfit_backoff_.reset();
@@ -206,7 +201,19 @@ std::unique_ptr<PackJob> PlanFollower::begin_boundary() {
     step_fallbacks_ = 0;
     cursor_ = 0;
     observation_.clear();
-    end_transition();
+    // A step too long to be one (or unobserved for want of host memory) is not the step the transition planned.
+    if (observing_) {
+      end_transition();
+    } else {
+      abandon_transition();
+      observing_ = true;
+    }
+    return nullptr;
+  }
+  if (!observing_) {  // the first boundary (what came before, model building, is not a step), or a step too long
+    observing_ = true;
+    observation_.clear();
+    cursor_ = 0;
     return nullptr;
   }
   const bool fell_back = step_fallbacks_ > 0;
@@ -214,7 +221,7 @@ std::unique_ptr<PackJob> PlanFollower::begin_boundary() {
       plan_.entries.empty() || (fell_back && (first_plan_ || previous_step_fell_back_));
   std::unique_ptr<PackJob> job;
   if (pack && !packing_ && !observation_.requests.empty() && stats_.steps >= next_try_) {
-    first_plan_ = stats_.plans + stats_.unfit == 0;
+    first_plan_ = stats_.plans + stats_.unfit + stats_.transitions == 0;
     job = prepare_pack();
     packing_ = true;
   }
