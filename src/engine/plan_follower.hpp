@@ -60,7 +60,9 @@ struct PackJob {
   PlanCost cost;               // the plan's cost on the snapshot
   std::uint64_t pack_ns = 0;   // how long pack() took
 
-  /// The cheapest candidate plan (best_plan). Touches nothing shared: call it without the lock.
+  /// The cheapest candidate plan (best_plan) and its cost; when that plan is unfit, a transition plan toward an
+  /// ideal one (pack_transition; `transition.fits` says whether to follow it). Touches nothing shared: call it
+  /// without the lock.
   void pack();
   /// For tests of the lock-free window: called at the start of every pack() when set (threads_step_plan_test).
   static inline std::atomic<void (*)()> while_packing{nullptr};
@@ -98,8 +100,9 @@ class PlanFollower {
   /// The boundary's bookkeeping, and the packing to do when one is due (null otherwise, or while another
   /// boundary's pack is still running).
   std::unique_ptr<PackJob> begin_boundary();
-  /// Installs a packed job's plan (maps its ranges) unless the heap saw allocations or frees since the job was
-  /// made: then it counts StepPlanStats::stale and changes nothing.
+  /// Installs a packed job's plan (maps its ranges), or, when that plan is unfit and the job's transition fits,
+  /// begins the transition step instead (its ranges mapped lazily as its requests come), unless the heap saw
+  /// allocations or frees since the job was made: then it counts StepPlanStats::stale and changes nothing.
   void finish_boundary(std::unique_ptr<PackJob> job);
   /// Unique per follower for the process: tells a job's follower from a newer one made at the same address.
   std::uint64_t serial() const { return serial_; }
