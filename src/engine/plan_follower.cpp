@@ -9,6 +9,37 @@
 #include "engine/transition_plan.hpp"
 
 namespace plimsoll::engine {
+namespace {
+
+// What the ideal plan of pack_transition is packed from, as one number (never 0): the step's requests with their
+// lifetimes, the older blocks, and the heap's span, limit and granule.
+std::uint64_t ideal_inputs(const StepObservation& step, const std::vector<Obstacle>& older, const HeapSnapshot& heap) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  const auto mix = [&h](std::uint64_t v) {
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h *= 0x100000001b3ull;
+  };
+  mix(heap.base);
+  mix(heap.span);
+  mix(heap.limit);
+  mix(heap.granules.granule());
+  mix(step.ticks);
+  for (const StepObservation::Request& r : step.requests) {
+    mix(r.size);
+    mix((std::uint64_t{r.born} << 32) | r.died);
+    mix(r.held_until);
+    mix(r.pinned);
+    mix(r.growth ? 1 : 0);
+  }
+  for (const Obstacle& o : older) {
+    mix(o.addr);
+    mix(o.size);
+    mix(o.until);
+  }
+  return h == 0 ? 1 : h;
+}
+
+}  // namespace
 
 void PackJob::pack() {
   if (void (*hook)() = while_packing.load()) hook();
@@ -16,7 +47,15 @@ void PackJob::pack() {
   plan = best_plan({as_obstacles, obstacles}, {pinned, around_pinned}, heap);
   if (!plan.entries.empty()) cost = plan_cost(plan, heap);
   // No steady plan fits: maybe one step of a transition plan, costed tick by tick, leads to one that does.
-  if (!plan.entries.empty() && !cost.fits) transition = pack_transition(as_obstacles, obstacles, around_pinned, heap);
+  if (!plan.entries.empty() && !cost.fits) {
+    const std::uint64_t inputs = ideal_inputs(as_obstacles, around_pinned, heap);
+    if (inputs != missed_ideal) {
+      transition = pack_transition(as_obstacles, obstacles, around_pinned, heap);
+      const bool missed = transition.ideal.entries.empty() ||
+                          transition.ideal_granules * heap.granules.granule() > heap.limit;
+      missed_ideal = missed ? inputs : 0;
+    }
+  }
   pack_ns = static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
 }
@@ -234,6 +273,7 @@ std::unique_ptr<PackJob> PlanFollower::begin_boundary() {
 
 void PlanFollower::finish_boundary(std::unique_ptr<PackJob> job) {
   packing_ = false;
+  missed_ideal_ = job->missed_ideal;  // true of its inputs even when the job is stale
   ++stats_.packs;
   stats_.pack_ns += job->pack_ns;
   // Anything allocated or freed since the copy may lie in the plan's ranges, and the step it belongs to has begun
@@ -298,6 +338,7 @@ std::unique_ptr<PackJob> PlanFollower::prepare_pack() {
   job->follower = serial_;
   job->events = events_;
   job->heap = HeapSnapshot::of(heap_);
+  job->missed_ideal = missed_ideal_;
   StepObservation& pinned = job->pinned;
   pinned = observation_;
   pinned.pair_leftovers();

@@ -58,6 +58,11 @@ struct PackJob {
   StepPlan plan;               // pack()'s result
   TransitionPlan transition;   // when `plan` is unfit: one step toward an ideal plan (transition_plan.hpp)
   PlanCost cost;               // the plan's cost on the snapshot
+  // In: what the ideal plan (pack_transition) was packed from at a boundary where it missed the limit (0: none);
+  // out: the same for this pack. The ideal plan depends on nothing else (the step, the older blocks, the heap's
+  // span and limit), so the same inputs miss again, and pack() skips its packing and search: at 1.01 x ResNet-50
+  // paid them at every unfit boundary for no transition.
+  std::uint64_t missed_ideal = 0;
   std::uint64_t pack_ns = 0;   // how long pack() took
 
   /// The cheapest candidate plan (best_plan) and its cost; when that plan is unfit, a transition plan toward an
@@ -134,7 +139,8 @@ class PlanFollower {
   StepPlan ideal_;
   std::vector<bool> transition_kept_;
   std::uint64_t maps_before_transition_ = 0, unmaps_before_transition_ = 0;
-  std::uint64_t transition_unfit_granules_ = 0;  // the unfit steady plan's: an abandoned transition counts as it
+  std::uint64_t transition_unfit_granules_ = 0;
+  std::uint64_t missed_ideal_ = 0;  // PackJob::missed_ideal of the last pack  // the unfit steady plan's: an abandoned transition counts as it
   bool ideal_on_trial_ = false;  // the ideal plan's first step is under way: the back-off resets if it falls back not
 
   Heap& heap_;
