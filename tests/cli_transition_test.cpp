@@ -3,6 +3,7 @@
 // the static check) but a transition plan, costed tick by tick, peaks at 617 and leads to an ideal plan of 617; and
 // at 1.01 x (616 granules), where the ideal plan is over the limit too and no transition is followed
 // (docs/engine.md, "Transition plans").
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -78,8 +79,10 @@ TEST(CliTransition, ATransitionStepThatDoesNotMatchFallsBackWithinTheLimit) {
   const plimsoll::testing::CliRun best_fit = plimsoll::testing::run_plimsoll(
       "replay " + trace + " --device sim:64GiB --policy on_demand --memory-limit " + std::to_string(617 * kGranule) +
       " --repeat-last-step 10 --json --no-step-plan");
+  ASSERT_EQ(best_fit.status, 0) << best_fit.err;
   ASSERT_FALSE(nlohmann::json::parse(plimsoll::testing::lines_of(best_fit.out).at(0))["oom"].get<bool>());
   const nlohmann::json row = replay_gpt(617, trace);
+  std::filesystem::remove(trace);
   const nlohmann::json& plan = row["step_plan"];
   EXPECT_FALSE(row["oom"].get<bool>());
   EXPECT_EQ(plan["transitions"].get<std::uint64_t>(), 1u);

@@ -273,5 +273,40 @@ TEST(EngineHeap, ARequestLargerThanTheAddressSpaceFails) {
   EXPECT_EQ(f.heap.last_failure(), HeapFailure::too_large);
 }
 
+// map_ranges' `keep`: when room must be made under the limit, cached granules marked kept are never given back,
+// though the cheapest run to give back (the first in the free block) is one of them (a transition step keeps the
+// granules of its planned ranges for the steps after it: PlanFollower::follow_transition).
+TEST(EngineHeap, MapRangesNeverGivesBackAKeptGranule) {
+  backings::SimBacking sim(8 * GiB);
+  Heap heap(sim, exact(3 * 2 * MiB, false, 1.0));
+  const std::uint64_t granule = heap.granules().granule();
+  ASSERT_EQ(granule, 2 * MiB);
+  const std::uint64_t base = heap.base();
+  std::vector<std::uint64_t> blocks;
+  for (std::uint64_t k = 0; k < 3; ++k) {
+    const std::uint64_t addr = heap.allocate_at(base + k * granule, granule, 0);
+    ASSERT_EQ(addr, base + k * granule);
+    blocks.push_back(addr);
+  }
+  for (const std::uint64_t addr : blocks) {
+    Heap::Freed freed;
+    ASSERT_TRUE(heap.deallocate(addr, freed));
+  }
+  ASSERT_EQ(heap.mapped_bytes(), 3 * granule) << "three cached granules, the limit's worth";
+  std::vector<bool> keep(heap.span_bytes() / granule + 1, false);
+  keep[0] = keep[1] = true;
+  ASSERT_TRUE(heap.map_ranges({{base + 10 * granule, granule}}, &keep));
+  EXPECT_TRUE(heap.granules().is_mapped(0)) << "kept";
+  EXPECT_TRUE(heap.granules().is_mapped(1)) << "kept";
+  EXPECT_FALSE(heap.granules().is_mapped(2)) << "the one not kept is given back";
+  EXPECT_TRUE(heap.granules().is_mapped(10));
+  EXPECT_EQ(heap.mapped_bytes(), 3 * granule);
+  EXPECT_EQ(heap.self_check(), "");
+  // With every cached granule kept there is no room: nothing changes.
+  keep[2] = true;
+  EXPECT_FALSE(heap.map_ranges({{base + 20 * granule, granule}}, &keep));
+  EXPECT_EQ(heap.mapped_bytes(), 3 * granule);
+}
+
 }  // namespace
 }  // namespace plimsoll::engine

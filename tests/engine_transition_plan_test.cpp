@@ -126,6 +126,26 @@ TEST(EngineTransitionPlan, FitsTickByTickWhereEveryStaticPlanIsOverTheLimit) {
   EXPECT_TRUE(plan_cost(transition.ideal, after).fits);
 }
 
+// The ideal plan's cost assumes every leftover's new copy at its ideal address. When something live all step sits
+// there (here: a block that is not among the older ones, so the ideal plan does not see it), the transition places
+// the leftover elsewhere, where it stays through the next boundary: the transition does not fit, however low its
+// tick-wise peak.
+TEST(EngineTransitionPlan, DoesNotFitWhenALeftoverCannotGoToItsIdealAddress) {
+  ConstructedStep c;
+  c.heap.limit = 8 * kGranule;  // room for everything: only the leftover's place can make it unfit
+  const TransitionPlan free_way = pack_transition(c.step, c.obstacles, c.older, c.heap);
+  ASSERT_TRUE(free_way.fits);
+  const std::uint64_t ideal_l = free_way.ideal.entries[2].addr;
+  ASSERT_EQ(free_way.plan.entries[2].addr, ideal_l);
+  c.obstacles.push_back(Obstacle{ideal_l, kGranule, c.step.ticks});
+  const TransitionPlan blocked = pack_transition(c.step, c.obstacles, c.older, c.heap);
+  ASSERT_EQ(blocked.ideal.entries[2].addr, ideal_l) << "the ideal plan does not see the blocking block";
+  ASSERT_FALSE(blocked.plan.entries.empty());
+  EXPECT_NE(blocked.plan.entries[2].addr, ideal_l);
+  EXPECT_LE(blocked.peak_granules * kGranule, c.heap.limit);
+  EXPECT_FALSE(blocked.fits) << "the leftover is not where the ideal plan's cost puts it";
+}
+
 TEST(EngineTransitionPlan, DoesNotFitWhenTheStepsOwnLoadIsOverTheLimit) {
   ConstructedStep c;
   c.heap.limit = 2 * kGranule;  // W, A and B are live at once: no plan of any kind fits

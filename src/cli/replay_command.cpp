@@ -214,9 +214,10 @@ plimsoll::cli::Table results_table() {
                                {"ns/op", Align::right}});
 }
 
-// Requests placed by the plan, of those made while one was active; "-" when no plan was packed.
+// Requests placed by the plan, of those made while one was active (a transition plan's too); "-" when no plan was
+// packed.
 std::string planned_cell(const plimsoll::StepPlanStats& plan) {
-  if (plan.plans == 0) return plan.unfit > 0 ? "unfit" : "-";
+  if (plan.plans + plan.transitions == 0) return plan.unfit > 0 ? "unfit" : "-";
   return fmt::format("{}/{}", plan.followed, plan.followed + plan.fallbacks());
 }
 
@@ -375,7 +376,7 @@ void run_replay(const ReplayArgs& args) {
         continue;
       }
       table.add_row(table_row(result));
-      if (result.step_plan.plans + result.step_plan.unfit > 0) plan_notes.push_back(fallback_note(result));
+      if (result.step_plan.plans + result.step_plan.unfit + result.step_plan.transitions > 0) plan_notes.push_back(fallback_note(result));
       // Only where steady state mapped or unmapped: a clean run says so in the table already.
       if (result.steady_maps + result.steady_unmaps > 0 && !result.maps_by_step.empty()) {
         step_traffic_notes.push_back(step_traffic_note(result, trace));

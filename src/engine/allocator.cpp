@@ -667,7 +667,11 @@ void Allocator::step() {
     // A paused device maps nothing until resume(): its plan waits for the next boundary after that.
     if (!impl_->step_plan_enabled || impl_->streams != nullptr || impl_->heap->paused()) return;
     if (impl_->plan == nullptr) impl_->plan = std::make_unique<engine::PlanFollower>(*impl_->heap);
+    // Ending a transition installs the ideal plan, which maps and unmaps: a recording counts it here, whether or
+    // not the boundary then packs.
+    const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
     job = impl_->plan->begin_boundary();
+    if (impl_->observer != nullptr) impl_->record_mapping_change(mapped_before);
     if (job == nullptr) return;
   }
   // Packing costs up to the square of the step's requests (about a second on ResNet-50): other threads allocate

@@ -9,6 +9,37 @@
 #include "engine/transition_plan.hpp"
 
 namespace plimsoll::engine {
+namespace {
+
+// What the ideal plan of pack_transition is packed from, as one number (never 0): the step's requests with their
+// lifetimes, the older blocks, and the heap's span, limit and granule.
+std::uint64_t ideal_inputs(const StepObservation& step, const std::vector<Obstacle>& older, const HeapSnapshot& heap) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  const auto mix = [&h](std::uint64_t v) {
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h *= 0x100000001b3ull;
+  };
+  mix(heap.base);
+  mix(heap.span);
+  mix(heap.limit);
+  mix(heap.granules.granule());
+  mix(step.ticks);
+  for (const StepObservation::Request& r : step.requests) {
+    mix(r.size);
+    mix((std::uint64_t{r.born} << 32) | r.died);
+    mix(r.held_until);
+    mix(r.pinned);
+    mix(r.growth ? 1 : 0);
+  }
+  for (const Obstacle& o : older) {
+    mix(o.addr);
+    mix(o.size);
+    mix(o.until);
+  }
+  return h == 0 ? 1 : h;
+}
+
+}  // namespace
 
 void PackJob::pack() {
   if (void (*hook)() = while_packing.load()) hook();
@@ -16,7 +47,15 @@ void PackJob::pack() {
   plan = best_plan({as_obstacles, obstacles}, {pinned, around_pinned}, heap);
   if (!plan.entries.empty()) cost = plan_cost(plan, heap);
   // No steady plan fits: maybe one step of a transition plan, costed tick by tick, leads to one that does.
-  if (!plan.entries.empty() && !cost.fits) transition = pack_transition(as_obstacles, obstacles, around_pinned, heap);
+  if (!plan.entries.empty() && !cost.fits) {
+    const std::uint64_t inputs = ideal_inputs(as_obstacles, around_pinned, heap);
+    if (inputs != missed_ideal) {
+      transition = pack_transition(as_obstacles, obstacles, around_pinned, heap);
+      const bool missed = transition.ideal.entries.empty() ||
+                          transition.ideal_granules * heap.granules.granule() > heap.limit;
+      missed_ideal = missed ? inputs : 0;
+    }
+  }
   pack_ns = static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
 }
@@ -92,10 +131,11 @@ std::uint64_t PlanFollower::follow_transition(std::size_t match, std::uint64_t b
 }
 
 void PlanFollower::begin_transition(TransitionPlan transition) {
+  // First what may throw (out of host memory): nothing is changed then, and best fit goes on.
+  transition_kept_.assign(heap_.span_bytes() / heap_.granules().granule() + 1, false);
   transition_ = true;
   plan_ = std::move(transition.plan);
   ideal_ = std::move(transition.ideal);
-  transition_kept_.assign(heap_.span_bytes() / heap_.granules().granule() + 1, false);
   maps_before_transition_ = heap_.counters().maps;
   unmaps_before_transition_ = heap_.counters().unmaps;
   ++stats_.transitions;
@@ -111,6 +151,9 @@ void PlanFollower::stop_transition() {
 void PlanFollower::abandon_transition() {
   stop_transition();
   ++stats_.transitions_abandoned;
+  // An unfit pack as far as packing again goes: a job whose transitions are always given up would otherwise pay a
+  // whole pack (best plan, ideal plan and its search, transition) at every boundary forever.
+  next_try_ = stats_.steps + unfit_backoff_.after_unfit(transition_unfit_granules_);
   plan_ = StepPlan{};
   ideal_ = StepPlan{};
 }
@@ -124,7 +167,9 @@ void PlanFollower::end_transition() {
   // and left blocks elsewhere), it is unfit like any plan, and best fit goes on.
   PlanCost cost;
   cost.granules = UINT64_MAX;  // not costed: it counts as no better than any unfit plan for the back-off
-  install(std::move(ideal), cost);
+  // The back-off starts afresh only once the ideal plan was followed a whole step without a fallback (begin_boundary).
+  install(std::move(ideal), cost, /*reset_backoff=*/false);
+  ideal_on_trial_ = !plan_.entries.empty();
 }
 
 std::uint64_t PlanFollower::place_above_plan(std::uint64_t bytes, std::uint16_t tag) {
@@ -185,11 +230,9 @@ void PlanFollower::step_boundary() {
 
 std::unique_ptr<PackJob> PlanFollower::begin_boundary() {
   ++stats_.steps;
-  if (!observing_) {  // the first boundary (what came before, model building, is not a step), or a step too long
-    observing_ = true;
-    observation_.clear();
-    cursor_ = 0;
-    return nullptr;
+  if (ideal_on_trial_) {  // the ideal plan after a transition: a whole step without a fallback ends the back-off
+    ideal_on_trial_ = false;
+    if (step_fallbacks_ == 0 && !plan_.entries.empty()) unfit_backoff_.reset();
   }
   if (transition_) {  // the transition step is over: the ideal plan from the next step on, no pack
     first_plan_ = false;
@@ -197,7 +240,19 @@ std::unique_ptr<PackJob> PlanFollower::begin_boundary() {
     step_fallbacks_ = 0;
     cursor_ = 0;
     observation_.clear();
-    end_transition();
+    // A step too long to be one (or unobserved for want of host memory) is not the step the transition planned.
+    if (observing_) {
+      end_transition();
+    } else {
+      abandon_transition();
+      observing_ = true;
+    }
+    return nullptr;
+  }
+  if (!observing_) {  // the first boundary (what came before, model building, is not a step), or a step too long
+    observing_ = true;
+    observation_.clear();
+    cursor_ = 0;
     return nullptr;
   }
   const bool fell_back = step_fallbacks_ > 0;
@@ -205,7 +260,7 @@ std::unique_ptr<PackJob> PlanFollower::begin_boundary() {
       plan_.entries.empty() || (fell_back && (first_plan_ || previous_step_fell_back_));
   std::unique_ptr<PackJob> job;
   if (pack && !packing_ && !observation_.requests.empty() && stats_.steps >= next_try_) {
-    first_plan_ = stats_.plans + stats_.unfit == 0;
+    first_plan_ = stats_.plans + stats_.unfit + stats_.transitions == 0;
     job = prepare_pack();
     packing_ = true;
   }
@@ -218,6 +273,7 @@ std::unique_ptr<PackJob> PlanFollower::begin_boundary() {
 
 void PlanFollower::finish_boundary(std::unique_ptr<PackJob> job) {
   packing_ = false;
+  missed_ideal_ = job->missed_ideal;  // true of its inputs even when the job is stale
   ++stats_.packs;
   stats_.pack_ns += job->pack_ns;
   // Anything allocated or freed since the copy may lie in the plan's ranges, and the step it belongs to has begun
@@ -235,6 +291,7 @@ void PlanFollower::finish_boundary(std::unique_ptr<PackJob> job) {
   stale_run_ = 0;
   if (job->plan.entries.empty()) return;  // does not fit the address space: keep what there was
   if (!job->cost.fits && job->transition.fits) {
+    transition_unfit_granules_ = job->cost.granules;
     begin_transition(std::move(job->transition));
     return;
   }
@@ -281,6 +338,7 @@ std::unique_ptr<PackJob> PlanFollower::prepare_pack() {
   job->follower = serial_;
   job->events = events_;
   job->heap = HeapSnapshot::of(heap_);
+  job->missed_ideal = missed_ideal_;
   StepObservation& pinned = job->pinned;
   pinned = observation_;
   pinned.pair_leftovers();
@@ -307,7 +365,7 @@ std::unique_ptr<PackJob> PlanFollower::prepare_pack() {
   return job;
 }
 
-void PlanFollower::install(StepPlan plan, const PlanCost& cost) {
+void PlanFollower::install(StepPlan plan, const PlanCost& cost, bool reset_backoff) {
   // Mapped once, here. A plan whose ranges cannot all be mapped under the limit is not followed: half a plan
   // scatters planned blocks through the space best fit needs for the rest (measured: following every entry that
   // fits ran GPT and ResNet-50 out of memory at 1.01 x, at events 1,576 and 41,976; following only its leftovers
@@ -327,7 +385,7 @@ void PlanFollower::install(StepPlan plan, const PlanCost& cost) {
   }
   plan_ = std::move(plan);
   ++stats_.plans;
-  unfit_backoff_.reset();
+  if (reset_backoff) unfit_backoff_.reset();
   stats_.plan_bytes = plan_.footprint == 0 ? 0 : [&] {
     std::uint64_t lo = UINT64_MAX;
     for (const StepPlan::Entry& e : plan_.entries)

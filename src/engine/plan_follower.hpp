@@ -58,9 +58,16 @@ struct PackJob {
   StepPlan plan;               // pack()'s result
   TransitionPlan transition;   // when `plan` is unfit: one step toward an ideal plan (transition_plan.hpp)
   PlanCost cost;               // the plan's cost on the snapshot
+  // In: what the ideal plan (pack_transition) was packed from at a boundary where it missed the limit (0: none);
+  // out: the same for this pack. The ideal plan depends on nothing else (the step, the older blocks, the heap's
+  // span and limit), so the same inputs miss again, and pack() skips its packing and search: at 1.01 x ResNet-50
+  // paid them at every unfit boundary for no transition.
+  std::uint64_t missed_ideal = 0;
   std::uint64_t pack_ns = 0;   // how long pack() took
 
-  /// The cheapest candidate plan (best_plan). Touches nothing shared: call it without the lock.
+  /// The cheapest candidate plan (best_plan) and its cost; when that plan is unfit, a transition plan toward an
+  /// ideal one (pack_transition; `transition.fits` says whether to follow it). Touches nothing shared: call it
+  /// without the lock.
   void pack();
   /// For tests of the lock-free window: called at the start of every pack() when set (threads_step_plan_test).
   static inline std::atomic<void (*)()> while_packing{nullptr};
@@ -98,8 +105,9 @@ class PlanFollower {
   /// The boundary's bookkeeping, and the packing to do when one is due (null otherwise, or while another
   /// boundary's pack is still running).
   std::unique_ptr<PackJob> begin_boundary();
-  /// Installs a packed job's plan (maps its ranges) unless the heap saw allocations or frees since the job was
-  /// made: then it counts StepPlanStats::stale and changes nothing.
+  /// Installs a packed job's plan (maps its ranges), or, when that plan is unfit and the job's transition fits,
+  /// begins the transition step instead (its ranges mapped lazily as its requests come), unless the heap saw
+  /// allocations or frees since the job was made: then it counts StepPlanStats::stale and changes nothing.
   void finish_boundary(std::unique_ptr<PackJob> job);
   /// Unique per follower for the process: tells a job's follower from a newer one made at the same address.
   std::uint64_t serial() const { return serial_; }
@@ -117,7 +125,7 @@ class PlanFollower {
     observing_ = false;
   }
   std::unique_ptr<PackJob> prepare_pack();
-  void install(StepPlan plan, const PlanCost& cost);
+  void install(StepPlan plan, const PlanCost& cost, bool reset_backoff = true);
   // Transition steps (transition_plan.hpp): plan_ is the transition plan for one step, followed with lazy mapping
   // (follow_transition); at the next boundary the ideal plan is mapped whole and followed (end_transition).
   // Invariant: transition_ implies ideal_ has entries, and transition_kept_ marks exactly the granules of the
@@ -131,6 +139,9 @@ class PlanFollower {
   StepPlan ideal_;
   std::vector<bool> transition_kept_;
   std::uint64_t maps_before_transition_ = 0, unmaps_before_transition_ = 0;
+  std::uint64_t transition_unfit_granules_ = 0;
+  std::uint64_t missed_ideal_ = 0;  // PackJob::missed_ideal of the last pack  // the unfit steady plan's: an abandoned transition counts as it
+  bool ideal_on_trial_ = false;  // the ideal plan's first step is under way: the back-off resets if it falls back not
 
   Heap& heap_;
   StepObservation observation_;

@@ -141,7 +141,15 @@ TransitionPlan pack_transition(const StepObservation& as_obstacles, const std::v
   result.plan = pack_step(transition, obstacles, heap.base, heap.span, {PackOrder::size, true, false, granule, &paid});
   if (result.plan.entries.empty()) return result;
   result.peak_granules = transition_peak_granules(transition, obstacles, result.plan, heap.granules);
-  result.fits = result.peak_granules * granule <= heap.limit && result.ideal_granules * granule <= heap.limit;
+  // ideal_granules costs the ideal plan with every leftover's new copy at its ideal address; one that an obstacle
+  // kept elsewhere would stay live there through the next boundary, and the ideal plan's cost would not hold.
+  bool leftovers_in_place = true;
+  for (std::size_t i = 0; i < transition.requests.size(); ++i)
+    if (transition.requests[i].died == StepObservation::kOutlives &&
+        result.plan.entries[i].addr != result.ideal.entries[i].addr)
+      leftovers_in_place = false;
+  result.fits = leftovers_in_place && result.peak_granules * granule <= heap.limit &&
+                result.ideal_granules * granule <= heap.limit;
   return result;
 }
 

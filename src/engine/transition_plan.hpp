@@ -10,9 +10,11 @@
 // its previous copy) wherever nothing live is in the way over its lifetime, and packs the rest around the previous
 // copies, which are obstacles until the tick they are freed. Followed with lazy mapping (a planned range is mapped
 // when its request comes and kept, since the next steps use it; cached granules that no entry born so far covers
-// are given back to make room: PlanFollower::follow_transition), its mapped granules at tick t are at most
+// are given back to make room: PlanFollower::follow_transition), what it needs mapped at tick t is
 //     granules(obstacles live at t)  UNION  granules(entries born at or before t)
-// and transition_peak_granules is the most of that over the step. It is followed when that peak and the ideal
+// and transition_peak_granules is the most of that over the step. It is not a bound on what is mapped: cached
+// granules (freed memory) stay mapped until a planned range needs room, and are given back only then, under the
+// limit as ever. It is followed when that peak and the ideal
 // plan's static cost once the leftovers are where it wants them (the older blocks' granules UNION its entries')
 // are both within the limit; the next boundary maps the ideal plan whole and follows it.
 // Safety does not rest on it: the heap places a request at its planned address only inside a free block and maps
@@ -33,9 +35,10 @@ std::uint64_t transition_peak_granules(const StepObservation& step, const std::v
                                        const StepPlan& plan, const GranuleMap& granules);
 
 /// The transition plan and what it costs.
-/// Invariants: `plan` satisfies StepPlan's invariants against `step` and the obstacles it was packed around (a
-/// leftover is pinned at its ideal address only where no obstacle is live over any of its lifetime); `peak_granules`
-/// is transition_peak_granules of it; `fits` is both peak_granules and ideal_granules x granule <= the heap's limit.
+/// Invariants: `plan` satisfies StepPlan's invariants against `step` and the obstacles it was packed around (every
+/// request, leftover or not, is pinned at its ideal address where no obstacle is live over any of its lifetime); `peak_granules`
+/// is transition_peak_granules of it; `fits` is both peak_granules and ideal_granules x granule <= the heap's limit,
+/// and every leftover (a request that outlives the step) at its ideal address (ideal_granules assumes it is).
 struct TransitionPlan {
   StepPlan ideal;  // the steady plan the steps after the transition follow (leftovers where it pins them)
   StepPlan plan;  // empty when not worth following: growth requests (not handled), or an ideal plan over the limit
