@@ -51,7 +51,7 @@ Participants& participants() {
   return *registry;
 }
 
-std::atomic<bool> preparing{false}, locking_members{false};
+std::atomic<bool> preparing{false}, locking_backings{false}, locking_members{false};
 
 void lock_outer() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
   OuterLocks& registry = outer_locks();
@@ -87,18 +87,23 @@ void unlock_participants() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
 void lock_devices() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
   DeviceLocks& registry = device_locks();
   registry.mutex.lock();
-  for (const DeviceLock& device : registry.locks) {
-    device.lock->lock();
-    if (device.backing != nullptr) device.backing->lock_for_fork();
-  }
+  // Every device lock before any backing's: logical devices share one backing, and a thread holding a later
+  // device's lock waits inside map() for the shared backing's lock. Then every device backing's own lock before
+  // any upstream's: a view's host_pages() (no device lock) holds the view's lock while it waits for the shared one.
+  for (const DeviceLock& device : registry.locks) device.lock->lock();
+  locking_backings.store(true, std::memory_order_release);
+  for (const DeviceLock& device : registry.locks)
+    if (device.backing != nullptr) device.backing->lock_self_for_fork();
+  for (const DeviceLock& device : registry.locks)
+    if (device.backing != nullptr) device.backing->lock_rest_for_fork();
 }
 
 void unlock_devices() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
   DeviceLocks& registry = device_locks();
-  for (auto device = registry.locks.rbegin(); device != registry.locks.rend(); ++device) {
+  for (auto device = registry.locks.rbegin(); device != registry.locks.rend(); ++device)
     if (device->backing != nullptr) device->backing->unlock_after_fork();
-    device->lock->unlock();
-  }
+  locking_backings.store(false, std::memory_order_release);
+  for (auto device = registry.locks.rbegin(); device != registry.locks.rend(); ++device) device->lock->unlock();
   registry.mutex.unlock();
 }
 
@@ -184,6 +189,8 @@ void register_fork_participant(ForkParticipant& participant) {
 }
 
 bool fork_locking_participant_members() noexcept { return locking_members.load(std::memory_order_acquire); }
+
+bool fork_locking_backings() noexcept { return locking_backings.load(std::memory_order_acquire); }
 
 bool fork_preparing() noexcept { return preparing.load(std::memory_order_acquire); }
 

@@ -14,9 +14,12 @@
 //   3. every per-thread cache front (ThreadCaches::prepare_fork: each cache's lock with its owner stopped, the
 //      depot, the registry); a cache's owner may wait for the device lock inside its operation, so the fronts come
 //      before any device lock;
-//   4. the registry of live devices below, then each device's own lock, in the order the devices were made (no
-//      thread holds two device locks at once, so any fixed order is safe), each followed by its backing's lock
-//      (and an adaptor's upstream's): map() nests it under the device lock, and host_pages() takes it alone;
+//   4. the registry of live devices below, then every device's own lock, in the order the devices were made (no
+//      thread holds two device locks at once, so any fixed order is safe); then every device backing's lock, then
+//      each one's upstream's (an adaptor's) and its own leaf locks (Backing::do_lock_own_for_fork): map() nests
+//      them under the device lock, host_pages() takes the backing's alone, and logical devices' views share one
+//      upstream, which a thread under another device's lock may wait for. A backing reached twice (shared) is
+//      locked once (Backing counts);
 //   5. every fork participant's members (each open recording's lock, taken under a device lock by every observed
 //      event).
 // After the fork, both sides: the devices' locks and their registry, the fronts (in the child, lowering every held
@@ -72,6 +75,11 @@ void register_fork_participant(ForkParticipant& participant);
 /// the fork ran. A seam for tests: a thread blocked holding a member's lock is released once the preparation waits
 /// for it.
 bool fork_locking_participant_members() noexcept;
+
+/// True from when a fork()'s preparation, holding every device lock, starts taking the devices' backings' locks
+/// until its handlers after the fork ran. A seam for tests: a thread parked holding a backing's lock (no device
+/// lock) is released once the preparation waits for it.
+bool fork_locking_backings() noexcept;
 
 /// True from the start of a fork()'s preparation until its handlers after the fork have run. A seam for tests: a
 /// thread that holds a device lock, parked inside a backing call, polls it to let the preparation take the lock.
