@@ -9,6 +9,7 @@
 
 #include "backings/backing.hpp"
 #include "engine/step_listeners.hpp"
+#include "engine/tag_table.hpp"
 #include "engine/thread_cache.hpp"
 
 namespace plimsoll::engine {
@@ -51,7 +52,7 @@ Participants& participants() {
   return *registry;
 }
 
-std::atomic<bool> preparing{false}, locking_backings{false}, locking_members{false};
+std::atomic<bool> preparing{false}, locking_backings{false}, locking_members{false}, locking_tags{false};
 
 void lock_outer() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
   OuterLocks& registry = outer_locks();
@@ -120,9 +121,18 @@ void prepare() {
   ThreadCaches::prepare_fork();
   lock_devices();
   lock_participant_members();
+  // A leaf: intern_tag and tag_name take nothing under it, and are called under a device's or a recording's lock.
+  locking_tags.store(true, std::memory_order_release);
+  lock_tag_table_for_fork();
+}
+
+void unlock_tags() {
+  unlock_tag_table_after_fork();
+  locking_tags.store(false, std::memory_order_release);
 }
 
 void parent() {
+  unlock_tags();
   unlock_devices();
   ThreadCaches::parent_after_fork();
   unlock_participants();
@@ -132,6 +142,7 @@ void parent() {
 }
 
 void child() {
+  unlock_tags();
   unlock_devices();
   ThreadCaches::child_after_fork();
   unlock_participants();
@@ -148,6 +159,7 @@ void install_fork_handlers() {
     // Every registry the handlers walk is made here: made at its first use inside fork(), it would allocate there.
     ThreadCaches::make_fork_list();
     make_step_listeners_for_fork();
+    make_tag_table_for_fork();
     (void)device_locks();
     (void)participants();
     (void)outer_locks();
@@ -191,6 +203,8 @@ void register_fork_participant(ForkParticipant& participant) {
 bool fork_locking_participant_members() noexcept { return locking_members.load(std::memory_order_acquire); }
 
 bool fork_locking_backings() noexcept { return locking_backings.load(std::memory_order_acquire); }
+
+bool fork_locking_tag_table() noexcept { return locking_tags.load(std::memory_order_acquire); }
 
 bool fork_preparing() noexcept { return preparing.load(std::memory_order_acquire); }
 

@@ -21,8 +21,10 @@
 //      upstream, which a thread under another device's lock may wait for. A backing reached twice (shared) is
 //      locked once (Backing counts);
 //   5. every fork participant's members (each open recording's lock, taken under a device lock by every observed
-//      event).
-// After the fork, both sides: the devices' locks and their registry, the fronts (in the child, lowering every held
+//      event);
+//   6. the tag table's mutex (engine/tag_table.hpp), a leaf that intern_tag and tag_name take under a device's or
+//      a recording's lock or alone.
+// After the fork, both sides: the tag table, the devices' locks and their registry, the fronts (in the child, lowering every held
 // owner's operation flag: only the forking thread exists there), the participants, the step registry, then the
 // outer locks and their registry. A
 // device joins the registry at its construction and leaves it first thing in its destruction; the preparation
@@ -80,6 +82,10 @@ bool fork_locking_participant_members() noexcept;
 /// until its handlers after the fork ran. A seam for tests: a thread parked holding a backing's lock (no device
 /// lock) is released once the preparation waits for it.
 bool fork_locking_backings() noexcept;
+
+/// True from when a fork()'s preparation starts taking the tag table's mutex (step 6) until its handlers after the
+/// fork released it. A seam for tests: a thread parked inside intern_tag is released once the preparation asks.
+bool fork_locking_tag_table() noexcept;
 
 /// True from the start of a fork()'s preparation until its handlers after the fork have run. A seam for tests: a
 /// thread that holds a device lock, parked inside a backing call, polls it to let the preparation take the lock.
