@@ -35,7 +35,7 @@ DeviceLocks& device_locks() {
 // The outer locks (step 0), in the order they registered. Never destroyed, like the devices' registry.
 struct OuterLocks {
   std::mutex mutex;
-  std::vector<std::mutex*> locks;
+  std::vector<OuterForkLock*> locks;
 };
 OuterLocks& outer_locks() {
   static auto* const registry = new OuterLocks;
@@ -57,12 +57,12 @@ std::atomic<bool> preparing{false}, locking_backings{false}, locking_members{fal
 void lock_outer() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
   OuterLocks& registry = outer_locks();
   registry.mutex.lock();
-  for (std::mutex* lock : registry.locks) lock->lock();
+  for (OuterForkLock* lock : registry.locks) lock->lock_for_fork();
 }
 
 void unlock_outer() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
   OuterLocks& registry = outer_locks();
-  for (auto lock = registry.locks.rbegin(); lock != registry.locks.rend(); ++lock) (*lock)->unlock();
+  for (auto lock = registry.locks.rbegin(); lock != registry.locks.rend(); ++lock) (*lock)->unlock_after_fork();
   registry.mutex.unlock();
 }
 
@@ -180,14 +180,14 @@ void unregister_device_lock(util::SpinLock& lock) {
   std::erase_if(registry.locks, [&lock](const DeviceLock& device) { return device.lock == &lock; });
 }
 
-void register_outer_fork_lock(std::mutex& lock) {
+void register_outer_fork_lock(OuterForkLock& lock) {
   install_fork_handlers();
   OuterLocks& registry = outer_locks();
   const std::lock_guard guard(registry.mutex);
   registry.locks.push_back(&lock);
 }
 
-void unregister_outer_fork_lock(std::mutex& lock) {
+void unregister_outer_fork_lock(OuterForkLock& lock) {
   OuterLocks& registry = outer_locks();
   const std::lock_guard guard(registry.mutex);
   std::erase(registry.locks, &lock);

@@ -5,7 +5,8 @@
 // both sides after, in the engine's one lock order (docs/engine.md, "Threads", fork()):
 //   0. the outer locks' registry, then every outer lock (a layer above whose lock is held while it makes devices,
 //      configures them and listens for steps: the runtime's mutex, which Runtime::device takes at a child's first
-//      allocation through the runtime); nothing takes one under any lock below;
+//      allocation through the runtime); nothing takes one under any lock below. One the forking thread holds (a
+//      driver library forking under Runtime::device's scan) is left to it: it keeps it in the child too;
 //   1. the step listeners' registry (engine/step_listeners.hpp), which announce_step holds while it takes device
 //      locks (across a pack: up to a second); nothing takes it under a front's or a device's lock, and taken first
 //      it stalls no front thread while the preparation waits for it;
@@ -32,6 +33,7 @@
 // device that left is never touched.
 #include <mutex>
 
+#include "engine/outer_fork_lock.hpp"
 #include "util/spin_lock.hpp"
 
 namespace plimsoll::backings {
@@ -51,9 +53,10 @@ void unregister_device_lock(util::SpinLock& lock);
 
 /// A lock of a layer above the engine, taken first of all around every fork() (step 0) from registration until
 /// unregistration: a lock held while devices are made or configured (so while their locks are registered, the step
-/// listeners joined, device locks taken), never taken under an engine lock. Not called with it held.
-void register_outer_fork_lock(std::mutex& lock);
-void unregister_outer_fork_lock(std::mutex& lock);
+/// listeners joined, device locks taken), never taken under an engine lock. Not called with it held. A thread that
+/// forks while holding it keeps it (OuterForkLock records its owner): the preparation does not take it again.
+void register_outer_fork_lock(OuterForkLock& lock);
+void unregister_outer_fork_lock(OuterForkLock& lock);
 
 /// A layer above the engine whose locks a fork() must hold too (telemetry's recordings: the engine cannot include
 /// them). Its hooks run inside fork(): they allocate nothing and throw nothing.
