@@ -15,6 +15,8 @@
 
 #include "backings/backing_adaptor.hpp"
 #include "backings/sim_backing.hpp"
+#include "engine/heap.hpp"
+#include "engine/plan_follower.hpp"
 #include "plimsoll/allocator.hpp"
 #include "plimsoll/oom.hpp"
 #include "plimsoll/recording.hpp"
@@ -311,6 +313,78 @@ TEST(EngineAllocatorFaults, AStepObservationOutOfHostMemoryLeavesTheStepUnobserv
     device.deallocate(b);
   }
   EXPECT_GT(device.stats().step_plan.followed, 0u) << "the steps after the unobserved one follow a plan";
+}
+
+
+// A planned request whose fixed placement declines for want of host memory (the heap's books cannot grow) is
+// declined at once: it is not over the limit, and best fit needs the same books. Before, it counted `over_limit`,
+// bumped the step's fallbacks and asked best fit, which declined again. The books are brought to their edge by
+// small blocks placed far above the plan, in granules mapped beforehand, until one declines for host memory.
+TEST(EngineAllocatorFaults, APlannedRequestOutOfHostMemoryDeclinesWithoutFallingBack) {
+  SKIP_UNLESS_NEW_CAN_FAIL();
+  backings::SimBacking sim(8ull << 30);
+  engine::HeapOptions options;
+  options.limit = 1ull << 30;
+  engine::Heap heap(sim, options);
+  engine::PlanFollower follower(heap);
+  const auto step = [&] {
+    const std::uint64_t a = follower.allocate(16 * MiB, 1), b = follower.allocate(16 * MiB, 1);
+    ASSERT_NE(a, 0u);
+    ASSERT_NE(b, 0u);
+    for (const std::uint64_t addr : {a, b}) {
+      engine::Heap::Freed freed;
+      ASSERT_TRUE(heap.deallocate(addr, freed));
+      follower.freed(addr, freed.size);
+    }
+  };
+  const auto boundary = [&] {
+    std::unique_ptr<engine::PackJob> job = follower.begin_boundary();
+    if (job != nullptr) {
+      job->pack();
+      follower.finish_boundary(std::move(job));
+    }
+  };
+  boundary();
+  for (int i = 0; i < 40 && follower.stats().followed == 0; ++i) {
+    ASSERT_NO_FATAL_FAILURE(step());
+    boundary();
+  }
+  ASSERT_GT(follower.stats().followed, 0u) << "a plan is followed";
+  // Granules mapped far above the plan, left cached after the free.
+  const std::uint64_t region = heap.base() + 512 * MiB;
+  const std::uint64_t mapped = heap.allocate_at(region, 8 * MiB, 3);
+  ASSERT_EQ(mapped, region);
+  {
+    engine::Heap::Freed freed;
+    ASSERT_TRUE(heap.deallocate(mapped, freed));
+  }
+  const StepPlanStats before = follower.stats();
+  std::vector<std::uint64_t> ballast;
+  ballast.reserve(2048);  // nothing of the test's own allocates under the failures
+  std::uint64_t declined = 1;
+  {
+    const ScopedFailures failing;
+    for (std::uint64_t i = 0; i < 2048 && declined != 0; ++i) {
+      declined = heap.allocate_at(region + i * 4096, 4096, 3);
+      if (declined != 0) ballast.push_back(declined);
+    }
+    if (declined == 0 && heap.last_failure() == engine::HeapFailure::host_memory) {
+      const std::uint64_t planned = follower.allocate(16 * MiB, 1);  // the plan's first entry
+      EXPECT_EQ(planned, 0u);
+      EXPECT_EQ(heap.last_failure(), engine::HeapFailure::host_memory) << "the reason is kept for the caller";
+    }
+  }
+  ASSERT_EQ(declined, 0u) << "the books reached their edge";
+  ASSERT_EQ(heap.last_failure(), engine::HeapFailure::host_memory);
+  EXPECT_EQ(follower.stats().over_limit, before.over_limit) << "not over the limit: out of host memory";
+  EXPECT_EQ(follower.stats().occupied, before.occupied);
+  for (const std::uint64_t addr : ballast) {
+    engine::Heap::Freed freed;
+    ASSERT_TRUE(heap.deallocate(addr, freed));
+  }
+  const std::uint64_t again = follower.allocate(16 * MiB, 1);  // with host memory, the plan is followed again
+  EXPECT_NE(again, 0u);
+  EXPECT_EQ(follower.stats().followed, before.followed + 1);
 }
 
 }  // namespace

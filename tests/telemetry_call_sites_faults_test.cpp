@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@ namespace {
 thread_local bool in_interpreter = false;
 thread_local std::uint32_t current_line = 0;
 thread_local bool fail_after_describe = false;  // host memory runs out right after the frame's name was made
+thread_local bool describe_throws = false;       // the interpreter's describe() (caller code) throws
 
 bool fake_innermost(InterpreterFrame& frame) noexcept {
   if (!in_interpreter) return false;
@@ -36,6 +38,7 @@ bool fake_innermost(InterpreterFrame& frame) noexcept {
 
 // Longer than a short string's inline room, so copying it allocates.
 std::string fake_describe(const InterpreterFrame& frame) {
+  if (describe_throws) throw std::runtime_error("the interpreter could not name the frame");
   std::string name = "a/long/path/to/the/training/script.py:" + std::to_string(frame.line);
   if (fail_after_describe) t_fail_new = true;
   return name;
@@ -137,6 +140,42 @@ TEST(TelemetryCallSitesFaults, ASiteThatCannotBeNamedAtOnceIsNamedAtClose) {
   const std::vector<std::string> named = allocation_sites(trace);
   ASSERT_EQ(named.size(), 1u);
   EXPECT_EQ(named[0], "a/long/path/to/the/training/script.py:20") << "named at close()";
+}
+
+
+// The interpreter's describe() is caller code: whatever it throws inside the noexcept try_allocate (under the
+// device's lock) leaves the allocation without a call site; only std::bad_alloc was caught before (std::terminate).
+// No operator new failure: runs under a sanitizer too.
+TEST(TelemetryCallSitesFaults, AnInterpreterDescribeThatThrowsLeavesTheSiteOutNotTerminate) {
+  SourceInstalled installed;
+  const std::string path = temp_trace("plimsoll_sites_faults_throw_");
+  {
+    Allocator device(testing_support::sim_device(), std::make_unique<backings::SimBacking>(4ull << 30));
+    device.set_step_plan(false);
+    warm(device);
+    auto recording = Recording::open(path, {.call_sites = true});
+    device.record_to(recording);
+    in_interpreter = true;
+    current_line = 30;
+    describe_throws = true;
+    void* p = device.try_allocate(4096);  // terminated here before
+    describe_throws = false;
+    current_line = 31;
+    void* again = device.allocate(4096);
+    in_interpreter = false;
+    EXPECT_NE(p, nullptr) << "the device had room: only the call site gives way";
+    device.deallocate(p);
+    device.deallocate(again);
+    EXPECT_EQ(device.stats().live_allocations, 0u);
+    device.record_to(nullptr);
+    recording->close();
+  }
+  const Trace trace = read_trace(path);
+  std::filesystem::remove(path);
+  const std::vector<std::string> named = allocation_sites(trace);
+  ASSERT_EQ(named.size(), 2u);
+  EXPECT_EQ(named[0], "") << "no call site when the interpreter could not name it";
+  EXPECT_EQ(named[1], "a/long/path/to/the/training/script.py:31");
 }
 
 }  // namespace

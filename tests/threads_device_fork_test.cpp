@@ -41,14 +41,13 @@ class ParkingBacking final : public backings::OwningBackingAdaptor {
   // host_pages() (stats() calls it without the device lock, under the backing's own): parks holding the backing's
   // lock until the fork's preparation reaches the devices, or the fork is done without it (the code before).
   mutable std::atomic<bool> park_host_pages{false}, pages_parked{false};
-  std::atomic<bool>* preparation_at_devices = nullptr;
 
  private:
   backings::HostPages do_host_pages() const override {
     if (park_host_pages.exchange(false)) {
       pages_parked = true;
       while (!engine::fork_preparing()) std::this_thread::yield();
-      while (engine::fork_preparing() && !preparation_at_devices->load()) std::this_thread::yield();
+      while (engine::fork_preparing() && !engine::fork_locking_backings()) std::this_thread::yield();
     }
     return upstream().host_pages();
   }
@@ -132,33 +131,11 @@ TEST(ThreadsDeviceFork, ForkWhileAnotherThreadHoldsTheDeviceLockLeavesAWorkingCh
   EXPECT_EQ(device.stats().live_allocations, 0u);
 }
 
-// Registered before the device under test, so its backing is taken first: tells the parked thread that the fork's
-// preparation has reached the devices' locks (a seam, where an adaptor's upstream is taken).
-class SignallingForkBacking final : public backings::OwningBackingAdaptor {
- public:
-  SignallingForkBacking() : OwningBackingAdaptor("signalling", std::make_unique<backings::SimBacking>(4ull << 30)) {}
-  std::atomic<bool> reached{false};
-
- private:
-  void do_lock_upstream_for_fork() noexcept override {
-    reached = true;
-    upstream().lock_for_fork();
-  }
-  void do_unlock_upstream_after_fork() noexcept override {
-    upstream().unlock_after_fork();
-    reached = false;
-  }
-};
-
 // Another thread inside the backing's own lock, without the device lock (stats() reads the host pages so, as
 // IdleRelease does on its thread): the fork must take that lock too, or the child's first map or unmap hangs.
 TEST(ThreadsDeviceFork, ForkWhileAnotherThreadHoldsTheBackingLockLeavesAWorkingChild) {
-  util::SpinLock sentinel_lock;
-  SignallingForkBacking sentinel;
-  engine::register_device_lock(sentinel_lock, &sentinel);
   auto owned = std::make_unique<ParkingBacking>();
   ParkingBacking& backing = *owned;
-  backing.preparation_at_devices = &sentinel.reached;
   Allocator device(sim_device(), std::move(owned));
   void* kept = device.allocate(4096, 1);
 
@@ -186,7 +163,6 @@ TEST(ThreadsDeviceFork, ForkWhileAnotherThreadHoldsTheBackingLockLeavesAWorkingC
   while (!reader_done.load()) std::this_thread::yield();
   reader_may_exit = true;
   reader.join();
-  engine::unregister_device_lock(sentinel_lock);
   EXPECT_TRUE(exited) << "the child hung: the backing's lock of a thread that does not exist in it stayed held";
   if (exited) {
     EXPECT_TRUE(WIFEXITED(status));
@@ -278,9 +254,12 @@ TEST(ThreadsDeviceFork, ForkWhileAnotherThreadHoldsABackingsOwnLockLeavesAWorkin
   EXPECT_EQ(device.stats().live_allocations, 0u);
 }
 
-// A device over the faulty backing (its draws' lock, taken inside its backing lock): the child of a fork taken while
-// another thread was inside its map allocates through it (a draw) and sees the planned failure.
-TEST(ThreadsDeviceFork, AForkedChildDrawsThroughTheFaultyBacking) {
+// A smoke test, single-threaded: the child of a fork maps through the faulty backing (a draw, under its draws' lock,
+// which the fork's handlers take and release) and the map is counted. No other thread is parked in a draw: the
+// draws' lock is only ever taken inside the backing's lock, which the fork holds first, so a thread parked there is
+// ForkWhileAnotherThreadHoldsTheBackingLockLeavesAWorkingChild's case; this checks the take and release do not
+// break the backing in the child. (The planned failure, map call 3, is never reached.)
+TEST(ThreadsDeviceFork, AForkedChildMapsThroughTheFaultyBackingSmoke) {
   backings::SimBacking upstream(4ull << 30);
   backings::FaultPlan plan;
   plan.fail_map_call = 3;

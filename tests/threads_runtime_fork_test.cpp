@@ -87,5 +87,115 @@ TEST(ThreadsRuntimeFork, ForkWhileAnotherThreadMakesADeviceUnderTheRuntimeLockLe
   EXPECT_EQ(gpu.stats().live_allocations, 0u);
 }
 
+
+// Two logical devices over one physical backing: each device's backing is a view forwarding to the shared one, so
+// a fork's preparation reaches the shared backing once per view; it locked its std::mutex twice and the forking
+// process hung in fork() itself. A thread allocating on cpu/1 and reading cpu/0's stats (its host pages, without a
+// device lock) meanwhile probes the lock order. The whole scenario runs in a child, so the hang is caught by the
+// deadline instead of hanging the test run.
+TEST(ThreadsRuntimeFork, ForkWithTwoLogicalDevicesOverOneBackingDoesNotHang) {
+  const pid_t scenario = fork();
+  ASSERT_NE(scenario, -1);
+  if (scenario == 0) {
+    Config config;
+    config.log_device_creation = false;
+    config.logical_devices["cpu"] = {LogicalDeviceConfig::sized(1ull << 30), LogicalDeviceConfig::sized(1ull << 30)};
+    Runtime runtime(config);
+    Allocator& first = runtime.device("cpu/0");
+    Allocator& second = runtime.device("cpu/1");
+    void* kept = first.try_allocate(1 << 20, 1);
+    if (kept == nullptr) _exit(10);
+    std::atomic<bool> stop{false};
+    std::thread worker([&] {
+      while (!stop.load()) {
+        void* p = second.try_allocate(1 << 20, 1);
+        if (p != nullptr) second.deallocate(p);
+        (void)first.stats();
+      }
+    });
+    int failed = 0;
+    for (int round = 0; round < 20 && failed == 0; ++round) {
+      const pid_t child = fork();  // hung here before
+      if (child == -1) {
+        failed = 11;
+        break;
+      }
+      if (child == 0) {
+        void* p = second.try_allocate(1 << 20, 1);
+        if (p == nullptr) _exit(2);
+        second.deallocate(p);
+        first.deallocate(first.allocate(4096));
+        _exit(0);
+      }
+      int status = 0;
+      if (!fork_test::child_exited_in_time(child, status) || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        failed = 12;
+    }
+    stop = true;
+    worker.join();
+    first.deallocate(kept);
+    _exit(failed);
+  }
+  int status = 0;
+  const bool exited = fork_test::child_exited_in_time(scenario, status);
+  EXPECT_TRUE(exited) << "fork() hung with two logical devices sharing one backing";
+  if (exited) {
+    EXPECT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "check number " << WEXITSTATUS(status) << " failed";
+  }
+}
+
+
+// A thread that forks while it holds the runtime's mutex (a driver library's fork+exec inside Runtime::device's
+// driver load, GPU scan or backing construction): the preparation took the outer lock again, and the thread
+// deadlocked on itself in fork(). The fake driver's address reservation (called under the runtime's mutex) forks; the
+// grandchild exits at once, as an exec would; the scenario runs in a child, so the hang is caught by the deadline.
+std::atomic<int> fork_inside_reservation_result{-1};
+
+cu::Result forking_reserve(cu::DevicePtr* pointer, std::size_t bytes, std::size_t alignment, cu::DevicePtr hint,
+                           unsigned long long flags) {
+  if (fork_inside_reservation_result.load() == -1) {
+    const pid_t child = fork();  // hung here before: the runtime's mutex, taken again by its own holder
+    if (child == 0) _exit(0);
+    int status = 0;
+    const bool exited = child != -1 && fork_test::child_exited_in_time(child, status);
+    fork_inside_reservation_result = exited && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+  }
+  return real_reserve(pointer, bytes, alignment, hint, flags);
+}
+
+TEST(ThreadsRuntimeFork, AThreadForkingWhileItHoldsTheRuntimeLockDoesNotDeadlock) {
+  const pid_t scenario = fork();
+  ASSERT_NE(scenario, -1);
+  if (scenario == 0) {
+    fake_cuda::Options options;
+    options.capacity_bytes = 256 * fake_cuda::kMiB;
+    fake_cuda::Driver driver(options);
+    cu::Api api = driver.api();
+    real_reserve = api.mem_address_reserve;
+    api.mem_address_reserve = &forking_reserve;
+    Config config;
+    config.log_device_creation = false;
+    Runtime runtime(config);
+    HostInfo host;
+    host.total_ram_bytes = 16ull << 30;
+    host.available_ram_bytes = 8ull << 30;
+    runtime::RuntimeAccess::inject_driver(runtime, api, host);
+    Allocator& gpu = runtime.device("cuda:0");  // the reservation forks under the runtime's mutex
+    if (fork_inside_reservation_result.load() != 0) _exit(2);
+    gpu.deallocate(gpu.allocate(4 << 20));
+    Allocator& cpu = runtime.device("cpu");  // the runtime's mutex was released
+    cpu.deallocate(cpu.allocate(4096));
+    _exit(0);
+  }
+  int status = 0;
+  const bool exited = fork_test::child_exited_in_time(scenario, status);
+  EXPECT_TRUE(exited) << "fork() deadlocked in a thread holding the runtime's mutex";
+  if (exited) {
+    EXPECT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "check number " << WEXITSTATUS(status) << " failed";
+  }
+}
+
 }  // namespace
 }  // namespace plimsoll

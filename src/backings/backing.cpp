@@ -76,15 +76,28 @@ HostPages Backing::host_pages() const {
 }
 
 void Backing::lock_for_fork() noexcept {
-  mutex_.lock();  // NOLINT: released by unlock_after_fork, in the handlers after the fork
+  lock_self_for_fork();
+  lock_rest_for_fork();
+}
+
+// Counted: logical devices' views share one backing, so one fork reaches it once per view (a std::mutex taken
+// twice by one thread deadlocks). Only the forking thread touches the counts, under the handlers' outer registry.
+void Backing::lock_self_for_fork() noexcept {
+  if (fork_self_holds_++ == 0) mutex_.lock();  // NOLINT: released by unlock_after_fork, after the fork
+}
+
+void Backing::lock_rest_for_fork() noexcept {
+  if (fork_rest_holds_++ != 0) return;
   do_lock_upstream_for_fork();
   do_lock_own_for_fork();
 }
 
 void Backing::unlock_after_fork() noexcept {
-  do_unlock_own_after_fork();
-  do_unlock_upstream_after_fork();
-  mutex_.unlock();
+  if (--fork_rest_holds_ == 0) {
+    do_unlock_own_after_fork();
+    do_unlock_upstream_after_fork();
+  }
+  if (--fork_self_holds_ == 0) mutex_.unlock();
 }
 
 }  // namespace plimsoll::backings

@@ -84,8 +84,14 @@ class Backing {
   /// then the backing's own leaf locks: do_lock_own_for_fork) right after the device's lock, and release them all
   /// after the fork, so the child inherits no lock held by a thread that does not exist there (host_pages() takes
   /// the backing's lock outside the device lock; last_driver_error() a CUDA backing's error lock outside both).
-  /// Only from those handlers: nothing else may be held or called meanwhile.
+  /// Only from those handlers: nothing else may be held or called meanwhile. A backing reached more than once in
+  /// one fork (shared by logical devices' views) is locked at its first call and released at its last.
+  /// lock_for_fork() = lock_self_for_fork() then lock_rest_for_fork() (the upstream's, then the own leaf locks):
+  /// the handlers take every device backing's own lock before any upstream's, since a view's host_pages() holds
+  /// the view's lock while it waits for the shared upstream's.
   void lock_for_fork() noexcept;
+  void lock_self_for_fork() noexcept;
+  void lock_rest_for_fork() noexcept;
   void unlock_after_fork() noexcept;
 
  protected:
@@ -129,6 +135,8 @@ class Backing {
   mutable std::mutex mutex_;
   MappingLedger ledger_;                         // guarded by mutex_
   std::atomic<std::uint64_t> mapped_bytes_{0};   // == ledger_.mapped_bytes(), readable without the lock
+  int fork_self_holds_ = 0;  // fork(): times mutex_ was reached in this fork (only the forking thread)
+  int fork_rest_holds_ = 0;  // fork(): times the upstream's and own locks were reached
 };
 
 }  // namespace plimsoll::backings

@@ -9,6 +9,7 @@
 
 #include "backings/backing.hpp"
 #include "engine/step_listeners.hpp"
+#include "engine/tag_table.hpp"
 #include "engine/thread_cache.hpp"
 
 namespace plimsoll::engine {
@@ -34,7 +35,7 @@ DeviceLocks& device_locks() {
 // The outer locks (step 0), in the order they registered. Never destroyed, like the devices' registry.
 struct OuterLocks {
   std::mutex mutex;
-  std::vector<std::mutex*> locks;
+  std::vector<OuterForkLock*> locks;
 };
 OuterLocks& outer_locks() {
   static auto* const registry = new OuterLocks;
@@ -51,17 +52,17 @@ Participants& participants() {
   return *registry;
 }
 
-std::atomic<bool> preparing{false}, locking_members{false};
+std::atomic<bool> preparing{false}, locking_backings{false}, locking_members{false}, locking_tags{false};
 
 void lock_outer() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
   OuterLocks& registry = outer_locks();
   registry.mutex.lock();
-  for (std::mutex* lock : registry.locks) lock->lock();
+  for (OuterForkLock* lock : registry.locks) lock->lock_for_fork();
 }
 
 void unlock_outer() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
   OuterLocks& registry = outer_locks();
-  for (auto lock = registry.locks.rbegin(); lock != registry.locks.rend(); ++lock) (*lock)->unlock();
+  for (auto lock = registry.locks.rbegin(); lock != registry.locks.rend(); ++lock) (*lock)->unlock_after_fork();
   registry.mutex.unlock();
 }
 
@@ -87,18 +88,23 @@ void unlock_participants() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
 void lock_devices() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
   DeviceLocks& registry = device_locks();
   registry.mutex.lock();
-  for (const DeviceLock& device : registry.locks) {
-    device.lock->lock();
-    if (device.backing != nullptr) device.backing->lock_for_fork();
-  }
+  // Every device lock before any backing's: logical devices share one backing, and a thread holding a later
+  // device's lock waits inside map() for the shared backing's lock. Then every device backing's own lock before
+  // any upstream's: a view's host_pages() (no device lock) holds the view's lock while it waits for the shared one.
+  for (const DeviceLock& device : registry.locks) device.lock->lock();
+  locking_backings.store(true, std::memory_order_release);
+  for (const DeviceLock& device : registry.locks)
+    if (device.backing != nullptr) device.backing->lock_self_for_fork();
+  for (const DeviceLock& device : registry.locks)
+    if (device.backing != nullptr) device.backing->lock_rest_for_fork();
 }
 
 void unlock_devices() PLIMSOLL_NO_THREAD_SAFETY_ANALYSIS {
   DeviceLocks& registry = device_locks();
-  for (auto device = registry.locks.rbegin(); device != registry.locks.rend(); ++device) {
+  for (auto device = registry.locks.rbegin(); device != registry.locks.rend(); ++device)
     if (device->backing != nullptr) device->backing->unlock_after_fork();
-    device->lock->unlock();
-  }
+  locking_backings.store(false, std::memory_order_release);
+  for (auto device = registry.locks.rbegin(); device != registry.locks.rend(); ++device) device->lock->unlock();
   registry.mutex.unlock();
 }
 
@@ -115,9 +121,18 @@ void prepare() {
   ThreadCaches::prepare_fork();
   lock_devices();
   lock_participant_members();
+  // A leaf: intern_tag and tag_name take nothing under it, and are called under a device's or a recording's lock.
+  locking_tags.store(true, std::memory_order_release);
+  lock_tag_table_for_fork();
+}
+
+void unlock_tags() {
+  unlock_tag_table_after_fork();
+  locking_tags.store(false, std::memory_order_release);
 }
 
 void parent() {
+  unlock_tags();
   unlock_devices();
   ThreadCaches::parent_after_fork();
   unlock_participants();
@@ -127,6 +142,7 @@ void parent() {
 }
 
 void child() {
+  unlock_tags();
   unlock_devices();
   ThreadCaches::child_after_fork();
   unlock_participants();
@@ -143,6 +159,7 @@ void install_fork_handlers() {
     // Every registry the handlers walk is made here: made at its first use inside fork(), it would allocate there.
     ThreadCaches::make_fork_list();
     make_step_listeners_for_fork();
+    make_tag_table_for_fork();
     (void)device_locks();
     (void)participants();
     (void)outer_locks();
@@ -163,14 +180,14 @@ void unregister_device_lock(util::SpinLock& lock) {
   std::erase_if(registry.locks, [&lock](const DeviceLock& device) { return device.lock == &lock; });
 }
 
-void register_outer_fork_lock(std::mutex& lock) {
+void register_outer_fork_lock(OuterForkLock& lock) {
   install_fork_handlers();
   OuterLocks& registry = outer_locks();
   const std::lock_guard guard(registry.mutex);
   registry.locks.push_back(&lock);
 }
 
-void unregister_outer_fork_lock(std::mutex& lock) {
+void unregister_outer_fork_lock(OuterForkLock& lock) {
   OuterLocks& registry = outer_locks();
   const std::lock_guard guard(registry.mutex);
   std::erase(registry.locks, &lock);
@@ -184,6 +201,10 @@ void register_fork_participant(ForkParticipant& participant) {
 }
 
 bool fork_locking_participant_members() noexcept { return locking_members.load(std::memory_order_acquire); }
+
+bool fork_locking_backings() noexcept { return locking_backings.load(std::memory_order_acquire); }
+
+bool fork_locking_tag_table() noexcept { return locking_tags.load(std::memory_order_acquire); }
 
 bool fork_preparing() noexcept { return preparing.load(std::memory_order_acquire); }
 

@@ -107,6 +107,9 @@ std::uint64_t PlanFollower::allocate(std::uint64_t bytes, std::uint16_t tag) {
     observe(addr, size);
     return addr;
   }
+  // Out of host memory for the heap's books: best fit would need the same books (it declines too), and the range
+  // was not over the limit. Declined at once, the reason kept for the caller.
+  if (heap_.last_failure() == HeapFailure::host_memory) [[unlikely]] return 0;
   return fall_back(bytes, tag,
                    heap_.last_failure() == HeapFailure::occupied ? &StepPlanStats::occupied : &StepPlanStats::over_limit);
 }

@@ -43,7 +43,8 @@ struct Runtime::Impl {
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
 
-  mutable std::mutex mutex;
+  // An OuterForkLock: a driver library may fork+exec while device_locked holds it (the driver's load, the scan).
+  mutable engine::OuterForkLock mutex;
   Config config;
   std::optional<runtime::Hardware> hardware;
   // The driver the GPU scan used, kept to allocate from the GPUs it listed; absent when none loaded (or the

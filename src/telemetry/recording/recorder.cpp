@@ -142,7 +142,7 @@ void Recording::Impl::name_new_sites(std::uint32_t newest) noexcept {
       if (id >= sites_written_.size()) sites_written_.resize(static_cast<std::size_t>(id) + 1, false);
       sites_written_[id] = true;
       write_string_locked(telemetry::binary::StringTable::site, id, name);
-    } catch (const std::bad_alloc&) {
+    } catch (...) {  // std::bad_alloc, or what the interpreter's describe() (caller code) throws
     }
   }
 }

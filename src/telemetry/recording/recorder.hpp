@@ -50,13 +50,14 @@ struct Recording::Impl {
   /// The calling stack's id (0 when none could be captured). Frames inside plimsoll stay in the stack: they are
   /// skipped when the site is named, which keeps the hot path a bare stack walk.
   /// Called inside a device's noexcept try_allocate, under its lock: out of host memory for a new stack's record the
-  /// allocation goes on without a call site (0; the call sites keep nothing half made), and a new interpreter site
-  /// whose name cannot be made now is named at close() instead.
+  /// allocation goes on without a call site (0; the call sites keep nothing half made), as it does when the
+  /// interpreter's describe() (caller code) throws anything, and a new interpreter site whose name cannot be made
+  /// now is named at close() instead.
   std::uint32_t capture_call_site() noexcept {
     std::uint32_t site = 0;
     try {
       site = call_sites_->capture();
-    } catch (const std::bad_alloc&) {
+    } catch (...) {  // std::bad_alloc, or anything the interpreter's describe() (caller code) throws
       return 0;
     }
     if (site > newest_site_seen_.load(std::memory_order_relaxed)) [[unlikely]] name_new_sites(site);
