@@ -13,10 +13,7 @@ CudaStreamEvents::CudaStreamEvents(const cu::Api& api, const CudaPrimaryContext&
 
 void CudaStreamEvents::fail(const char* call, cu::Result result) noexcept {
   try {
-    const std::lock_guard lock(error_mutex_);
-    const bool first = last_error_.empty();
-    last_error_ = fmt::format("CUDA device {}: {} failed: {}", context_.device(), call, api_.error_name(result));
-    if (first) std::fprintf(stderr, "plimsoll: %s (waiting for the whole device instead)\n", last_error_.c_str());
+    error_.keep(fmt::format("CUDA device {}: {} failed: {}", context_.device(), call, api_.error_name(result)));
   } catch (...) {  // no host memory for the message: the fallback that follows still runs
   }
 }
@@ -76,8 +73,7 @@ void CudaStreamEvents::synchronize_device() noexcept {
 }
 
 std::string CudaStreamEvents::last_error() const {
-  const std::lock_guard lock(error_mutex_);
-  return last_error_;
+  return error_.last();
 }
 
 }  // namespace plimsoll::backings

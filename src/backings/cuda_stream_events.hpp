@@ -4,10 +4,10 @@
 // caller's own context stays as it was). Thread-safe: the driver calls are, and the rest is atomics and a
 // mutex around the last error.
 #include <atomic>
-#include <mutex>
 #include <string>
 
 #include "backings/cuda_context.hpp"
+#include "backings/driver_error_note.hpp"
 #include "backings/stream_events.hpp"
 #include "devices/cuda_driver.hpp"
 
@@ -33,8 +33,8 @@ class CudaStreamEvents final : public StreamEvents {
 
   /// fork(): the error's lock (a leaf: last_error() takes it without the device lock), from the owning backing's
   /// Backing::do_lock_own_for_fork.
-  void lock_for_fork() const noexcept { error_mutex_.lock(); }  // NOLINT: released by unlock_after_fork
-  void unlock_after_fork() const noexcept { error_mutex_.unlock(); }
+  void lock_for_fork() const noexcept { error_.lock_for_fork(); }
+  void unlock_after_fork() const noexcept { error_.unlock_after_fork(); }
 
  private:
   /// Pushes the context; false (with the error kept) when the driver refuses.
@@ -45,8 +45,7 @@ class CudaStreamEvents final : public StreamEvents {
   const cuda_driver::Api& api_;
   const CudaPrimaryContext& context_;
   std::atomic<bool> unordered_frees_{false};
-  mutable std::mutex error_mutex_;
-  std::string last_error_;  // guarded by error_mutex_
+  DriverErrorNote error_{"", "waiting for the whole device instead"};
 };
 
 }  // namespace plimsoll::backings

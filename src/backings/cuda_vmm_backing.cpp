@@ -137,11 +137,8 @@ bool CudaVmmBacking::do_map(std::uintptr_t addr, std::uint64_t bytes) {
     // No stream can be using granules mapped a moment ago, so no synchronization is needed first.
     for (std::uint64_t done = 0; done < offset; done += granule) unmap_granule(addr + done);
     if (result != cu::kErrorOutOfMemory) {
-      const std::lock_guard lock(error_mutex_);
-      const bool first = last_driver_error_.empty();
-      last_driver_error_ = fmt::format("CUDA device {}: {} of a {} granule at {:#x} failed: {}", context_->device(),
-                                       failed_call, format_size(granule), addr + offset, api_.error_name(result));
-      if (first) std::fprintf(stderr, "plimsoll: %s (reported as out of memory)\n", last_driver_error_.c_str());
+      error_.keep(fmt::format("CUDA device {}: {} of a {} granule at {:#x} failed: {}", context_->device(), failed_call,
+                              format_size(granule), addr + offset, api_.error_name(result)));
     }
     return false;
   }
@@ -162,10 +159,7 @@ void CudaVmmBacking::do_unmap(std::uintptr_t addr, std::uint64_t bytes) noexcept
   for (std::uint64_t offset = 0; offset < bytes; offset += granularity()) unmap_granule(addr + offset);
 }
 
-std::string CudaVmmBacking::last_driver_error() const {
-  const std::lock_guard lock(error_mutex_);
-  return last_driver_error_;
-}
+std::string CudaVmmBacking::last_driver_error() const { return error_.last(); }
 
 BackingMemory CudaVmmBacking::do_memory() const { return context_->memory(); }
 

@@ -6,7 +6,6 @@
 // the heap unmaps whatever granules it trims, in any grouping, and only per-granule mappings allow that.
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 
@@ -14,6 +13,7 @@
 #include "backings/cuda_context.hpp"
 #include "backings/cuda_device_copy.hpp"
 #include "backings/cuda_stream_events.hpp"
+#include "backings/driver_error_note.hpp"
 #include "devices/cuda_driver.hpp"
 
 namespace plimsoll::backings {
@@ -60,12 +60,12 @@ class CudaVmmBacking final : public Backing {
   DeviceCopy* do_device_copy() noexcept override { return copy_.get(); }
   /// fork(): the error's lock (last_driver_error() takes it without the backing's lock), then the events'.
   void do_lock_own_for_fork() noexcept override {
-    error_mutex_.lock();  // NOLINT: released by do_unlock_own_after_fork
+    error_.lock_for_fork();
     if (events_ != nullptr) events_->lock_for_fork();
   }
   void do_unlock_own_after_fork() noexcept override {
     if (events_ != nullptr) events_->unlock_after_fork();
-    error_mutex_.unlock();
+    error_.unlock_after_fork();
   }
 
   /// cuMemCreate + cuMemMap + cuMemSetAccess of the granule at `addr`, undoing its own steps on failure.
@@ -83,8 +83,7 @@ class CudaVmmBacking final : public Backing {
   // allocation is mapped there and accessible. The value is that allocation, to release at unmap. Guarded by the
   // backing's lock (used in hooks and the destructor only).
   std::unordered_map<std::uintptr_t, cuda_driver::MemHandle> handles_;
-  mutable std::mutex error_mutex_;  // last_driver_error() is read outside the backing's lock
-  std::string last_driver_error_;   // guarded by error_mutex_
+  DriverErrorNote error_{"", "reported as out of memory"};  // last_driver_error() reads it outside the backing's lock
 };
 
 }  // namespace plimsoll::backings

@@ -40,11 +40,8 @@ bool PinnedHostBacking::do_map(std::uintptr_t addr, std::uint64_t bytes) {
     for (std::uint64_t done = 0; done < offset; done += granule)
       api_.mem_host_unregister(reinterpret_cast<void*>(addr + done));
     upstream().unmap(addr, bytes);
-    const std::lock_guard lock(error_mutex_);
-    const bool first = last_driver_error_.empty();
-    last_driver_error_ = fmt::format("cuMemHostRegister of a {} granule at {:#x} failed: {}", format_size(granule),
-                                     addr + offset, api_.error_name(result));
-    if (first) std::fprintf(stderr, "plimsoll: cpu-pinned: %s (reported as out of memory)\n", last_driver_error_.c_str());
+    error_.keep(fmt::format("cuMemHostRegister of a {} granule at {:#x} failed: {}", format_size(granule),
+                            addr + offset, api_.error_name(result)));
     return false;
   }
   return true;
@@ -69,9 +66,6 @@ std::string PinnedHostBacking::do_describe() const {
   return fmt::format("pinned host memory (cuMemHostRegister, granularity {})", format_size(granularity()));
 }
 
-std::string PinnedHostBacking::last_driver_error() const {
-  const std::lock_guard lock(error_mutex_);
-  return last_driver_error_;
-}
+std::string PinnedHostBacking::last_driver_error() const { return error_.last(); }
 
 }  // namespace plimsoll::backings

@@ -6,12 +6,12 @@
 // CUDA context's events: the engine's stream-ordered reuse keeps a buffer whose copy is pending from being reused.
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "backings/backing_adaptor.hpp"
 #include "backings/cuda_context.hpp"
 #include "backings/cuda_stream_events.hpp"
+#include "backings/driver_error_note.hpp"
 #include "backings/granules.hpp"
 #include "backings/host_backing.hpp"
 #include "devices/cuda_driver.hpp"
@@ -38,19 +38,18 @@ class PinnedHostBacking final : public OwningBackingAdaptor {
   StreamEvents* do_stream_events() noexcept override { return events_.get(); }
   /// fork(): the error's lock (last_driver_error() takes it without the backing's lock), then the events'.
   void do_lock_own_for_fork() noexcept override {
-    error_mutex_.lock();  // NOLINT: released by do_unlock_own_after_fork
+    error_.lock_for_fork();
     if (events_ != nullptr) events_->lock_for_fork();
   }
   void do_unlock_own_after_fork() noexcept override {
     if (events_ != nullptr) events_->unlock_after_fork();
-    error_mutex_.unlock();
+    error_.unlock_after_fork();
   }
 
   const cuda_driver::Api& api_;
   const CudaPrimaryContext context_;
   const std::unique_ptr<CudaStreamEvents> events_;  // after context_, which it uses
-  mutable std::mutex error_mutex_;  // last_driver_error() is read outside the backing's lock
-  std::string last_driver_error_;   // guarded by error_mutex_
+  DriverErrorNote error_{"cpu-pinned: ", "reported as out of memory"};  // read outside the backing's lock
 };
 
 }  // namespace plimsoll::backings
