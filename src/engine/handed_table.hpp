@@ -86,19 +86,21 @@ class HandedTable {
   /// Sets addr's word, marking its region first when it is not (a load of a hot summary word, so every path that
   /// hands a block out keeps the invariant by itself); false when no leaf could be made (the caller declines).
   bool set(std::uint64_t addr, std::uint64_t w) {
-    if (!prepare(addr, wide(requested(w)))) return false;
-    set_prepared(find_leaf(addr), addr, w);
+    std::uint64_t* leaf = prepared(addr, wide(requested(w)));
+    if (leaf == nullptr) return false;
+    set_prepared(leaf, addr, w);  // in the leaf prepared() made or found: no second walk
     return true;
   }
   /// Makes ready for set_prepared a block starting at addr, before it is ever handed out: its leaf made and its
   /// region marked (plain, or `wide` for a block over 64 KiB). False when no leaf could be made. The caches call it
   /// once per block, when the block enters the front from the heap, so a cache hit writes its word with no region
   /// read (docs/engine.md, "Threads": marks never clear, so a block prepared once stays prepared).
-  bool prepare(std::uint64_t addr, bool is_wide) {
+  bool prepare(std::uint64_t addr, bool is_wide) { return prepared(addr, is_wide) != nullptr; }
+  /// prepare(), answering with the block's leaf (nullptr when none could be made).
+  std::uint64_t* prepared(std::uint64_t addr, bool is_wide) {
     std::uint64_t* leaf = addressable(addr) ? leaf_for(addr) : nullptr;
-    if (leaf == nullptr) return false;
-    mark_in(leaf, is_wide ? region_bit(addr) << 1 : region_bit(addr), addr);
-    return true;
+    if (leaf != nullptr) mark_in(leaf, is_wide ? region_bit(addr) << 1 : region_bit(addr), addr);
+    return leaf;
   }
   /// The leaf of an addr prepare() said yes to (never null then).
   std::uint64_t* prepared_leaf(std::uint64_t addr) { return find_leaf(addr); }
