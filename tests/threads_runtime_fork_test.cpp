@@ -35,20 +35,36 @@ cu::Result parking_reserve(cu::DevicePtr* pointer, std::size_t bytes, std::size_
   return real_reserve(pointer, bytes, alignment, hint, flags);
 }
 
+// A quiet runtime over a fake 256 MiB GPU whose address reservations go through `reserve` (the test's seam), which
+// may call real_reserve.
+struct FakeGpuRuntime {
+  explicit FakeGpuRuntime(decltype(cu::Api::mem_address_reserve) reserve)
+      : driver(options()), api(driver.api()), runtime(quiet()) {
+    real_reserve = api.mem_address_reserve;
+    api.mem_address_reserve = reserve;
+    HostInfo host;
+    host.total_ram_bytes = 16ull << 30;
+    host.available_ram_bytes = 8ull << 30;
+    runtime::RuntimeAccess::inject_driver(runtime, api, host);
+  }
+  static fake_cuda::Options options() {
+    fake_cuda::Options options;
+    options.capacity_bytes = 256 * fake_cuda::kMiB;
+    return options;
+  }
+  static Config quiet() {
+    Config config;
+    config.log_device_creation = false;
+    return config;
+  }
+  fake_cuda::Driver driver;
+  cu::Api api;
+  Runtime runtime;
+};
+
 TEST(ThreadsRuntimeFork, ForkWhileAnotherThreadMakesADeviceUnderTheRuntimeLockLeavesAWorkingChild) {
-  fake_cuda::Options options;
-  options.capacity_bytes = 256 * fake_cuda::kMiB;
-  fake_cuda::Driver driver(options);
-  cu::Api api = driver.api();
-  real_reserve = api.mem_address_reserve;
-  api.mem_address_reserve = &parking_reserve;
-  Config config;
-  config.log_device_creation = false;
-  Runtime runtime(config);
-  HostInfo host;
-  host.total_ram_bytes = 16ull << 30;
-  host.available_ram_bytes = 8ull << 30;
-  runtime::RuntimeAccess::inject_driver(runtime, api, host);
+  FakeGpuRuntime fake(&parking_reserve);
+  Runtime& runtime = fake.runtime;
 
   std::atomic<bool> maker_done{false}, maker_may_exit{false};
   park_reservation = true;
@@ -168,19 +184,8 @@ TEST(ThreadsRuntimeFork, AThreadForkingWhileItHoldsTheRuntimeLockDoesNotDeadlock
   const pid_t scenario = fork();
   ASSERT_NE(scenario, -1);
   if (scenario == 0) {
-    fake_cuda::Options options;
-    options.capacity_bytes = 256 * fake_cuda::kMiB;
-    fake_cuda::Driver driver(options);
-    cu::Api api = driver.api();
-    real_reserve = api.mem_address_reserve;
-    api.mem_address_reserve = &forking_reserve;
-    Config config;
-    config.log_device_creation = false;
-    Runtime runtime(config);
-    HostInfo host;
-    host.total_ram_bytes = 16ull << 30;
-    host.available_ram_bytes = 8ull << 30;
-    runtime::RuntimeAccess::inject_driver(runtime, api, host);
+    FakeGpuRuntime fake(&forking_reserve);
+    Runtime& runtime = fake.runtime;
     Allocator& gpu = runtime.device("cuda:0");  // the reservation forks under the runtime's mutex
     if (fork_inside_reservation_result.load() != 0) _exit(2);
     gpu.deallocate(gpu.allocate(4 << 20));
