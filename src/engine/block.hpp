@@ -35,30 +35,15 @@ struct Block {
 class BlockPool {
  public:
   BlockIndex make(const Block& block) {
-    if (!vacant_.empty()) {
-      BlockIndex index = vacant_.back();
-      vacant_.pop_back();
-      blocks_[index] = block;
-      --spare_;
-      return index;
-    }
-    if (blocks_.size() == blocks_.capacity()) [[unlikely]] grow(1);  // a make() no ready() prepared: may throw
-    blocks_.push_back(block);
-    --spare_;
-    return static_cast<BlockIndex>(blocks_.size() - 1);
+    const BlockIndex index = take_record();
+    blocks_[index] = block;
+    return index;
   }
   // A free record, written field by field into the pool: a Block built on the stack and copied in is written with
   // narrow stores and read back with wide ones, which the CPU cannot forward (a stall on every split of the heap's
   // warm path).
   BlockIndex make_free(std::uint64_t addr, std::uint64_t size, BlockIndex prev, BlockIndex next, bool small) {
-    BlockIndex index;
-    if (!vacant_.empty()) [[likely]] {
-      index = vacant_.back();
-      vacant_.pop_back();
-    } else {
-      index = append_record();
-    }
-    --spare_;
+    const BlockIndex index = take_record();
     Block& block = blocks_[index];
     block.addr = addr;
     block.size = size;
@@ -108,10 +93,22 @@ class BlockPool {
     spare_ = vacant_.size() + (blocks_.capacity() - blocks_.size());
   }
 
+  // A record for make()/make_free() to fill: a dropped one, else a new one at the end.
+  BlockIndex take_record() {
+    BlockIndex index;
+    if (!vacant_.empty()) [[likely]] {
+      index = vacant_.back();
+      vacant_.pop_back();
+    } else {
+      index = append_record();
+    }
+    --spare_;
+    return index;
+  }
   // Out of line: the heap's flattened hot paths would otherwise inline a vector's reallocation. No Block argument:
   // a temporary would be built on every caller's stack.
   [[gnu::noinline]] BlockIndex append_record() {
-    if (blocks_.size() == blocks_.capacity()) [[unlikely]] grow(1);  // a make_free() no ready() prepared: may throw
+    if (blocks_.size() == blocks_.capacity()) [[unlikely]] grow(1);  // a make() no ready() prepared: may throw
     blocks_.emplace_back();
     return static_cast<BlockIndex>(blocks_.size() - 1);
   }
