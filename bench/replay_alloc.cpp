@@ -191,8 +191,8 @@ int main(int argc, char** argv) {
   Options options;
   CLI::App app{"Replays an allocation trace against one allocator; prints one JSON line of timings and memory."};
   app.add_option("--allocator", options.allocator, "plimsoll-on_demand, plimsoll-preallocate or malloc "
-                 "(posix_memalign(64)/free; preload jemalloc or mimalloc to measure those), or none (no allocator: what the "
-                 "harness itself costs per operation)")
+                 "(posix_memalign(64)/free; preload jemalloc or mimalloc to measure those), or none "
+                 "(no allocator: what the harness itself costs per operation)")
       ->required()
       ->check(CLI::IsMember({"plimsoll-on_demand", "plimsoll-preallocate", "malloc", "none"}));
   app.add_option("--trace", options.trace_path, "trace file (format: ../shared/traces/README.md)")

@@ -43,7 +43,11 @@ mimalloc_path=""
 for allocator in "${allocators[@]}"; do
   case "$allocator" in
     glibc | plimsoll-on_demand | plimsoll-preallocate | plimsoll-on_demand+cache) ;;
-    harness) [[ "${TOUCH:-1}" == 0 ]] || { echo "error: the harness allocator hands out fake addresses; set TOUCH=0" >&2; exit 1; } ;;
+    harness)
+      if [[ "${TOUCH:-1}" != 0 ]]; then
+        echo "error: the harness allocator hands out fake addresses, which --touch cannot write; set TOUCH=0" >&2
+        exit 1
+      fi ;;
     plimsoll-on_demand+record | plimsoll-on_demand+record+sites) ;;
     jemalloc) preload_path libjemalloc.so.2 && jemalloc_path="$PRELOAD_PATH" ;;
     mimalloc) preload_path libmimalloc.so.2 && mimalloc_path="$PRELOAD_PATH" ;;

@@ -409,7 +409,8 @@ struct ThreadSlots {
 PLIMSOLL_INITIAL_EXEC thread_local ThreadSlots t_slots;
 PLIMSOLL_INITIAL_EXEC thread_local std::uint64_t t_last_id = 0;
 PLIMSOLL_INITIAL_EXEC thread_local ThreadCache* t_last = nullptr;
-PLIMSOLL_INITIAL_EXEC thread_local bool t_exiting = false;  // after ThreadSlots is gone: the front steps aside for this thread
+// After ThreadSlots is gone: the front steps aside for this thread.
+PLIMSOLL_INITIAL_EXEC thread_local bool t_exiting = false;
 #undef PLIMSOLL_INITIAL_EXEC
 
 ThreadSlots::~ThreadSlots() {
