@@ -2,6 +2,7 @@
 // The allocators a benchmark compares, behind one tiny interface so the replay loop calls each directly
 // (a template parameter, not a virtual call: the call itself is part of what is measured).
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <new>
 
@@ -20,6 +21,20 @@ struct MallocTarget {
     return ptr;
   }
   void deallocate(void* ptr) noexcept { std::free(ptr); }
+};
+
+/// No allocator at all: what the replay harness itself costs per operation (reading the trace's events, keeping the
+/// live pointers, a call into a function the compiler cannot see through and its return), beside which an
+/// allocator's mean is its own work plus this. Hands out distinct fake addresses, so --touch cannot run with it.
+struct EmptyTarget {
+  [[gnu::noinline]] void* allocate(std::size_t bytes) {
+    next_ += 256;
+    asm volatile("" : : "r"(bytes) : "memory");  // the call stays a call, as an allocator's would
+    return reinterpret_cast<void*>(next_);
+  }
+  [[gnu::noinline]] void deallocate(void* ptr) noexcept { asm volatile("" : : "r"(ptr) : "memory"); }
+
+  std::uintptr_t next_ = 1ull << 40;
 };
 
 struct PlimsollTarget {

@@ -128,6 +128,19 @@ nlohmann::json report(const Options& options, const plimsoll::Trace& trace, cons
 int run(const Options& options) {
   const plimsoll::Trace trace = plimsoll::read_trace(options.trace_path);
 
+  if (options.allocator == "none") {
+    if (options.touch)
+      throw std::runtime_error("--allocator none hands out fake addresses, which --touch cannot write; drop --touch");
+    plimsoll::bench::EmptyTarget target;
+    const std::uint64_t baseline = plimsoll::bench::current_rss_bytes();
+    const Measurement m = measure(trace, target, options);
+    nlohmann::json line = report(options, trace, m, baseline);
+    line["peak_reserved"] = nullptr;
+    line["peak_live"] = nullptr;
+    std::cout << line.dump() << '\n';
+    return 0;
+  }
+
   if (options.allocator == "malloc") {
     plimsoll::bench::MallocTarget target;
     const std::uint64_t baseline = plimsoll::bench::current_rss_bytes();
@@ -178,9 +191,10 @@ int main(int argc, char** argv) {
   Options options;
   CLI::App app{"Replays an allocation trace against one allocator; prints one JSON line of timings and memory."};
   app.add_option("--allocator", options.allocator, "plimsoll-on_demand, plimsoll-preallocate or malloc "
-                 "(posix_memalign(64)/free; preload jemalloc or mimalloc to measure those)")
+                 "(posix_memalign(64)/free; preload jemalloc or mimalloc to measure those), or none "
+                 "(no allocator: what the harness itself costs per operation)")
       ->required()
-      ->check(CLI::IsMember({"plimsoll-on_demand", "plimsoll-preallocate", "malloc"}));
+      ->check(CLI::IsMember({"plimsoll-on_demand", "plimsoll-preallocate", "malloc", "none"}));
   app.add_option("--trace", options.trace_path, "trace file (format: ../shared/traces/README.md)")
       ->required()
       ->check(CLI::ExistingFile);

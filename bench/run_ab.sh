@@ -11,7 +11,9 @@
 # WHAT=threads also reads THREADS (thread counts, default "2 4") and MAX_BYTES (only the trace's sizes up to this
 # many bytes, default 1048576: 65536 measures the caches' small path alone).
 # Prints a markdown table of medians over the processes (replay: mean / p50 / p99 ns; threads: ops/s and the
-# ratio to jemalloc). CACHE sets the replay's per-thread cache bytes (default 8 MiB; CACHE=0: the heap path alone).
+# ratio to jemalloc). CACHE sets the replay's per-thread cache bytes (default 8 MiB; CACHE=0: the heap path alone);
+# REPS the replay's warm passes a process (default 10; GPT's trace is 3,956 operations, so REPS=100 weighs its
+# first passes' warm-up less).
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -67,7 +69,7 @@ for ((process = 1; process <= processes; process++)); do
     for side in A B; do
       "${!side}/bench/plimsoll_replay_bench" --allocator plimsoll-on_demand --thread-cache "${CACHE:-$((8 << 20))}" \
         --trace "$trace" \
-        --reps 10 --label "$side" >>"$results"
+        --reps "${REPS:-10}" --label "$side" >>"$results"
     done
   done
 done

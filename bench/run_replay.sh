@@ -7,7 +7,8 @@
 #   PROCESSES (runs per trace and allocator, default 5), PASSES (warm passes per process, default 10),
 #   ALLOCATORS (default "glibc jemalloc mimalloc plimsoll-on_demand plimsoll-preallocate"; also
 #   plimsoll-on_demand+cache, with per-thread caches; plimsoll-on_demand+record and
-#   plimsoll-on_demand+record+sites, which record every event), TOUCH (1: --touch,
+#   plimsoll-on_demand+record+sites, which record every event; harness: no allocator, what the replay loop itself
+#   costs per operation, only with TOUCH=0), TOUCH (1: --touch,
 #   default 1), RESULTS (JSON lines file, default $BUILD_DIR/replay-results.jsonl).
 set -euo pipefail
 
@@ -42,12 +43,17 @@ mimalloc_path=""
 for allocator in "${allocators[@]}"; do
   case "$allocator" in
     glibc | plimsoll-on_demand | plimsoll-preallocate | plimsoll-on_demand+cache) ;;
+    harness)
+      if [[ "${TOUCH:-1}" != 0 ]]; then
+        echo "error: the harness allocator hands out fake addresses, which --touch cannot write; set TOUCH=0" >&2
+        exit 1
+      fi ;;
     plimsoll-on_demand+record | plimsoll-on_demand+record+sites) ;;
     jemalloc) preload_path libjemalloc.so.2 && jemalloc_path="$PRELOAD_PATH" ;;
     mimalloc) preload_path libmimalloc.so.2 && mimalloc_path="$PRELOAD_PATH" ;;
     *) echo "error: unknown allocator '$allocator' in ALLOCATORS; use glibc jemalloc mimalloc" \
          "plimsoll-on_demand plimsoll-preallocate plimsoll-on_demand+cache plimsoll-on_demand+record" \
-         "plimsoll-on_demand+record+sites" >&2
+         "plimsoll-on_demand+record+sites harness" >&2
        exit 1 ;;
   esac
 done
@@ -57,6 +63,7 @@ run_one() {
   local args=(--trace "$trace" --reps "$passes" "${touch_flag[@]}" --label "$allocator")
   case "$allocator" in
     glibc) "$bench" --allocator malloc "${args[@]}" ;;
+    harness) "$bench" --allocator none "${args[@]}" ;;
     jemalloc) LD_PRELOAD="$jemalloc_path" "$bench" --allocator malloc "${args[@]}" ;;
     mimalloc) LD_PRELOAD="$mimalloc_path" "$bench" --allocator malloc "${args[@]}" ;;
     # Recording costs: the same replay with every event written to a trace file (and call sites captured).

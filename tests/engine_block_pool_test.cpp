@@ -32,6 +32,19 @@ TEST(EngineBlockPool, AFreeRecordReusesADroppedOneAndSetsEveryField) {
   EXPECT_EQ(pool.records(), 2u);
 }
 
+// Records are one cache line each (block.hpp): a pool that lost the alignment, or a Block that grew past 64 bytes,
+// would put records across two lines again.
+TEST(EngineBlockPool, EveryRecordSitsAloneOnOneCacheLine) {
+  static_assert(sizeof(Block) == 64 && alignof(Block) == 64);
+  BlockPool pool;
+  for (std::uint64_t i = 0; i < 3000; ++i) {  // past several reallocations of the pool
+    pool.make_free(i << 8, 256, kNoBlock, kNoBlock, false);
+    ASSERT_TRUE(pool.ready(5));
+  }
+  for (BlockIndex i = 0; i < 3000; ++i)
+    ASSERT_EQ(reinterpret_cast<std::uintptr_t>(&pool[i]) % 64, 0u) << "record " << i;
+}
+
 TEST(EngineBlockPool, AFreeRecordGrowsThePoolWhenNoneIsDropped) {
   BlockPool pool;
   for (std::uint64_t i = 0; i < 1000; ++i) {  // past several reallocations of the pool

@@ -400,10 +400,18 @@ struct ThreadSlots {
   ~ThreadSlots();
 };
 
-thread_local ThreadSlots t_slots;
-thread_local std::uint64_t t_last_id = 0;
-thread_local ThreadCache* t_last = nullptr;
-thread_local bool t_exiting = false;  // after ThreadSlots is gone: the front steps aside for this thread
+// Initial-exec: in the shared objects that link the engine (the Python module's libplimsoll_python.so, the preload
+// libraries) the default model for position-independent code is general-dynamic, two calls to __tls_get_addr on
+// every front operation; initial-exec reads them at a fixed offset from the thread pointer, as the executables do.
+// They are 48 bytes, well inside the static TLS surplus glibc keeps for libraries loaded with dlopen (Python's
+// import; tests/python checks a fresh interpreter imports the module). docs/engine.md, "Figures", has the cost.
+#define PLIMSOLL_INITIAL_EXEC [[gnu::tls_model("initial-exec")]]
+PLIMSOLL_INITIAL_EXEC thread_local ThreadSlots t_slots;
+PLIMSOLL_INITIAL_EXEC thread_local std::uint64_t t_last_id = 0;
+PLIMSOLL_INITIAL_EXEC thread_local ThreadCache* t_last = nullptr;
+// After ThreadSlots is gone: the front steps aside for this thread.
+PLIMSOLL_INITIAL_EXEC thread_local bool t_exiting = false;
+#undef PLIMSOLL_INITIAL_EXEC
 
 ThreadSlots::~ThreadSlots() {
   t_exiting = true;
