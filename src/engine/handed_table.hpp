@@ -113,6 +113,10 @@ class HandedTable {
     }
     std::atomic_ref<std::uint64_t>(leaf[slot(addr)]).store(w, std::memory_order_relaxed);
   }
+  /// set_prepared for a block of at most 64 KiB (not wide), which the caller knows: no test of the size.
+  static void set_prepared_plain(std::uint64_t* leaf, std::uint64_t addr, std::uint64_t w) {
+    std::atomic_ref<std::uint64_t>(leaf[slot(addr)]).store(w, std::memory_order_relaxed);
+  }
   /// A lookup that keeps its leaf, so the free that follows clears the word without walking the radix again.
   struct Found {
     std::uint64_t* leaf = nullptr;

@@ -116,7 +116,9 @@ class ThreadCaches {
   /// table's read and no call.
   bool deallocate(std::uint64_t addr, bool keep = true) {
     const HandedTable::Found found = handed_.find(addr);  // first: a heap block's free reads no thread-local
-    return HandedTable::handed(found.word) && deallocate_handed(addr, found, keep);
+    if (!HandedTable::handed(found.word)) return false;
+    deallocate_handed(addr, found, keep);  // returns nothing, so the caller's call to it is its last (a jump)
+    return true;
   }
   /// Whether addr is handed out by the front, with its requested bytes and tag.
   bool handed_out(std::uint64_t addr, std::uint64_t& requested, std::uint16_t& tag) const;
@@ -161,11 +163,23 @@ class ThreadCaches {
   [[gnu::noinline]] ThreadCache& join();  // this thread's first operation on this front
   // The rare sides of allocate and deallocate, out of line (thread_cache.cpp, "hot paths").
   [[gnu::noinline]] std::uint64_t allocate_joining(std::uint64_t bytes, std::uint16_t tag);
+  [[gnu::noinline]] std::uint64_t allocate_stopped(ThreadCache& cache, std::uint64_t bytes, std::uint16_t tag);
+  /// allocate's rare side inside the operation it began (a miss, a big block, a tag's first counts, a front turned
+  /// off), which it ends.
+  [[gnu::noinline]] std::uint64_t allocate_in_operation(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes,
+                                                        std::uint16_t tag);
   [[gnu::noinline]] std::uint64_t allocate_missed(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes,
                                                   std::uint16_t tag);
-  bool deallocate_handed(std::uint64_t addr, HandedTable::Found found, bool keep);  // a block the front handed out
-  void deallocate_in(ThreadCache& cache, std::uint64_t addr, HandedTable::Found found, bool keep);
-  [[gnu::noinline]] bool deallocate_joining(std::uint64_t addr, HandedTable::Found found, bool keep);
+  void deallocate_handed(std::uint64_t addr, HandedTable::Found found, bool keep);  // a block the front handed out
+  [[gnu::noinline]] void deallocate_stopped(ThreadCache& cache, std::uint64_t addr, HandedTable::Found found,
+                                            bool keep);
+  /// deallocate_handed's rare side inside the operation it began, which it ends (throws std::bad_alloc, the block
+  /// still handed out, when the tag's counts cannot be made).
+  [[gnu::noinline]] void deallocate_in(ThreadCache& cache, std::uint64_t addr, HandedTable::Found found, bool keep);
+  /// A freed block, its word cleared and counted, that its bin cannot take: the full cache's side, which ends the
+  /// operation.
+  [[gnu::noinline]] void deallocate_full(ThreadCache& cache, std::uint64_t addr, std::uint64_t size);
+  [[gnu::noinline]] void deallocate_joining(std::uint64_t addr, HandedTable::Found found, bool keep);
   [[gnu::noinline]] void deallocate_missed(ThreadCache& cache, std::uint64_t addr, std::uint64_t size, bool keep);
   /// The slow side of allocate: a batch from the depot, else a block from the heap; with its word set.
   std::uint64_t allocate_slow(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes, std::uint16_t tag);
