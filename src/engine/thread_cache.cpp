@@ -674,12 +674,34 @@ std::size_t ThreadCaches::steal_all(ThreadCache& cache) {
   return all.size();
 }
 
+// A table whose leaf cannot be made (mmap refused: the address space or the map count is spent) keeps failing: each
+// request would take a run from the heap, give it back and go to the device's path, three trips of the device lock.
+// The size is declined at once instead (the device's path alone: one trip) for kUnpreparableDeclines requests.
+// Declining is always safe (the device serves the request), so the bits and the count are a hint: relaxed atomics.
+bool ThreadCaches::heap_refill_declined(std::uint64_t size) noexcept {
+  const std::size_t bit = size > kMaxBinned ? kClasses : class_of(size);
+  if ((unpreparable_[bit / 64].load(std::memory_order_relaxed) & (std::uint64_t{1} << (bit % 64))) == 0) [[likely]]
+    return false;
+  if (unpreparable_declines_left_.fetch_sub(1, std::memory_order_relaxed) <= 1) {
+    for (std::atomic<std::uint64_t>& bits : unpreparable_) bits.store(0, std::memory_order_relaxed);
+  }
+  return true;
+}
+
+void ThreadCaches::note_unpreparable(std::uint64_t size) noexcept {
+  const std::size_t bit = size > kMaxBinned ? kClasses : class_of(size);
+  unpreparable_declines_left_.store(kUnpreparableDeclines, std::memory_order_relaxed);
+  unpreparable_[bit / 64].fetch_or(std::uint64_t{1} << (bit % 64), std::memory_order_relaxed);
+}
+
 std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes, std::uint16_t tag) {
   if (size > kMaxBinned) {
     // A big block: one from the heap, as a front block, so its free comes back to a cache.
+    if (heap_refill_declined(size)) return 0;
     std::uint64_t addr = 0;
     if (upstream_.take_blocks(size, 1, &addr) == 0) return 0;
     if (!handed_.set(addr, HandedTable::word(bytes, tag))) {
+      note_unpreparable(size);
       upstream_.give_back(std::span(&addr, 1));
       return 0;
     }
@@ -702,6 +724,7 @@ std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size
     depot_->blocks -= count;
   }
   if (count == 0) {
+    if (heap_refill_declined(size)) return 0;
     // From the heap: blocks under 2 KiB in a run filling 2 KiB (adjacent in a fresh small page), so the words of
     // one cache line of the handed-out table, and the blocks' own lines, mostly belong to one thread.
     count = upstream_.take_blocks(size, std::min<std::uint64_t>(most, (2048 + size - 1) / size), batch.data());
@@ -710,6 +733,7 @@ std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size
     // with one store. Out of memory for a leaf (mmap refused), the whole run goes back: the device's path serves it.
     for (std::size_t i = 0; i < count; ++i) {
       if (!handed_.prepare(batch[i], false)) {
+        note_unpreparable(size);
         upstream_.give_back(std::span(batch.data(), count));
         return 0;
       }

@@ -96,6 +96,10 @@ class ThreadCaches {
   static constexpr std::uint64_t kMaxSize = 1ull << 20;  // requests served by the front, rounded (the heap's small_max)
   static constexpr std::uint64_t kQuantum = 256;           // Heap::kQuantum
   static constexpr std::size_t kBigSlots = 8;  // blocks over kMaxBinned a cache keeps, in up to 1/4 of its bytes
+  /// After a refill whose block the handed-out table could not take (a leaf's mmap refused), requests of that size
+  /// that would take blocks from the heap are declined at once, without a trip to the device, this many times; the
+  /// last of them clears every such size, so the next tries the table again.
+  static constexpr std::uint32_t kUnpreparableDeclines = 256;
 
   /// `serving`, when given, says whether the front may hand out and keep blocks; whoever turns it off flushes after.
   ThreadCaches(FrontUpstream& upstream, std::uint64_t bytes_per_thread, const std::atomic<bool>* serving = nullptr);
@@ -194,6 +198,10 @@ class ThreadCaches {
   /// tags_ready's rare side: a cache's first tag of a chunk of 256.
   [[gnu::noinline]] bool make_tag_room(ThreadCache& cache, std::uint16_t tag) noexcept;
   std::size_t steal_all(ThreadCache& cache);
+  /// Whether a refill of `size` from the heap is declined now (kUnpreparableDeclines); counts the decline.
+  bool heap_refill_declined(std::uint64_t size) noexcept;
+  /// A refill of `size` had a block the table could not take.
+  void note_unpreparable(std::uint64_t size) noexcept;
   void count_free_elsewhere(std::uint64_t word);
 
   void stop_every_owner_for_fork();
@@ -212,7 +220,11 @@ class ThreadCaches {
   mutable util::SpinLock registry_lock_;
   std::vector<std::shared_ptr<ThreadCache>> caches_ PLIMSOLL_GUARDED_BY(registry_lock_);
   std::unique_ptr<Counts> retired_ PLIMSOLL_GUARDED_BY(registry_lock_);  // exited threads' counts
-  std::atomic<bool> big_blocks_on_{false};  // a second thread joined: big blocks go through the caches from now on
+  std::atomic<bool> big_blocks_on_{false};
+  // Sizes declined after a refill the table could not take: one bit per binned size, and the bit after them for
+  // every big size; and how many declines are left before they are all tried again. Rare sides only.
+  std::array<std::atomic<std::uint64_t>, kMaxBinned / kQuantum / 64 + 1> unpreparable_{};
+  std::atomic<std::uint32_t> unpreparable_declines_left_{0};  // a second thread joined: big blocks go through the caches from now on
   // The fork handlers' state, under the list of fronts' lock (thread_cache.cpp, "fork()"): whether this front is in
   // that list (from its first cache on); the caches' copy the preparation walks, and the caches whose locks the
   // forking thread holds between prepare_fork and the handlers after it, each with room for every cache (join).
