@@ -110,7 +110,7 @@ class HandedTable {
 #ifndef NDEBUG
     if (leaf == nullptr || (std::atomic_ref<const std::uint64_t>(leaf[kLeafWords + region_word(addr)])
                                 .load(std::memory_order_relaxed) &
-                            region_bit(addr)) == 0) [[unlikely]]
+                            (region_bit(addr) * 3)) == 0) [[unlikely]]  // its plain or its wide bit
       unprepared(addr);
 #endif
     return leaf;
