@@ -857,7 +857,8 @@ void ThreadCaches::keep_big(ThreadCache& cache, std::uint64_t addr, std::uint64_
 }
 
 // Like allocate, the common free calls nothing: what is rare goes to deallocate_in (a tail call), which ends the
-// operation; so does deallocate_full after the word is cleared and counted.
+// operation; so does deallocate_full after the word is cleared and counted. The device's free calls it last, so the
+// device's free builds no frame either.
 void ThreadCaches::deallocate_handed(std::uint64_t addr, HandedTable::Found found, bool keep) {
   const LastCache last = t_last;
   if (last.id != id_) [[unlikely]] return deallocate_joining(addr, found, keep);  // also an exiting thread

@@ -44,8 +44,7 @@
 //  - A refill whose block the table could not take (a leaf's mmap refused) declines that size at once, without a trip
 //    to the device, for kUnpreparableDeclines requests, then tries again (a hint: declining is always safe).
 //  - The hit and the common free call nothing: every rare side is a tail call that takes the operation over and ends
-//    it, so neither keeps values across a call (the free saves no register, the hit three: docs/engine.md, "Threads",
-//    the small path's second stop).
+//    it, so neither keeps values across a call (docs/engine.md, "Threads", the small path's second stop).
 //  - fork(): a pthread_atfork handler stops every cache's owner and takes every front's locks before the fork, so
 //    the child's copy holds no operation half done and no lock of a thread that does not exist there; in the
 //    child, the caches of the threads that did not survive stay registered as they were (counted; a flush gives
