@@ -37,6 +37,7 @@ struct Options {
   int reps = 5;
   std::uint64_t thread_cache = 8ull << 20;
   std::uint64_t max_bytes = 1ull << 20;
+  std::uint64_t memory_limit = 0;  // 0: the device's default (the host's memory)
 };
 
 std::vector<std::size_t> trace_sizes(const Options& options) {
@@ -134,6 +135,9 @@ int main(int argc, char** argv) {
   app.add_option("--reps", options.reps, "timed runs (the median is reported)")->check(CLI::Range(1, 1000));
   app.add_option("--thread-cache", options.thread_cache, "plimsoll: Allocator::set_thread_cache bytes (0: off)");
   app.add_option("--max-bytes", options.max_bytes, "only the trace's sizes up to this many bytes");
+  app.add_option("--memory-limit", options.memory_limit,
+                 "plimsoll: the device's limit in bytes (0: the host's memory); under valgrind, which cannot reserve "
+                 "address space for four times the host's memory, e.g. 1073741824");
   CLI11_PARSE(app, argc, argv);
   try {
     if (options.allocator == "malloc") {
@@ -143,6 +147,7 @@ int main(int argc, char** argv) {
     }
     plimsoll::Config config;
     config.log_device_creation = false;
+    if (options.memory_limit > 0) config.default_policy.memory_limit = options.memory_limit;
     plimsoll::Runtime runtime(config);
     plimsoll::Allocator& device = runtime.device("cpu");
     if (options.thread_cache > 0) device.set_thread_cache(options.thread_cache);

@@ -148,4 +148,19 @@ TEST(EngineHandedTable, LeavesSharingARecentSlotReadTheirOwnWords) {
   EXPECT_NE(table.prepared_leaf(first), table.prepared_leaf(same_slot));
 }
 
+// prepared_leaf() trusts that prepare() ran for the address; where assertions are on (the sanitizer builds), an address
+// never prepared aborts with a message instead of a store through a null leaf, or a word set in a region no free reads.
+TEST(EngineHandedTableDeathTest, AnUnpreparedAddressAbortsWhereAssertionsAreOn) {
+#ifdef NDEBUG
+  GTEST_SKIP() << "built with NDEBUG: prepared_leaf() checks its contract only where assertions are on";
+#else
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  HandedTable table;
+  EXPECT_DEATH(table.prepared_leaf(kBase + 9 * kRegion), "never prepared") << "no leaf made";
+  ASSERT_TRUE(table.prepare(kBase, false));
+  EXPECT_DEATH(table.prepared_leaf(kBase + 9 * kRegion), "never prepared") << "a leaf made, the region unmarked";
+  EXPECT_EQ(table.prepared_leaf(kBase + 256), table.prepared_leaf(kBase)) << "a prepared region passes";
+#endif
+}
+
 }  // namespace

@@ -882,7 +882,10 @@ TEST(ThreadsFront, ARunTheTableCannotPrepareGoesBackWhole) {
   const engine::FrontTotals totals = front.totals();
   EXPECT_EQ(totals.cached_blocks, 0u);
   EXPECT_EQ(totals.allocations, 0u);
-  upstream.next_ = std::uint64_t{9} << 30;  // addressable again: the next refill is prepared and served
+  upstream.next_ = std::uint64_t{9} << 30;  // addressable again: served once the size is tried again
+  for (std::uint32_t i = 0; i < engine::ThreadCaches::kUnpreparableDeclines; ++i) {
+    ASSERT_EQ(front.allocate(256, 1), 0u) << "declined at once after the table refused the size (request " << i << ")";
+  }
   const std::uint64_t addr = front.allocate(256, 1);
   EXPECT_EQ(addr, std::uint64_t{9} << 30);
   std::uint64_t requested = 0;
@@ -891,6 +894,51 @@ TEST(ThreadsFront, ARunTheTableCannotPrepareGoesBackWhole) {
   EXPECT_EQ(requested, 256u);
   EXPECT_TRUE(front.deallocate(addr));
   EXPECT_FALSE(front.handed_out(addr, requested, tag));
+}
+
+// A leaf that cannot be made keeps failing: a request that took a run from the heap, gave it back and then went to the
+// device's path cost three trips of the device lock each time. After one refusal the size is declined without a trip
+// (the device's path alone) for kUnpreparableDeclines requests, then tried again; other sizes, and blocks the depot
+// holds (prepared when they entered the front), are not held back.
+TEST(ThreadsFront, ASizeTheTableRefusedIsDeclinedWithoutATripThenTriedAgain) {
+  class CountingUpstream : public engine::FrontUpstream {
+   public:
+    std::size_t take_blocks(std::uint64_t size, std::size_t count, std::uint64_t* out) override {
+      ++trips;
+      for (std::size_t i = 0; i < count; ++i) out[i] = next_ + i * size;
+      next_ += ((count * size + 4095) / 4096) * 4096;
+      return count;
+    }
+    void give_back(std::span<const std::uint64_t> addrs) override {
+      ++trips;
+      given += addrs.size();
+    }
+    std::uint64_t next_ = std::uint64_t{1} << 60;  // beyond the table's 57 bits, as a leaf that cannot be mapped
+    std::size_t trips = 0, given = 0;
+  };
+  CountingUpstream upstream;
+  engine::ThreadCaches front(upstream, 8 * MiB);
+  EXPECT_EQ(front.allocate(512, 1), 0u);
+  EXPECT_EQ(upstream.trips, 2u) << "the run taken and given back";
+  const std::uint64_t far = upstream.next_;
+  for (std::uint32_t i = 0; i + 1 < engine::ThreadCaches::kUnpreparableDeclines; ++i) front.allocate(512, 1);
+  EXPECT_EQ(upstream.trips, 2u) << "declined sizes must not reach the device";
+  EXPECT_EQ(upstream.next_, far);
+  upstream.next_ = std::uint64_t{5} << 30;  // another size, addressable: served
+  const std::uint64_t other = front.allocate(1024, 1);
+  EXPECT_EQ(other, std::uint64_t{5} << 30) << "only the refused size is declined";
+  EXPECT_EQ(upstream.trips, 3u);
+  EXPECT_EQ(front.allocate(512, 1), 0u) << "the last decline";
+  EXPECT_EQ(upstream.trips, 3u);
+  const std::uint64_t again = front.allocate(512, 1);  // tried again, now addressable
+  EXPECT_NE(again, 0u);
+  EXPECT_EQ(upstream.trips, 4u);
+  EXPECT_TRUE(front.deallocate(again));
+  EXPECT_TRUE(front.deallocate(other));
+  const engine::FrontTotals totals = front.totals();
+  EXPECT_EQ(totals.allocations, 2u);
+  EXPECT_EQ(totals.frees, 2u);
+  EXPECT_EQ(totals.handed_bytes, 0u);
 }
 
 }  // namespace

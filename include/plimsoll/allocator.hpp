@@ -163,6 +163,8 @@ class Allocator {
   void* allocate_with_streams(std::size_t bytes, const void* stream, Tag tag);
   struct Attempt;  // one locked attempt: an address, or 0 and why (allocator.cpp)
   [[gnu::noinline]] void* allocate_reporting(std::size_t bytes, Tag tag, const Attempt& first);
+  /// deallocate()'s side under the device lock, out of line: a free the per-thread caches take builds no frame.
+  [[gnu::noinline]] void deallocate_in_heap(void* ptr);
 
   std::unique_ptr<Impl> impl_;
 };

@@ -595,6 +595,11 @@ void Allocator::deallocate(void* ptr) {
   const auto addr = reinterpret_cast<std::uint64_t>(ptr);
   engine::ThreadCaches* caches = impl_->front.load(std::memory_order_acquire);
   if (caches != nullptr && caches->deallocate(addr, impl_->front_on.load(std::memory_order_relaxed))) return;
+  deallocate_in_heap(ptr);
+}
+
+void Allocator::deallocate_in_heap(void* ptr) {
+  const auto addr = reinterpret_cast<std::uint64_t>(ptr);
   util::SpinGuard guard(impl_->lock);
   if (impl_->streams != nullptr) [[unlikely]] impl_->before_unordered_free(addr);
   const std::uint64_t mapped_before = impl_->heap->mapped_bytes();

@@ -2,6 +2,9 @@
 
 #include <sys/mman.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace plimsoll::engine {
 
 namespace {
@@ -52,6 +55,14 @@ std::uint64_t* HandedTable::make_leaf(std::uint64_t addr) {
     recent_[key & (kRecent - 1)].store((std::uint64_t{bits} >> 12) << kKeyBits | (key + 1), std::memory_order_release);
   }
   return leaf;
+}
+
+void HandedTable::unprepared(std::uint64_t addr) {
+  std::fprintf(stderr,
+               "plimsoll: internal error: the handed-out table was asked for the leaf of 0x%llx, which was never "
+               "prepared (HandedTable::prepare when the block entered the front); please report it\n",
+               static_cast<unsigned long long>(addr));
+  std::abort();
 }
 
 }  // namespace plimsoll::engine

@@ -102,8 +102,19 @@ class HandedTable {
     if (leaf != nullptr) mark_in(leaf, is_wide ? region_bit(addr) << 1 : region_bit(addr), addr);
     return leaf;
   }
-  /// The leaf of an addr prepare() said yes to (never null then).
-  std::uint64_t* prepared_leaf(std::uint64_t addr) { return find_leaf(addr); }
+  /// The leaf of an addr prepare() said yes to (never null then). The contract is checked where assertions are on
+  /// (builds without NDEBUG: the sanitizer builds): an address never prepared aborts with a message, rather than a
+  /// store through a null leaf or a word set in an unmarked region, which a heap free would then never read.
+  std::uint64_t* prepared_leaf(std::uint64_t addr) {
+    std::uint64_t* leaf = find_leaf(addr);
+#ifndef NDEBUG
+    if (leaf == nullptr || (std::atomic_ref<const std::uint64_t>(leaf[kLeafWords + region_word(addr)])
+                                .load(std::memory_order_relaxed) &
+                            (region_bit(addr) * 3)) == 0) [[unlikely]]  // its plain or its wide bit
+      unprepared(addr);
+#endif
+    return leaf;
+  }
   /// Sets the word of an addr prepare() said yes to, in its leaf (prepared_leaf): one store, no region read.
   static void set_prepared(std::uint64_t* leaf, std::uint64_t addr, std::uint64_t w) {
     if (wide(requested(w))) {
@@ -111,6 +122,10 @@ class HandedTable {
                                                                             std::memory_order_relaxed);
       return;
     }
+    std::atomic_ref<std::uint64_t>(leaf[slot(addr)]).store(w, std::memory_order_relaxed);
+  }
+  /// set_prepared for a block of at most 64 KiB (not wide), which the caller knows: no test of the size.
+  static void set_prepared_plain(std::uint64_t* leaf, std::uint64_t addr, std::uint64_t w) {
     std::atomic_ref<std::uint64_t>(leaf[slot(addr)]).store(w, std::memory_order_relaxed);
   }
   /// A lookup that keeps its leaf, so the free that follows clears the word without walking the radix again.
@@ -186,6 +201,7 @@ class HandedTable {
     return make_leaf(addr);
   }
   std::uint64_t* make_leaf(std::uint64_t addr);
+  [[noreturn, gnu::cold]] static void unprepared(std::uint64_t addr);
 
   static constexpr int kKeyBits = kAddressBits - kLeafShift;
   static constexpr std::uint64_t kKeyMask = (std::uint64_t{1} << kKeyBits) - 1;

@@ -106,6 +106,44 @@ class TagCounts {
 
 }  // namespace
 
+// One size's blocks in a cache: room for kDepth addresses, made once (ready()) before an operation changes anything,
+// so that no push can reach an allocator (a std::vector's push_back keeps a call to its growth on the hot path, and
+// with it a stack frame of saved registers). Newest at the top.
+class CacheBin {
+ public:
+  bool ready() const noexcept { return room_ != 0; }
+  /// Makes the room; false out of host memory.
+  bool make_ready() noexcept {
+    if (room_ != 0) return true;
+    slots_.reset(new (std::nothrow) std::uint64_t[kDepth]);
+    if (slots_ == nullptr) return false;
+    room_ = kDepth;
+    return true;
+  }
+  bool empty() const noexcept { return count_ == 0; }
+  std::size_t size() const noexcept { return count_; }
+  bool full() const noexcept { return count_ >= room_; }  // also when not ready: no room at all
+  std::uint64_t pop() noexcept { return slots_[--count_]; }
+  void push(std::uint64_t addr) noexcept { slots_[count_++] = addr; }  // ready and not full
+  std::span<const std::uint64_t> blocks() const noexcept { return {slots_.get(), count_}; }
+  /// Drops the `count` oldest blocks (the bottom).
+  void drop_oldest(std::size_t count) noexcept {
+    std::copy(slots_.get() + count, slots_.get() + count_, slots_.get());
+    count_ -= static_cast<std::uint32_t>(count);
+  }
+  /// Adds blocks (ready, with room for them).
+  void append(const std::uint64_t* addrs, std::size_t count) noexcept {
+    std::copy(addrs, addrs + count, slots_.get() + count_);
+    count_ += static_cast<std::uint32_t>(count);
+  }
+  void clear() noexcept { count_ = 0; }
+
+ private:
+  std::unique_ptr<std::uint64_t[]> slots_;
+  std::uint32_t count_ = 0;
+  std::uint32_t room_ = 0;  // kDepth once ready
+};
+
 // What exited threads' caches counted, kept so totals() stays exact after they are gone.
 struct ThreadCaches::Counts {
   std::uint64_t handed_bytes = 0, handed_requested = 0, allocations = 0, frees = 0;
@@ -130,14 +168,21 @@ class ThreadCache {
   /// The owner enters an operation. Hot side of the barrier: a plain store, a compiler fence (or a full one where
   /// membarrier is missing), then the flag. While another thread empties the cache, the owner waits on its lock.
   void begin(bool asymmetric) {
-    for (;;) {
-      in_op_.store(true, std::memory_order_relaxed);
-      util::AsymmetricFence::light(asymmetric);
-      if (!steal_.load(std::memory_order_acquire)) [[likely]] return;
-      if (void (*seam)() = stopped_owner_seam.load(std::memory_order_relaxed)) [[unlikely]] seam();
-      in_op_.store(false, std::memory_order_release);
-      util::SpinGuard wait(lock);  // the thief holds it until the cache is empty and the flag down
-    }
+    while (!try_begin(asymmetric)) wait_for_thief();
+  }
+  /// begin() without the wait, for the hot paths (which must call nothing, so they keep no registers across a call):
+  /// false when a thread is emptying the cache, with the flag still raised; the caller then calls wait_for_thief()
+  /// and starts over.
+  bool try_begin(bool asymmetric) {
+    in_op_.store(true, std::memory_order_relaxed);
+    util::AsymmetricFence::light(asymmetric);
+    return !steal_.load(std::memory_order_acquire);
+  }
+  /// After a try_begin() that found a thief: lowers the flag and waits until the thief is done.
+  [[gnu::noinline]] void wait_for_thief() {
+    if (void (*seam)() = stopped_owner_seam.load(std::memory_order_relaxed)) [[unlikely]] seam();
+    in_op_.store(false, std::memory_order_release);
+    util::SpinGuard wait(lock);  // the thief holds it until the cache is empty and the flag down
   }
   void end() { in_op_.store(false, std::memory_order_release); }
 
@@ -145,6 +190,9 @@ class ThreadCache {
   class Operation {
    public:
     Operation(ThreadCache& cache, bool asymmetric) : cache_(cache) { cache_.begin(asymmetric); }
+    /// Takes over an operation a hot path began (try_begin), to end it on every way out of a rare side.
+    struct Adopt {};
+    Operation(ThreadCache& cache, Adopt) : cache_(cache) {}
     ~Operation() { cache_.end(); }
     Operation(const Operation&) = delete;
     Operation& operator=(const Operation&) = delete;
@@ -172,10 +220,9 @@ class ThreadCache {
   void disown() PLIMSOLL_REQUIRES(lock) { owner_ = nullptr; }
 
   std::uint64_t pop(std::uint64_t size) {
-    std::vector<std::uint64_t>& bin = bins_[class_of(size)];
+    CacheBin& bin = bins_[class_of(size)];
     if (bin.empty()) return 0;
-    const std::uint64_t addr = bin.back();
-    bin.pop_back();
+    const std::uint64_t addr = bin.pop();
     bump(cached_bytes_, 0 - size);
     bump(cached_blocks_, 0 - std::uint64_t{1});
     return addr;
@@ -186,20 +233,15 @@ class ThreadCache {
   bool tags_ready(std::uint16_t tag) noexcept { return tags_.ready(tag); }
   /// The same for the bin of `size` (once per size: kDepth words).
   bool bin_ready(std::uint64_t size) noexcept {
-    std::vector<std::uint64_t>& bin = bins_[class_of(size)];
-    if (bin.capacity() >= kDepth) [[likely]] return true;
-    try {
-      bin.reserve(kDepth);
-    } catch (const std::bad_alloc&) {
-      return false;
-    }
-    return true;
+    CacheBin& bin = bins_[class_of(size)];
+    if (bin.ready()) [[likely]] return true;
+    return bin.make_ready();
   }
   /// Never allocates: false for a bin not made ready (bin_ready) yet.
   bool push(std::uint64_t addr, std::uint64_t size, std::uint64_t cap) noexcept {
-    std::vector<std::uint64_t>& bin = bins_[class_of(size)];
-    if (read(cached_bytes_) + size > cap || bin.size() >= kDepth || bin.capacity() < kDepth) return false;
-    bin.push_back(addr);
+    CacheBin& bin = bins_[class_of(size)];
+    if (read(cached_bytes_) + size > cap || bin.full()) return false;
+    bin.push(addr);
     bump(cached_bytes_, size);
     bump(cached_blocks_, 1);
     return true;
@@ -244,25 +286,25 @@ class ThreadCache {
   }
   /// Moves up to `count` blocks of `size` out of the cache (the oldest: the bin's bottom) into `out`.
   void take(std::uint64_t size, std::size_t count, std::vector<std::uint64_t>& out) {
-    std::vector<std::uint64_t>& bin = bins_[class_of(size)];
+    CacheBin& bin = bins_[class_of(size)];
     count = std::min(count, bin.size());
-    out.insert(out.end(), bin.begin(), bin.begin() + static_cast<std::ptrdiff_t>(count));
-    bin.erase(bin.begin(), bin.begin() + static_cast<std::ptrdiff_t>(count));
+    const std::span<const std::uint64_t> oldest = bin.blocks().first(count);
+    out.insert(out.end(), oldest.begin(), oldest.end());
+    bin.drop_oldest(count);
     bump(cached_bytes_, 0 - count * size);
     bump(cached_blocks_, 0 - std::uint64_t{count});
   }
   /// Adds blocks of `size` the depot handed over (at most kBatch, into an empty bin made ready before).
   void refill(std::uint64_t size, const std::uint64_t* addrs, std::size_t count) noexcept {
-    std::vector<std::uint64_t>& bin = bins_[class_of(size)];
-    bin.insert(bin.end(), addrs, addrs + count);
+    bins_[class_of(size)].append(addrs, count);
     bump(cached_bytes_, count * size);
     bump(cached_blocks_, count);
   }
   std::vector<std::uint64_t> take_all() {
     std::vector<std::uint64_t> all;
     all.reserve(read(cached_blocks_));
-    for (std::vector<std::uint64_t>& bin : bins_) {
-      all.insert(all.end(), bin.begin(), bin.end());
+    for (CacheBin& bin : bins_) {
+      all.insert(all.end(), bin.blocks().begin(), bin.blocks().end());
       bin.clear();
     }
     all.insert(all.end(), big_addrs_.begin(), big_addrs_.begin() + static_cast<std::ptrdiff_t>(big_count_));
@@ -275,9 +317,9 @@ class ThreadCache {
   /// Gives every cached block to `upstream` bin by bin: allocates nothing, for paths that must not throw (a
   /// thread's exit, the front's destruction). Only where the owner cannot be waiting for the device.
   void give_all_back(FrontUpstream& upstream) noexcept {
-    for (std::vector<std::uint64_t>& bin : bins_) {
+    for (CacheBin& bin : bins_) {
       if (bin.empty()) continue;
-      upstream.give_back(bin);
+      upstream.give_back(bin.blocks());
       bin.clear();
     }
     if (big_count_ != 0) upstream.give_back(std::span(big_addrs_.data(), big_count_));
@@ -334,7 +376,7 @@ class ThreadCache {
   std::atomic<bool> steal_{false};
   std::atomic<std::uint64_t> cached_bytes_{0}, cached_blocks_{0};
   std::atomic<std::uint64_t> handed_bytes_{0}, handed_requested_{0}, allocations_{0}, frees_{0};
-  std::array<std::vector<std::uint64_t>, kClasses> bins_;
+  std::array<CacheBin, kClasses> bins_;
   // Big blocks, oldest first, with their sizes (owner only, like the bins).
   std::array<std::uint64_t, kBigSlots> big_addrs_{}, big_sizes_{};
   std::size_t big_count_ = 0;
@@ -403,20 +445,24 @@ struct ThreadSlots {
 // Initial-exec: in the shared objects that link the engine (the Python module's libplimsoll_python.so, the preload
 // libraries) the default model for position-independent code is general-dynamic, two calls to __tls_get_addr on
 // every front operation; initial-exec reads them at a fixed offset from the thread pointer, as the executables do.
-// They are 48 bytes, well inside the static TLS surplus glibc keeps for libraries loaded with dlopen (Python's
-// import; tests/python checks a fresh interpreter imports the module). docs/engine.md, "Figures", has the cost.
+// They are a few dozen bytes, well inside the static TLS surplus glibc keeps for libraries loaded with dlopen
+// (Python's import; tests/python checks a fresh interpreter imports the module). docs/engine.md, "Figures", has the
+// cost.
 #define PLIMSOLL_INITIAL_EXEC [[gnu::tls_model("initial-exec")]]
 PLIMSOLL_INITIAL_EXEC thread_local ThreadSlots t_slots;
-PLIMSOLL_INITIAL_EXEC thread_local std::uint64_t t_last_id = 0;
-PLIMSOLL_INITIAL_EXEC thread_local ThreadCache* t_last = nullptr;
+// The cache of the front this thread used last, one thread_local (one address computed on the hot paths).
+struct LastCache {
+  std::uint64_t id = 0;  // a front's id_; 0: none (or the thread is exiting)
+  ThreadCache* cache = nullptr;
+};
+PLIMSOLL_INITIAL_EXEC thread_local LastCache t_last;
 // After ThreadSlots is gone: the front steps aside for this thread.
 PLIMSOLL_INITIAL_EXEC thread_local bool t_exiting = false;
 #undef PLIMSOLL_INITIAL_EXEC
 
 ThreadSlots::~ThreadSlots() {
   t_exiting = true;
-  t_last = nullptr;
-  t_last_id = 0;
+  t_last = {};
   for (Slot& slot : slots) slot.cache->retire();
 }
 
@@ -527,16 +573,15 @@ void ThreadCaches::set_stopped_owner_seam(void (*seam)()) noexcept {
 const char* ThreadCaches::barrier_kind() { return util::AsymmetricFence::kind(); }
 
 ThreadCache& ThreadCaches::mine() {
-  if (t_last_id == id_) [[likely]] return *t_last;
+  if (t_last.id == id_) [[likely]] return *t_last.cache;
   return join();
 }
 
 ThreadCache& ThreadCaches::join() {
   for (const ThreadSlots::Slot& slot : t_slots.slots) {
     if (slot.front_id == id_) {
-      t_last_id = id_;
-      t_last = slot.cache.get();
-      return *t_last;
+      t_last = {id_, slot.cache.get()};
+      return *t_last.cache;
     }
   }
   // First use on this thread: drop slots of fronts that are gone, then join this one. What allocates comes before
@@ -569,9 +614,8 @@ ThreadCache& ThreadCaches::join() {
     if (caches_.size() > 1) big_blocks_on_.store(true, std::memory_order_relaxed);
   }
   t_slots.slots.push_back({id_, cache});
-  t_last_id = id_;
-  t_last = cache.get();
-  return *t_last;
+  t_last = {id_, cache.get()};
+  return *t_last.cache;
 }
 
 void ThreadCaches::forget(ThreadCache* cache) {
@@ -639,12 +683,34 @@ std::size_t ThreadCaches::steal_all(ThreadCache& cache) {
   return all.size();
 }
 
+// A table whose leaf cannot be made (mmap refused: the address space or the map count is spent) keeps failing: each
+// request would take a run from the heap, give it back and go to the device's path, three trips of the device lock.
+// The size is declined at once instead (the device's path alone: one trip) for kUnpreparableDeclines requests.
+// Declining is always safe (the device serves the request), so the bits and the count are a hint: relaxed atomics.
+bool ThreadCaches::heap_refill_declined(std::uint64_t size) noexcept {
+  const std::size_t bit = size > kMaxBinned ? kClasses : class_of(size);
+  if ((unpreparable_[bit / 64].load(std::memory_order_relaxed) & (std::uint64_t{1} << (bit % 64))) == 0) [[likely]]
+    return false;
+  if (unpreparable_declines_left_.fetch_sub(1, std::memory_order_relaxed) <= 1) {
+    for (std::atomic<std::uint64_t>& bits : unpreparable_) bits.store(0, std::memory_order_relaxed);
+  }
+  return true;
+}
+
+void ThreadCaches::note_unpreparable(std::uint64_t size) noexcept {
+  const std::size_t bit = size > kMaxBinned ? kClasses : class_of(size);
+  unpreparable_declines_left_.store(kUnpreparableDeclines, std::memory_order_relaxed);
+  unpreparable_[bit / 64].fetch_or(std::uint64_t{1} << (bit % 64), std::memory_order_relaxed);
+}
+
 std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes, std::uint16_t tag) {
   if (size > kMaxBinned) {
     // A big block: one from the heap, as a front block, so its free comes back to a cache.
+    if (heap_refill_declined(size)) return 0;
     std::uint64_t addr = 0;
     if (upstream_.take_blocks(size, 1, &addr) == 0) return 0;
     if (!handed_.set(addr, HandedTable::word(bytes, tag))) {
+      note_unpreparable(size);
       upstream_.give_back(std::span(&addr, 1));
       return 0;
     }
@@ -667,6 +733,7 @@ std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size
     depot_->blocks -= count;
   }
   if (count == 0) {
+    if (heap_refill_declined(size)) return 0;
     // From the heap: blocks under 2 KiB in a run filling 2 KiB (adjacent in a fresh small page), so the words of
     // one cache line of the handed-out table, and the blocks' own lines, mostly belong to one thread.
     count = upstream_.take_blocks(size, std::min<std::uint64_t>(most, (2048 + size - 1) / size), batch.data());
@@ -675,6 +742,7 @@ std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size
     // with one store. Out of memory for a leaf (mmap refused), the whole run goes back: the device's path serves it.
     for (std::size_t i = 0; i < count; ++i) {
       if (!handed_.prepare(batch[i], false)) {
+        note_unpreparable(size);
         upstream_.give_back(std::span(batch.data(), count));
         return 0;
       }
@@ -688,26 +756,47 @@ std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size
 
 // The hot paths below are small on purpose: whatever is rare (a thread's first operation, a miss, a full cache,
 // a big block) is in a function of its own, so the common case takes no stack frame of saved registers.
+// The hit calls nothing (its rare sides are tail calls that end the operation themselves), so it keeps no value across
+// a call: no frame of saved registers for the calls it does not make.
 std::uint64_t ThreadCaches::allocate(std::uint64_t bytes, std::uint16_t tag) {
-  if (t_last_id != id_) [[unlikely]] return allocate_joining(bytes, tag);  // also an exiting thread (id 0)
-  ThreadCache& cache = *t_last;
+  const LastCache last = t_last;
+  if (last.id != id_) [[unlikely]] return allocate_joining(bytes, tag);  // also an exiting thread (id 0)
+  ThreadCache& cache = *last.cache;
+  if (!cache.try_begin(asymmetric_)) [[unlikely]] return allocate_stopped(cache, bytes, tag);
   const std::uint64_t size = rounded(bytes);
-  const ThreadCache::Operation operation(cache, asymmetric_);
   // Read again inside the operation: the caller saw the front on, but a pause may have turned it off and flushed
   // since; what this cache holds now may be on memory the device gave back.
+  if (!serving() || !cache.has_tag_counts(tag) || size > kMaxBinned) [[unlikely]]
+    return allocate_in_operation(cache, size, bytes, tag);
+  const std::uint64_t addr = cache.pop(size);
+  if (addr == 0) [[unlikely]] return allocate_in_operation(cache, size, bytes, tag);
+  // A binned block was prepared when it entered the front (allocate_slow): its word is one store.
+  HandedTable::set_prepared_plain(handed_.prepared_leaf(addr), addr, HandedTable::word(bytes, tag));
+  cache.count_allocation(size, bytes, tag);
+  cache.end();
+  return addr;
+}
+
+std::uint64_t ThreadCaches::allocate_stopped(ThreadCache& cache, std::uint64_t bytes, std::uint16_t tag) {
+  cache.wait_for_thief();
+  return allocate(bytes, tag);
+}
+
+std::uint64_t ThreadCaches::allocate_in_operation(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes,
+                                                  std::uint16_t tag) {
+  const ThreadCache::Operation operation(cache, ThreadCache::Operation::Adopt{});
   // The tag's counts (and in allocate_slow the bin) made before anything changes, so nothing below allocates: this
   // runs inside try_allocate, which is noexcept. Out of host memory for them, the device's own path serves it.
-  if (!serving() || !tags_ready(cache, tag)) [[unlikely]] return 0;
+  if (!serving() || !tags_ready(cache, tag)) return 0;
   const std::uint64_t addr = size <= kMaxBinned ? cache.pop(size) : 0;
-  if (addr == 0) [[unlikely]] return allocate_missed(cache, size, bytes, tag);
-  // A binned block was prepared when it entered the front (allocate_slow): its word is one store.
-  HandedTable::set_prepared(handed_.prepared_leaf(addr), addr, HandedTable::word(bytes, tag));
+  if (addr == 0) return allocate_missed(cache, size, bytes, tag);
+  HandedTable::set_prepared_plain(handed_.prepared_leaf(addr), addr, HandedTable::word(bytes, tag));
   cache.count_allocation(size, bytes, tag);
   return addr;
 }
 
 void ThreadCaches::count_thread() noexcept {
-  if (t_last_id == id_ || t_exiting) [[likely]] return;
+  if (t_last.id == id_ || t_exiting) [[likely]] return;
   try {
     join();
   } catch (const std::bad_alloc&) {
@@ -776,17 +865,39 @@ void ThreadCaches::keep_big(ThreadCache& cache, std::uint64_t addr, std::uint64_
   if (count != 0) upstream_.give_back(std::span(to_heap.data(), count));
 }
 
-bool ThreadCaches::deallocate_handed(std::uint64_t addr, HandedTable::Found found, bool keep) {
-  if (t_last_id != id_) [[unlikely]] return deallocate_joining(addr, found, keep);  // also an exiting thread
-  deallocate_in(*t_last, addr, found, keep);
-  return true;
-}
-
-[[gnu::always_inline]] inline void ThreadCaches::deallocate_in(ThreadCache& cache, std::uint64_t addr,
-                                                             HandedTable::Found found, bool keep) {
+// Like allocate, the common free calls nothing: what is rare goes to deallocate_in (a tail call), which ends the
+// operation; so does deallocate_full after the word is cleared and counted. The device's free calls it last, so the
+// device's free builds no frame either.
+void ThreadCaches::deallocate_handed(std::uint64_t addr, HandedTable::Found found, bool keep) {
+  const LastCache last = t_last;
+  if (last.id != id_) [[unlikely]] return deallocate_joining(addr, found, keep);  // also an exiting thread
+  ThreadCache& cache = *last.cache;
+  if (!cache.try_begin(asymmetric_)) [[unlikely]] return deallocate_stopped(cache, addr, found, keep);
   const std::uint64_t word = found.word;
   const std::uint64_t size = rounded(HandedTable::requested(word));
-  const ThreadCache::Operation operation(cache, asymmetric_);
+  if (!keep || !cache.has_tag_counts(HandedTable::tag(word)) || size > kMaxBinned || !serving()) [[unlikely]]
+    return deallocate_in(cache, addr, found, keep);
+  HandedTable::clear_in(found.leaf, addr, word);  // inside the operation, as in deallocate_in
+  cache.count_free(size, HandedTable::requested(word), HandedTable::tag(word));
+  if (!cache.push(addr, size, bytes_per_thread())) [[unlikely]] return deallocate_full(cache, addr, size);
+  cache.end();
+}
+
+void ThreadCaches::deallocate_stopped(ThreadCache& cache, std::uint64_t addr, HandedTable::Found found, bool keep) {
+  cache.wait_for_thief();
+  return deallocate_handed(addr, found, keep);
+}
+
+void ThreadCaches::deallocate_full(ThreadCache& cache, std::uint64_t addr, std::uint64_t size) {
+  const ThreadCache::Operation operation(cache, ThreadCache::Operation::Adopt{});
+  deallocate_missed(cache, addr, size, true);
+}
+
+// Inside an operation begun by the caller, which it ends on every way out (a bad_alloc included).
+void ThreadCaches::deallocate_in(ThreadCache& cache, std::uint64_t addr, HandedTable::Found found, bool keep) {
+  const ThreadCache::Operation operation(cache, ThreadCache::Operation::Adopt{});
+  const std::uint64_t word = found.word;
+  const std::uint64_t size = rounded(HandedTable::requested(word));
   // Whatever may allocate (and throw) runs before the word is cleared, so a bad_alloc leaves the block handed out
   // and counted once: the program still holds it, and may free it again.
   if (!tags_ready(cache, HandedTable::tag(word))) [[unlikely]] throw std::bad_alloc();
@@ -794,21 +905,22 @@ bool ThreadCaches::deallocate_handed(std::uint64_t addr, HandedTable::Found foun
   HandedTable::clear_in(found.leaf, addr, word);  // the leaf of the lookup above: one radix walk a free
   cache.count_free(size, HandedTable::requested(word), HandedTable::tag(word));
   keep = keep && serving();  // inside the operation, as in allocate: a block kept past a pause's flush would stay
-  if (keep && size <= kMaxBinned && cache.push(addr, size, bytes_per_thread())) [[likely]] return;
+  if (keep && size <= kMaxBinned && cache.push(addr, size, bytes_per_thread())) return;
   deallocate_missed(cache, addr, size, keep);
 }
 
 // The word read by deallocate()'s lookup, not a second one: another thread's free of the same block meanwhile could
 // have cleared it, and a clear word would count as a 256-byte block of tag 0.
-bool ThreadCaches::deallocate_joining(std::uint64_t addr, HandedTable::Found found, bool keep) {
+void ThreadCaches::deallocate_joining(std::uint64_t addr, HandedTable::Found found, bool keep) {
   if (t_exiting) {
     count_free_elsewhere(found.word);  // first: it may throw, with the block still handed out
     HandedTable::clear_in(found.leaf, addr, found.word);
     upstream_.give_back(std::span(&addr, 1));
-    return true;
+    return;
   }
-  deallocate_in(join(), addr, found, keep);
-  return true;
+  ThreadCache& cache = join();
+  cache.begin(asymmetric_);
+  return deallocate_in(cache, addr, found, keep);
 }
 
 void ThreadCaches::deallocate_missed(ThreadCache& cache, std::uint64_t addr, std::uint64_t size, bool keep) {

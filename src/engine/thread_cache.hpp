@@ -41,6 +41,10 @@
 //    tag's chunk of counts, the depot's growth) runs before an operation changes anything, so an allocation
 //    declines (0), a free throws std::bad_alloc with the block still handed out, and a shed gives the block to
 //    the heap. A refill (depot batch or heap run) is cut to the bytes left in the cache's budget.
+//  - A refill whose block the table could not take (a leaf's mmap refused) declines that size at once, without a trip
+//    to the device, for kUnpreparableDeclines requests, then tries again (a hint: declining is always safe).
+//  - The hit and the common free call nothing: every rare side is a tail call that takes the operation over and ends
+//    it, so neither keeps values across a call (docs/engine.md, "Threads", the small path's second stop).
 //  - fork(): a pthread_atfork handler stops every cache's owner and takes every front's locks before the fork, so
 //    the child's copy holds no operation half done and no lock of a thread that does not exist there; in the
 //    child, the caches of the threads that did not survive stay registered as they were (counted; a flush gives
@@ -96,6 +100,10 @@ class ThreadCaches {
   static constexpr std::uint64_t kMaxSize = 1ull << 20;  // requests served by the front, rounded (the heap's small_max)
   static constexpr std::uint64_t kQuantum = 256;           // Heap::kQuantum
   static constexpr std::size_t kBigSlots = 8;  // blocks over kMaxBinned a cache keeps, in up to 1/4 of its bytes
+  /// After a refill whose block the handed-out table could not take (a leaf's mmap refused), requests of that size
+  /// that would take blocks from the heap are declined at once, without a trip to the device, this many times; the
+  /// last of them clears every such size, so the next tries the table again.
+  static constexpr std::uint32_t kUnpreparableDeclines = 256;
 
   /// `serving`, when given, says whether the front may hand out and keep blocks; whoever turns it off flushes after.
   ThreadCaches(FrontUpstream& upstream, std::uint64_t bytes_per_thread, const std::atomic<bool>* serving = nullptr);
@@ -116,7 +124,9 @@ class ThreadCaches {
   /// table's read and no call.
   bool deallocate(std::uint64_t addr, bool keep = true) {
     const HandedTable::Found found = handed_.find(addr);  // first: a heap block's free reads no thread-local
-    return HandedTable::handed(found.word) && deallocate_handed(addr, found, keep);
+    if (!HandedTable::handed(found.word)) return false;
+    deallocate_handed(addr, found, keep);  // returns nothing, so the caller's call to it is its last (a jump)
+    return true;
   }
   /// Whether addr is handed out by the front, with its requested bytes and tag.
   bool handed_out(std::uint64_t addr, std::uint64_t& requested, std::uint16_t& tag) const;
@@ -161,11 +171,23 @@ class ThreadCaches {
   [[gnu::noinline]] ThreadCache& join();  // this thread's first operation on this front
   // The rare sides of allocate and deallocate, out of line (thread_cache.cpp, "hot paths").
   [[gnu::noinline]] std::uint64_t allocate_joining(std::uint64_t bytes, std::uint16_t tag);
+  [[gnu::noinline]] std::uint64_t allocate_stopped(ThreadCache& cache, std::uint64_t bytes, std::uint16_t tag);
+  /// allocate's rare side inside the operation it began (a miss, a big block, a tag's first counts, a front turned
+  /// off), which it ends.
+  [[gnu::noinline]] std::uint64_t allocate_in_operation(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes,
+                                                        std::uint16_t tag);
   [[gnu::noinline]] std::uint64_t allocate_missed(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes,
                                                   std::uint16_t tag);
-  bool deallocate_handed(std::uint64_t addr, HandedTable::Found found, bool keep);  // a block the front handed out
-  void deallocate_in(ThreadCache& cache, std::uint64_t addr, HandedTable::Found found, bool keep);
-  [[gnu::noinline]] bool deallocate_joining(std::uint64_t addr, HandedTable::Found found, bool keep);
+  void deallocate_handed(std::uint64_t addr, HandedTable::Found found, bool keep);  // a block the front handed out
+  [[gnu::noinline]] void deallocate_stopped(ThreadCache& cache, std::uint64_t addr, HandedTable::Found found,
+                                            bool keep);
+  /// deallocate_handed's rare side inside the operation it began, which it ends (throws std::bad_alloc, the block
+  /// still handed out, when the tag's counts cannot be made).
+  [[gnu::noinline]] void deallocate_in(ThreadCache& cache, std::uint64_t addr, HandedTable::Found found, bool keep);
+  /// A freed block, its word cleared and counted, that its bin cannot take: the full cache's side, which ends the
+  /// operation.
+  [[gnu::noinline]] void deallocate_full(ThreadCache& cache, std::uint64_t addr, std::uint64_t size);
+  [[gnu::noinline]] void deallocate_joining(std::uint64_t addr, HandedTable::Found found, bool keep);
   [[gnu::noinline]] void deallocate_missed(ThreadCache& cache, std::uint64_t addr, std::uint64_t size, bool keep);
   /// The slow side of allocate: a batch from the depot, else a block from the heap; with its word set.
   std::uint64_t allocate_slow(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes, std::uint16_t tag);
@@ -180,6 +202,10 @@ class ThreadCaches {
   /// tags_ready's rare side: a cache's first tag of a chunk of 256.
   [[gnu::noinline]] bool make_tag_room(ThreadCache& cache, std::uint16_t tag) noexcept;
   std::size_t steal_all(ThreadCache& cache);
+  /// Whether a refill of `size` from the heap is declined now (kUnpreparableDeclines); counts the decline.
+  bool heap_refill_declined(std::uint64_t size) noexcept;
+  /// A refill of `size` had a block the table could not take.
+  void note_unpreparable(std::uint64_t size) noexcept;
   void count_free_elsewhere(std::uint64_t word);
 
   void stop_every_owner_for_fork();
@@ -198,7 +224,11 @@ class ThreadCaches {
   mutable util::SpinLock registry_lock_;
   std::vector<std::shared_ptr<ThreadCache>> caches_ PLIMSOLL_GUARDED_BY(registry_lock_);
   std::unique_ptr<Counts> retired_ PLIMSOLL_GUARDED_BY(registry_lock_);  // exited threads' counts
-  std::atomic<bool> big_blocks_on_{false};  // a second thread joined: big blocks go through the caches from now on
+  std::atomic<bool> big_blocks_on_{false};
+  // Sizes declined after a refill the table could not take: one bit per binned size, and the bit after them for
+  // every big size; and how many declines are left before they are all tried again. Rare sides only.
+  std::array<std::atomic<std::uint64_t>, kMaxBinned / kQuantum / 64 + 1> unpreparable_{};
+  std::atomic<std::uint32_t> unpreparable_declines_left_{0};  // a second thread joined: big blocks go through the caches from now on
   // The fork handlers' state, under the list of fronts' lock (thread_cache.cpp, "fork()"): whether this front is in
   // that list (from its first cache on); the caches' copy the preparation walks, and the caches whose locks the
   // forking thread holds between prepare_fork and the handlers after it, each with room for every cache (join).
