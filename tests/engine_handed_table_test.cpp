@@ -101,21 +101,21 @@ TEST(EngineHandedTable, PrepareMarksTheRegionThatASetPreparedWordIsReadIn) {
   ASSERT_TRUE(table.prepare(addr, false));
   EXPECT_TRUE(table.marked(addr));
   EXPECT_EQ(table.get(addr), 0u) << "prepared is not handed out";
-  HandedTable::set_prepared(table.prepared_leaf(addr), addr, HandedTable::word(700, 4));
+  HandedTable::set_prepared(table.prepared_leaf(addr, false), addr, HandedTable::word(700, 4));
   EXPECT_EQ(table.get(addr), HandedTable::word(700, 4));
   const HandedTable::Found found = table.find(addr);
   EXPECT_EQ(found.word, HandedTable::word(700, 4));
   ASSERT_NE(found.leaf, nullptr);
   HandedTable::clear_in(found.leaf, addr, found.word);
   EXPECT_EQ(table.get(addr), 0u);
-  HandedTable::set_prepared(table.prepared_leaf(addr), addr, HandedTable::word(256, 1));  // prepared stays prepared
+  HandedTable::set_prepared(table.prepared_leaf(addr, false), addr, HandedTable::word(256, 1));  // prepared stays prepared
   EXPECT_EQ(table.get(addr), HandedTable::word(256, 1));
 
   // A wide block is prepared with its region's wide bit, not the plain one (a heap free there reads no plain word).
   const std::uint64_t wide = kBase + 13 * kRegion + 512;
   ASSERT_TRUE(table.prepare(wide, true));
   EXPECT_FALSE(table.marked(wide));
-  HandedTable::set_prepared(table.prepared_leaf(wide), wide, HandedTable::word(kRegion + 256, 6));
+  HandedTable::set_prepared(table.prepared_leaf(wide, true), wide, HandedTable::word(kRegion + 256, 6));
   EXPECT_EQ(table.get(wide), HandedTable::word(kRegion + 256, 6));
   EXPECT_EQ(table.find(wide).word, HandedTable::word(kRegion + 256, 6));
 
@@ -133,7 +133,7 @@ TEST(EngineHandedTable, LeavesSharingARecentSlotReadTheirOwnWords) {
   const std::uint64_t same_slot = first + 16 * kGiB, other_slot = first + 3 * kGiB, never = first + 32 * kGiB;
   ASSERT_TRUE(table.set(first, HandedTable::word(300, 1)));
   ASSERT_TRUE(table.prepare(same_slot, false));  // replaces the first leaf in its slot
-  HandedTable::set_prepared(table.prepared_leaf(same_slot), same_slot, HandedTable::word(600, 2));
+  HandedTable::set_prepared(table.prepared_leaf(same_slot, false), same_slot, HandedTable::word(600, 2));
   ASSERT_TRUE(table.set(other_slot, HandedTable::word(900, 3)));
   EXPECT_EQ(table.get(first), HandedTable::word(300, 1)) << "a leaf replaced in its slot must still be found";
   EXPECT_EQ(table.get(same_slot), HandedTable::word(600, 2)) << "the other leaf's word landed in the wrong leaf";
@@ -145,7 +145,7 @@ TEST(EngineHandedTable, LeavesSharingARecentSlotReadTheirOwnWords) {
   HandedTable::clear_in(found.leaf, same_slot, found.word);
   EXPECT_EQ(table.get(same_slot), 0u);
   EXPECT_EQ(table.get(first), HandedTable::word(300, 1));
-  EXPECT_NE(table.prepared_leaf(first), table.prepared_leaf(same_slot));
+  EXPECT_NE(table.prepared_leaf(first, false), table.prepared_leaf(same_slot, false));
 }
 
 // prepared_leaf() trusts that prepare() ran for the address; where assertions are on (the sanitizer builds), an address
@@ -156,10 +156,15 @@ TEST(EngineHandedTableDeathTest, AnUnpreparedAddressAbortsWhereAssertionsAreOn) 
 #else
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   HandedTable table;
-  EXPECT_DEATH(table.prepared_leaf(kBase + 9 * kRegion), "never prepared") << "no leaf made";
+  EXPECT_DEATH(table.prepared_leaf(kBase + 9 * kRegion, false), "never prepared") << "no leaf made";
   ASSERT_TRUE(table.prepare(kBase, false));
-  EXPECT_DEATH(table.prepared_leaf(kBase + 9 * kRegion), "never prepared") << "a leaf made, the region unmarked";
-  EXPECT_EQ(table.prepared_leaf(kBase + 256), table.prepared_leaf(kBase)) << "a prepared region passes";
+  EXPECT_DEATH(table.prepared_leaf(kBase + 9 * kRegion, false), "never prepared") << "a leaf made, the region unmarked";
+  EXPECT_EQ(table.prepared_leaf(kBase + 256, false), table.prepared_leaf(kBase, false)) << "a prepared region passes";
+  // A region marked only wide holds no plain word a heap free reads: a plain word prepared there is the same defect.
+  const std::uint64_t wide = kBase + 11 * kRegion;
+  ASSERT_TRUE(table.prepare(wide, true));
+  EXPECT_EQ(table.prepared_leaf(wide, true), table.prepared_leaf(kBase, false)) << "the wide bit for a wide word";
+  EXPECT_DEATH(table.prepared_leaf(wide + 4096, false), "never prepared") << "a plain word in a wide-only region";
 #endif
 }
 

@@ -883,7 +883,7 @@ TEST(ThreadsFront, ARunTheTableCannotPrepareGoesBackWhole) {
   EXPECT_EQ(totals.cached_blocks, 0u);
   EXPECT_EQ(totals.allocations, 0u);
   upstream.next_ = std::uint64_t{9} << 30;  // addressable again: served once the size is tried again
-  for (std::uint32_t i = 0; i < engine::ThreadCaches::kUnpreparableDeclines; ++i) {
+  for (std::int32_t i = 0; i < engine::ThreadCaches::kUnpreparableDeclines; ++i) {
     ASSERT_EQ(front.allocate(256, 1), 0u) << "declined at once after the table refused the size (request " << i << ")";
   }
   const std::uint64_t addr = front.allocate(256, 1);
@@ -921,7 +921,7 @@ TEST(ThreadsFront, ASizeTheTableRefusedIsDeclinedWithoutATripThenTriedAgain) {
   EXPECT_EQ(front.allocate(512, 1), 0u);
   EXPECT_EQ(upstream.trips, 2u) << "the run taken and given back";
   const std::uint64_t far = upstream.next_;
-  for (std::uint32_t i = 0; i + 1 < engine::ThreadCaches::kUnpreparableDeclines; ++i) front.allocate(512, 1);
+  for (std::int32_t i = 0; i + 1 < engine::ThreadCaches::kUnpreparableDeclines; ++i) front.allocate(512, 1);
   EXPECT_EQ(upstream.trips, 2u) << "declined sizes must not reach the device";
   EXPECT_EQ(upstream.next_, far);
   upstream.next_ = std::uint64_t{5} << 30;  // another size, addressable: served

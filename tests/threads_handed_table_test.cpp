@@ -49,7 +49,7 @@ TEST(ThreadsHandedTable, ThreadsWhoseLeavesShareARecentSlotReadTheirOwnWords) {
             mismatches.fetch_add(1);
             continue;
           }
-          HandedTable::set_prepared(table.prepared_leaf(addr), addr, HandedTable::word(requested, tag));
+          HandedTable::set_prepared(table.prepared_leaf(addr, false), addr, HandedTable::word(requested, tag));
         }
         const HandedTable::Found found = table.find(addr);
         if (found.word != HandedTable::word(requested, tag)) mismatches.fetch_add(1);

@@ -102,16 +102,19 @@ class HandedTable {
     if (leaf != nullptr) mark_in(leaf, is_wide ? region_bit(addr) << 1 : region_bit(addr), addr);
     return leaf;
   }
-  /// The leaf of an addr prepare() said yes to (never null then). The contract is checked where assertions are on
-  /// (builds without NDEBUG: the sanitizer builds): an address never prepared aborts with a message, rather than a
-  /// store through a null leaf or a word set in an unmarked region, which a heap free would then never read.
-  std::uint64_t* prepared_leaf(std::uint64_t addr) {
+  /// The leaf of an addr prepare(addr, is_wide) said yes to (never null then). The contract is checked where
+  /// assertions are on (builds without NDEBUG: the sanitizer builds): an address never prepared, or prepared for the
+  /// other kind of word (a plain word in a region marked only wide is one `get` and `find` never read), aborts with a
+  /// message, rather than a store through a null leaf or a word set where a heap free would never read it.
+  std::uint64_t* prepared_leaf(std::uint64_t addr, bool is_wide) {
     std::uint64_t* leaf = find_leaf(addr);
 #ifndef NDEBUG
+    const std::uint64_t bit = is_wide ? region_bit(addr) << 1 : region_bit(addr);
     if (leaf == nullptr || (std::atomic_ref<const std::uint64_t>(leaf[kLeafWords + region_word(addr)])
-                                .load(std::memory_order_relaxed) &
-                            (region_bit(addr) * 3)) == 0) [[unlikely]]  // its plain or its wide bit
+                                .load(std::memory_order_relaxed) & bit) == 0) [[unlikely]]
       unprepared(addr);
+#else
+    static_cast<void>(is_wide);
 #endif
     return leaf;
   }

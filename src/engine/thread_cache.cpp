@@ -445,9 +445,9 @@ struct ThreadSlots {
 // Initial-exec: in the shared objects that link the engine (the Python module's libplimsoll_python.so, the preload
 // libraries) the default model for position-independent code is general-dynamic, two calls to __tls_get_addr on
 // every front operation; initial-exec reads them at a fixed offset from the thread pointer, as the executables do.
-// They are a few dozen bytes, well inside the static TLS surplus glibc keeps for libraries loaded with dlopen
-// (Python's import; tests/python checks a fresh interpreter imports the module). docs/engine.md, "Figures", has the
-// cost.
+// The whole object's TLS block (128 bytes in the Python module's library) then comes from the static surplus glibc
+// keeps for libraries loaded with dlopen, with room to spare (tests/python checks a fresh interpreter imports the
+// module). docs/engine.md, "Figures", has the cost and the sizes.
 #define PLIMSOLL_INITIAL_EXEC [[gnu::tls_model("initial-exec")]]
 PLIMSOLL_INITIAL_EXEC thread_local ThreadSlots t_slots;
 // The cache of the front this thread used last, one thread_local (one address computed on the hot paths).
@@ -750,7 +750,8 @@ std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size
   }
   cache.refill(size, batch.data(), count);
   const std::uint64_t addr = cache.pop(size);
-  if (addr != 0) HandedTable::set_prepared(handed_.prepared_leaf(addr), addr, HandedTable::word(bytes, tag));
+  if (addr != 0) HandedTable::set_prepared(handed_.prepared_leaf(addr, HandedTable::wide(bytes)), addr,
+                                             HandedTable::word(bytes, tag));
   return addr;
 }
 
@@ -771,7 +772,7 @@ std::uint64_t ThreadCaches::allocate(std::uint64_t bytes, std::uint16_t tag) {
   const std::uint64_t addr = cache.pop(size);
   if (addr == 0) [[unlikely]] return allocate_in_operation(cache, size, bytes, tag);
   // A binned block was prepared when it entered the front (allocate_slow): its word is one store.
-  HandedTable::set_prepared_plain(handed_.prepared_leaf(addr), addr, HandedTable::word(bytes, tag));
+  HandedTable::set_prepared_plain(handed_.prepared_leaf(addr, false), addr, HandedTable::word(bytes, tag));
   cache.count_allocation(size, bytes, tag);
   cache.end();
   return addr;
@@ -790,7 +791,7 @@ std::uint64_t ThreadCaches::allocate_in_operation(ThreadCache& cache, std::uint6
   if (!serving() || !tags_ready(cache, tag)) return 0;
   const std::uint64_t addr = size <= kMaxBinned ? cache.pop(size) : 0;
   if (addr == 0) return allocate_missed(cache, size, bytes, tag);
-  HandedTable::set_prepared_plain(handed_.prepared_leaf(addr), addr, HandedTable::word(bytes, tag));
+  HandedTable::set_prepared_plain(handed_.prepared_leaf(addr, false), addr, HandedTable::word(bytes, tag));
   cache.count_allocation(size, bytes, tag);
   return addr;
 }

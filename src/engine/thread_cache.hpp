@@ -103,7 +103,7 @@ class ThreadCaches {
   /// After a refill whose block the handed-out table could not take (a leaf's mmap refused), requests of that size
   /// that would take blocks from the heap are declined at once, without a trip to the device, this many times; the
   /// last of them clears every such size, so the next tries the table again.
-  static constexpr std::uint32_t kUnpreparableDeclines = 256;
+  static constexpr std::int32_t kUnpreparableDeclines = 256;
 
   /// `serving`, when given, says whether the front may hand out and keep blocks; whoever turns it off flushes after.
   ThreadCaches(FrontUpstream& upstream, std::uint64_t bytes_per_thread, const std::atomic<bool>* serving = nullptr);
@@ -224,11 +224,13 @@ class ThreadCaches {
   mutable util::SpinLock registry_lock_;
   std::vector<std::shared_ptr<ThreadCache>> caches_ PLIMSOLL_GUARDED_BY(registry_lock_);
   std::unique_ptr<Counts> retired_ PLIMSOLL_GUARDED_BY(registry_lock_);  // exited threads' counts
-  std::atomic<bool> big_blocks_on_{false};
+  std::atomic<bool> big_blocks_on_{false};  // a second thread joined: big blocks go through the caches from now on
   // Sizes declined after a refill the table could not take: one bit per binned size, and the bit after them for
-  // every big size; and how many declines are left before they are all tried again. Rare sides only.
+  // every big size; and how many declines are left before they are all tried again. Rare sides only. Signed: a
+  // decline racing a new note (its store, then its bit) may count below zero, which reads as spent (clears the bits)
+  // where an unsigned count would wrap to four billion declines.
   std::array<std::atomic<std::uint64_t>, kMaxBinned / kQuantum / 64 + 1> unpreparable_{};
-  std::atomic<std::uint32_t> unpreparable_declines_left_{0};  // a second thread joined: big blocks go through the caches from now on
+  std::atomic<std::int32_t> unpreparable_declines_left_{0};
   // The fork handlers' state, under the list of fronts' lock (thread_cache.cpp, "fork()"): whether this front is in
   // that list (from its first cache on); the caches' copy the preparation walks, and the caches whose locks the
   // forking thread holds between prepare_fork and the handlers after it, each with room for every cache (join).
