@@ -571,8 +571,8 @@ void Allocator::deallocate(void* ptr, Stream stream) {
   engine::BlockView block{};
   if (!impl_->heap->live_block(addr, block) || impl_->streams->is_parked(addr)) impl_->throw_bad_free(addr);
   const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
+  impl_->streams->park(block, stream.handle);  // first: out of host memory it throws with the block still live
   impl_->heap->relabel(addr, 0, 0);
-  impl_->streams->park(block, stream.handle);
   if (impl_->observer != nullptr) impl_->record_free(addr, mapped_before);
   Impl::TagCounter& counter = impl_->tags[block.tag];
   counter.in_use -= block.size;

@@ -262,7 +262,8 @@ void Heap::relabel(std::uint64_t addr, std::uint64_t requested, std::uint16_t ta
   block.tag = tag;
 }
 
-std::uint64_t Heap::split_live(std::uint64_t addr, std::uint64_t keep) {
+std::uint64_t Heap::split_live(std::uint64_t addr, std::uint64_t keep) noexcept {
+  if (!blocks_.ready(1) || !live_.ready_for_one()) [[unlikely]] return 0;  // room first: make() and insert() then allocate nothing
   const BlockIndex index = live_.find(addr);
   Block& block = blocks_[index];
   const BlockIndex rest = blocks_.make(Block{.addr = block.addr + keep, .size = block.size - keep, .prev = index,
