@@ -1,0 +1,117 @@
+// The runtime's locks that take device locks under them, held across fork() as outer locks of the engine's handlers
+// (docs/engine.md, "fork()"): IdleRelease's (poll() takes stats() and trim() under it) and AllocatorGroup's (the
+// shared-GPU hooks trim and pause under it; add() runs when a child makes a GPU's first device). A thread parks
+// holding one through OuterForkLock's seam until the fork's preparation asks for that lock; the main thread forks;
+// the child uses the object and _exits; the parent waits with a deadline. Before, neither lock was held across the
+// fork and the child's first call hung (label threads: TSan).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <memory>
+
+#include "backings/sim_backing.hpp"
+#include "engine/outer_fork_lock.hpp"
+#include "fork_child.hpp"
+#include "plimsoll/allocator.hpp"
+#include "plimsoll/idle_release.hpp"
+#include "runtime/allocator_group.hpp"
+#include "sim_device.hpp"
+
+namespace plimsoll {
+namespace {
+
+constexpr std::uint64_t MiB = std::uint64_t{1} << 20;
+
+std::atomic<fork_test::ParkedHolder*> g_holder{nullptr};
+thread_local bool t_park_in_next_lock = false;
+
+// OuterForkLock's seam: the holder's thread parks in the first outer lock it takes, until a fork asks for that lock.
+void park_holding(engine::OuterForkLock& lock) {
+  if (!t_park_in_next_lock) return;
+  t_park_in_next_lock = false;
+  g_holder.load()->park([&lock] { return lock.fork_asked(); });
+}
+
+// Parks a thread inside `enter` (which takes the lock under test) for the scope of the object.
+class HeldOuterLock {
+ public:
+  template <class Enter>
+  explicit HeldOuterLock(Enter enter) {
+    engine::OuterForkLock::set_held_seam(&park_holding);
+    holder_ = std::make_unique<fork_test::ParkedHolder>([enter] {
+      while (g_holder.load() == nullptr) std::this_thread::yield();  // published below
+      t_park_in_next_lock = true;
+      enter();
+    });
+    g_holder = holder_.get();
+    holder_->wait_until_parked();
+  }
+  ~HeldOuterLock() {
+    holder_.reset();
+    engine::OuterForkLock::set_held_seam(nullptr);
+    g_holder = nullptr;
+  }
+  HeldOuterLock(const HeldOuterLock&) = delete;
+  HeldOuterLock& operator=(const HeldOuterLock&) = delete;
+
+ private:
+  std::unique_ptr<fork_test::ParkedHolder> holder_;
+};
+
+std::unique_ptr<Allocator> sim_allocator() {
+  return std::make_unique<Allocator>(testing_support::sim_device(), std::make_unique<backings::SimBacking>(4ull << 30));
+}
+
+int use_device(Allocator& device) {
+  void* p = device.try_allocate(MiB);
+  if (p == nullptr) return 10;
+  device.deallocate(p);
+  return device.stats().live_allocations == 0 ? 0 : 11;
+}
+
+TEST(ThreadsForkOuterLocks, ForkWhileAnIdleReleasePollsLeavesAWorkingChild) {
+  auto device = sim_allocator();
+  auto other = sim_allocator();
+  IdleRelease release({device.get()});
+  std::string problem;
+  {
+    HeldOuterLock held([&] { release.poll(std::chrono::steady_clock::now()); });
+    problem = fork_test::run_in_child([&] {
+      if (release.released_bytes() != 0) return 1;  // its lock: hung here before
+      release.watch(*other);
+      (void)release.poll(std::chrono::steady_clock::now());
+      release.start();  // a thread of the child's own
+      release.stop();
+      return use_device(*device);
+    });
+  }
+  EXPECT_EQ(problem, "");
+  EXPECT_EQ(use_device(*device), 0);
+}
+
+TEST(ThreadsForkOuterLocks, ForkWhileAnAllocatorGroupHookRunsLeavesAWorkingChild) {
+  auto first = sim_allocator();
+  auto second = sim_allocator();
+  runtime::AllocatorGroup group;
+  group.add(*first);
+  const ShareHooks hooks = group.hooks();
+  std::string problem;
+  {
+    HeldOuterLock held([&] { (void)hooks.in_use(); });
+    problem = fork_test::run_in_child([&] {
+      group.add(*second);  // a GPU's next device, made in the child: hung here before
+      (void)hooks.in_use();
+      hooks.trim();
+      return use_device(*second);
+    });
+  }
+  EXPECT_EQ(problem, "");
+  hooks.trim();
+  EXPECT_EQ(use_device(*first), 0);
+}
+
+}  // namespace
+}  // namespace plimsoll
