@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <new>
 #include <string>
 
@@ -27,6 +28,26 @@ std::uint64_t tag_in_use(const Stats& stats, const std::string& name) {
   const auto found = std::find_if(stats.tags.begin(), stats.tags.end(), [&](const TagStats& t) { return t.tag == name; });
   return found == stats.tags.end() ? 0 : found->in_use_bytes;
 }
+
+// A block of `bytes` parked on stream `a` behind a busy kernel, its batch's event made and recorded by a poll (an
+// allocation on stream `b`, which stays live): without that event, a poll under failures would have no event to
+// record and would wait for the held stream instead.
+struct ParkedBehindAnEvent {
+  explicit ParkedBehindAnEvent(std::uint64_t bytes)
+      : allocator(fake_cuda_allocator(driver, 64 * MiB)), a(driver.create_stream()), b(driver.create_stream()) {
+    parked = allocator->allocate(bytes, on(a));
+    a.hold();
+    a.launch();
+    allocator->deallocate(parked, on(a));
+    on_b = allocator->allocate(1 * MiB, on(b));
+  }
+  fake_cuda::Driver driver;
+  std::unique_ptr<Allocator> allocator;
+  fake_cuda::Stream& a;
+  fake_cuda::Stream& b;
+  void* parked = nullptr;
+  void* on_b = nullptr;
+};
 
 // Every allocation a park makes fails in turn (a new stream's queue, its batch, the batch's list, the parked record,
 // the size-ordered set): each failure leaves the block live, counted once under its tag, and freeable again.
@@ -78,17 +99,8 @@ TEST(EngineStreamOrderFaults, AParkOutOfHostMemoryLeavesTheBlockLiveAndItsFreeRe
 // allocation failing: it terminated before (the rest's record and set entry were new nodes).
 TEST(EngineStreamOrderFaults, ASplitOfAParkedBlockOutOfHostMemoryDoesNotTerminate) {
   SKIP_UNLESS_NEW_CAN_FAIL();
-  fake_cuda::Driver driver;
-  auto allocator = fake_cuda_allocator(driver, 64 * MiB);
-  fake_cuda::Stream& a = driver.create_stream();
-  fake_cuda::Stream& b = driver.create_stream();
-  void* big = allocator->allocate(8 * MiB, on(a));
-  a.hold();
-  a.launch();
-  allocator->deallocate(big, on(a));
-  // Polls: the batch's event is made and recorded now (with no event, a poll under failures would wait for the
-  // held stream instead).
-  void* on_b = allocator->allocate(1 * MiB, on(b));
+  ParkedBehindAnEvent device(8 * MiB);
+  auto& [driver, allocator, a, b, big, on_b] = device;
   void* part = nullptr;
   {
     const ScopedFailures failing;
@@ -111,15 +123,8 @@ TEST(EngineStreamOrderFaults, ASplitOfAParkedBlockOutOfHostMemoryDoesNotTerminat
 // noexcept try_allocate, with every allocation failing: the pool's growth terminated before.
 TEST(EngineStreamOrderFaults, GivingAnEventBackToThePoolOutOfHostMemoryDoesNotTerminate) {
   SKIP_UNLESS_NEW_CAN_FAIL();
-  fake_cuda::Driver driver;
-  auto allocator = fake_cuda_allocator(driver, 64 * MiB);
-  fake_cuda::Stream& a = driver.create_stream();
-  fake_cuda::Stream& b = driver.create_stream();
-  void* p = allocator->allocate(4 * MiB, on(a));
-  a.hold();
-  a.launch();
-  allocator->deallocate(p, on(a));
-  void* on_b = allocator->allocate(1 * MiB, on(b));  // polls: the batch's event is made and recorded
+  ParkedBehindAnEvent device(4 * MiB);
+  auto& [driver, allocator, a, b, parked, on_b] = device;
   a.release();
   void* again = nullptr;
   {

@@ -56,7 +56,8 @@ CudaVmmBacking::CudaVmmBacking(const cu::Api& api, std::unique_ptr<CudaPrimaryCo
     : Backing("CUDA", query_granularity(api, *context, prop)),
       api_(api),
       context_(std::move(context)),
-      events_(api_.has_events() ? std::make_unique<CudaStreamEvents>(api_, *context_) : nullptr),
+      leaves_(api_.has_events() ? std::make_unique<CudaStreamEvents>(api_, *context_) : nullptr, "",
+              "reported as out of memory"),
       copy_(api_.has_copies() ? std::make_unique<CudaDeviceCopy>(api_, *context_) : nullptr),
       prop_(prop) {}
 
@@ -137,8 +138,8 @@ bool CudaVmmBacking::do_map(std::uintptr_t addr, std::uint64_t bytes) {
     // No stream can be using granules mapped a moment ago, so no synchronization is needed first.
     for (std::uint64_t done = 0; done < offset; done += granule) unmap_granule(addr + done);
     if (result != cu::kErrorOutOfMemory) {
-      error_.keep(fmt::format("CUDA device {}: {} of a {} granule at {:#x} failed: {}", context_->device(), failed_call,
-                              format_size(granule), addr + offset, api_.error_name(result)));
+      leaves_.error.keep(fmt::format("CUDA device {}: {} of a {} granule at {:#x} failed: {}", context_->device(),
+                                     failed_call, format_size(granule), addr + offset, api_.error_name(result)));
     }
     return false;
   }
@@ -151,7 +152,7 @@ void CudaVmmBacking::do_unmap(std::uintptr_t addr, std::uint64_t bytes) noexcept
   // fault on the GPU, not an error code. Blocks freed on a stream reach the heap's free space only once their
   // events completed (src/engine/stream_order.hpp), so the granules are idle; a block freed without its stream
   // (or a driver without events) leaves only the whole device to wait for.
-  if (events_ == nullptr || events_->take_unordered_frees()) {
+  if (leaves_.events == nullptr || leaves_.events->take_unordered_frees()) {
     if (const cu::Result result = api_.ctx_synchronize(); result != cu::kSuccess)
       abort_on_driver_failure(
           fmt::format("cuCtxSynchronize before unmapping {:#x} failed: {}", addr, api_.error_name(result)));
@@ -159,7 +160,7 @@ void CudaVmmBacking::do_unmap(std::uintptr_t addr, std::uint64_t bytes) noexcept
   for (std::uint64_t offset = 0; offset < bytes; offset += granularity()) unmap_granule(addr + offset);
 }
 
-std::string CudaVmmBacking::last_driver_error() const { return error_.last(); }
+std::string CudaVmmBacking::last_driver_error() const { return leaves_.error.last(); }
 
 BackingMemory CudaVmmBacking::do_memory() const { return context_->memory(); }
 
