@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <optional>
@@ -30,9 +31,12 @@ GovernorForkParticipant& fork_participant() {
   return *participant;
 }
 
-// At load, before the job can load an engine of its own (governor_fork_participant.hpp says why it must be first).
-// Out of host memory at load, the governor goes without it (its locks then not held across fork(), as before).
+// At load, before the job can load an engine of its own (governor_fork_participant.hpp says why it must be first);
+// only in a governed job (PLIMSOLL_SHARE set, as DriverGovernor::from_environment reads it): another has no governor
+// locks, and its forks pay for no handlers. Out of host memory at load, the governor goes without it (its locks then
+// not held across fork(), as before).
 [[gnu::constructor]] void register_governor_for_fork() noexcept {
+  if (std::getenv("PLIMSOLL_SHARE") == nullptr) return;
   try {
     engine::register_fork_participant(fork_participant());
   } catch (...) {
