@@ -6,10 +6,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <new>
 
+#include "backings/backing_adaptor.hpp"
 #include "backings/sim_backing.hpp"
 #include "plimsoll/allocator.hpp"
+#include "plimsoll/oom.hpp"
 
+#include "fake_cuda_device.hpp"
 #include "failing_operator_new.hpp"
 #include "sim_device.hpp"
 
@@ -39,6 +43,72 @@ TEST(EngineHeapMapFaults, AGrowthOutOfHostMemoryMapsAndRecordsWithoutAllocating)
   device.deallocate(grown);
   device.trim();
   EXPECT_EQ(backing.mapped_bytes(), 0U);
+}
+
+// A backing whose own books cannot grow throws std::bad_alloc from map() before it acts (backing.hpp): the heap declines
+// for host memory, so allocate() throws std::bad_alloc, not an OutOfMemory naming the device, and nothing is mapped.
+// Before, the exception left the noexcept try_allocate: std::terminate. No operator new failure: runs under sanitizers.
+class BooksOutOfMemoryBacking final : public backings::OwningBackingAdaptor {
+ public:
+  BooksOutOfMemoryBacking()
+      : OwningBackingAdaptor("books-out-of-memory", std::make_unique<backings::SimBacking>(4ull << 30)) {}
+  bool fail_maps = false;
+
+ private:
+  bool do_map(std::uintptr_t addr, std::uint64_t bytes) override {
+    if (fail_maps) throw std::bad_alloc();
+    return upstream().map(addr, bytes);
+  }
+};
+
+TEST(EngineHeapMapFaults, ABackingsBooksOutOfHostMemoryDeclineForHostMemory) {
+  auto owned = std::make_unique<BooksOutOfMemoryBacking>();
+  BooksOutOfMemoryBacking& backing = *owned;
+  Allocator device(testing_support::sim_device(), std::move(owned));
+  device.set_step_plan(false);
+  device.deallocate(device.allocate(64 * MiB));
+  const std::uint64_t mapped_before = backing.mapped_bytes();
+  backing.fail_maps = true;
+  EXPECT_EQ(device.try_allocate(512 * MiB), nullptr);
+  bool bad_alloc = false, device_oom = false;
+  try {
+    device.deallocate(device.allocate(512 * MiB));
+  } catch (const OutOfMemory&) {
+    device_oom = true;
+  } catch (const std::bad_alloc&) {
+    bad_alloc = true;
+  }
+  EXPECT_TRUE(bad_alloc) << "the host's memory failed, not the device's";
+  EXPECT_FALSE(device_oom);
+  // The failed attempts may give cached granules back first (making room), never map more than is recorded.
+  EXPECT_LE(backing.mapped_bytes(), mapped_before);
+  EXPECT_EQ(device.stats().reserved_bytes, backing.mapped_bytes());
+  EXPECT_EQ(device.stats().ooms, 0U);
+  backing.fail_maps = false;
+  device.deallocate(device.allocate(512 * MiB));
+  EXPECT_EQ(device.stats().live_allocations, 0U);
+}
+
+// The CUDA virtual memory backing keeps each granule's allocation handle: the handle's entry is made before the
+// driver's cuMemCreate, so out of host memory no granule is left mapped unrecorded (before: made after, std::bad_alloc
+// with the granule mapped, out of the noexcept try_allocate: std::terminate). Over the fake driver: no GPU.
+TEST(EngineHeapMapFaults, ACudaGranuleOutOfHostMemoryIsNotLeftMapped) {
+  SKIP_UNLESS_NEW_CAN_FAIL();
+  fake_cuda::Driver driver;
+  auto device = fake_cuda::fake_cuda_allocator(driver, 64 * MiB);
+  device->deallocate(device->allocate(4 * MiB));
+  const std::uint64_t mapped_before = driver.mapped_bytes();
+  void* refused = nullptr;
+  {
+    const ScopedFailures failing;
+    refused = device->try_allocate(16 * MiB);
+  }
+  EXPECT_EQ(refused, nullptr);
+  EXPECT_LE(driver.mapped_bytes(), mapped_before) << "a granule mapped that the backing did not record";
+  EXPECT_EQ(device->stats().reserved_bytes, driver.mapped_bytes());
+  device->deallocate(device->allocate(16 * MiB));
+  device->trim();
+  EXPECT_EQ(driver.mapped_bytes(), 0U);
 }
 
 }  // namespace

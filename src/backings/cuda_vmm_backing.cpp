@@ -92,12 +92,19 @@ void CudaVmmBacking::do_unreserve(std::uintptr_t base, std::uint64_t bytes) noex
 cu::Result CudaVmmBacking::map_granule(std::uintptr_t addr, const char*& failed_call) {
   cu::MemHandle handle = 0;
   failed_call = "cuMemCreate";
+  // The handle's entry first: out of host memory, std::bad_alloc before the driver acts (the heap declines for host
+  // memory); made after, it left a granule mapped that nothing recorded.
+  const auto slot = handles_.try_emplace(addr).first;
   cu::Result result = api_.mem_create(&handle, granularity(), &prop_, 0);
-  if (result != cu::kSuccess) return result;
+  if (result != cu::kSuccess) {
+    handles_.erase(slot);
+    return result;
+  }
   failed_call = "cuMemMap";
   result = api_.mem_map(addr, granularity(), 0, handle, 0);
   if (result != cu::kSuccess) {
     api_.mem_release(handle);
+    handles_.erase(slot);
     return result;
   }
   // A new mapping starts inaccessible to every device (cuda.h, cuMemUnmap); this device reads and writes it.
@@ -107,9 +114,10 @@ cu::Result CudaVmmBacking::map_granule(std::uintptr_t addr, const char*& failed_
   if (result != cu::kSuccess) {
     api_.mem_unmap(addr, granularity());
     api_.mem_release(handle);
+    handles_.erase(slot);
     return result;
   }
-  handles_.emplace(addr, handle);
+  slot->second = handle;
   return cu::kSuccess;
 }
 
@@ -132,7 +140,13 @@ bool CudaVmmBacking::do_map(std::uintptr_t addr, std::uint64_t bytes) {
   const std::uint64_t granule = granularity();
   for (std::uint64_t offset = 0; offset < bytes; offset += granule) {
     const char* failed_call = "";
-    const cu::Result result = map_granule(addr + offset, failed_call);
+    cu::Result result = cu::kSuccess;
+    try {
+      result = map_granule(addr + offset, failed_call);
+    } catch (const std::bad_alloc&) {  // before that granule's driver calls: the earlier ones go back, then rethrow
+      for (std::uint64_t done = 0; done < offset; done += granule) unmap_granule(addr + done);
+      throw;
+    }
     if (result == cu::kSuccess) continue;
     // All or nothing: the heap records the whole range unmapped after a failure, so nothing may stay mapped.
     // No stream can be using granules mapped a moment ago, so no synchronization is needed first.

@@ -358,8 +358,15 @@ bool Heap::ensure_mapped(const Placement& placement, std::uint64_t size) {
 bool Heap::map_exactly(std::uint64_t first, std::uint64_t last) {
   constexpr std::uint64_t kNoGranule = ~std::uint64_t{0};
   std::uint64_t refused = kNoGranule;
+  bool host_memory = false;
   granules_.for_each_run(first, last, false, [&](std::uint64_t f, std::uint64_t n) {
-    if (refused == kNoGranule && !backing_.map(granules_.address_of(f), n * granules_.granule())) refused = f;
+    if (refused != kNoGranule) return;
+    try {
+      if (!backing_.map(granules_.address_of(f), n * granules_.granule())) refused = f;
+    } catch (const std::bad_alloc&) {  // the backing's own books, before it acted (backing.hpp): nothing mapped
+      refused = f;
+      host_memory = true;
+    }
   });
   if (refused != kNoGranule) {
     granules_.for_each_run(first, refused, false, [&](std::uint64_t f, std::uint64_t n) {
@@ -367,7 +374,7 @@ bool Heap::map_exactly(std::uint64_t first, std::uint64_t last) {
       ++counters_.maps;
       ++counters_.unmaps;
     });
-    failure_ = HeapFailure::device;
+    failure_ = host_memory ? HeapFailure::host_memory : HeapFailure::device;
     return false;
   }
   granules_.for_each_run(first, last, false, [&](std::uint64_t f, std::uint64_t n) {
