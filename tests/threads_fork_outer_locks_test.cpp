@@ -3,21 +3,31 @@
 // shared-GPU hooks trim and pause under it; add() runs when a child makes a GPU's first device). A thread parks
 // holding one through OuterForkLock's seam until the fork's preparation asks for that lock; the main thread forks;
 // the child uses the object and _exits; the parent waits with a deadline. Before, neither lock was held across the
-// fork and the child's first call hung (label threads: TSan).
+// fork and the child's first call hung (label threads: TSan). And the rule beside register_outer_fork_lock (never
+// register one while holding one): a thread making a shared GPU's first device under the runtime's lock while the
+// main thread forks; its AllocatorGroup registered its own lock there, and the fork deadlocked.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
+#include <filesystem>
 #include <memory>
 
 #include "backings/sim_backing.hpp"
+#include "engine/fork_handlers.hpp"
 #include "engine/outer_fork_lock.hpp"
+#include "fake_cuda_driver.hpp"
 #include "fork_child.hpp"
 #include "plimsoll/allocator.hpp"
 #include "plimsoll/idle_release.hpp"
+#include "plimsoll/runtime.hpp"
 #include "runtime/allocator_group.hpp"
+#include "runtime/runtime_access.hpp"
 #include "sim_device.hpp"
 
 namespace plimsoll {
@@ -95,7 +105,9 @@ TEST(ThreadsForkOuterLocks, ForkWhileAnIdleReleasePollsLeavesAWorkingChild) {
 TEST(ThreadsForkOuterLocks, ForkWhileAnAllocatorGroupHookRunsLeavesAWorkingChild) {
   auto first = sim_allocator();
   auto second = sim_allocator();
-  runtime::AllocatorGroup group;
+  engine::OuterForkLock group_lock;  // the group's owner registers it (the runtime, in its constructor)
+  engine::register_outer_fork_lock(group_lock);
+  runtime::AllocatorGroup group(group_lock);
   group.add(*first);
   const ShareHooks hooks = group.hooks();
   std::string problem;
@@ -111,6 +123,51 @@ TEST(ThreadsForkOuterLocks, ForkWhileAnAllocatorGroupHookRunsLeavesAWorkingChild
   EXPECT_EQ(problem, "");
   hooks.trim();
   EXPECT_EQ(use_device(*first), 0);
+  engine::unregister_outer_fork_lock(group_lock);
+}
+
+// The hang is in the parent's fork() itself (its preparation holds the outer locks' registry and waits for the
+// runtime's lock; the maker thread, holding that lock, waited for the registry to register the group's lock), so the
+// deadline is an alarm that ends the test process with a message.
+void fork_deadline_passed(int) {
+  const char message[] = "threads_fork_outer_locks_test: fork() did not return within 20 s (deadlock)\n";
+  (void)!write(2, message, sizeof message - 1);
+  _exit(3);
+}
+
+TEST(ThreadsForkOuterLocks, ForkWhileAThreadMakesASharedGpusFirstDeviceLeavesAWorkingChild) {
+  std::string ledger_dir = ::testing::TempDir() + "plimsoll_fork_share_XXXXXX";
+  ASSERT_NE(::mkdtemp(ledger_dir.data()), nullptr);
+  ::setenv("PLIMSOLL_LEDGER_DIR", ledger_dir.c_str(), 1);
+  fake_cuda::Options options;
+  options.capacity_bytes = 256 * fake_cuda::kMiB;
+  fake_cuda::Driver driver(options);
+  Config config;
+  config.log_device_creation = false;
+  config.gpu_shares = "cuda:0=64MiB:128MiB";
+  {
+    Runtime runtime(config);
+    HostInfo host;
+    host.total_ram_bytes = std::uint64_t{16} << 30;
+    host.available_ram_bytes = std::uint64_t{8} << 30;
+    runtime::RuntimeAccess::inject_driver(runtime, driver.api(), host);
+    Allocator& cpu = runtime.device("cpu");
+    std::string problem;
+    {
+      // Parks holding the runtime's lock; once the fork asks for it, joins the GPU's ledger (its AllocatorGroup).
+      HeldOuterLock held([&] { (void)runtime.device("cuda:0"); });
+      signal(SIGALRM, &fork_deadline_passed);
+      alarm(20);
+      problem = fork_test::run_in_child([&] { return use_device(runtime.device("cpu")); }, [] { alarm(0); });
+      alarm(0);
+      signal(SIGALRM, SIG_DFL);
+    }
+    EXPECT_EQ(problem, "");
+    EXPECT_EQ(use_device(cpu), 0);
+    EXPECT_EQ(use_device(runtime.device("cuda:0")), 0);
+  }
+  ::unsetenv("PLIMSOLL_LEDGER_DIR");
+  std::filesystem::remove_all(ledger_dir);
 }
 
 }  // namespace

@@ -56,6 +56,10 @@ void unregister_device_lock(util::SpinLock& lock);
 /// unregistration: a lock held while devices are made or configured (so while their locks are registered, the step
 /// listeners joined, device locks taken), never taken under an engine lock. Not called with it held. A thread that
 /// forks while holding it keeps it (OuterForkLock records its owner): the preparation does not take it again.
+/// Rule: never register or unregister an outer lock while holding one. The fork's preparation holds the registry and
+/// then waits for each outer lock; a thread holding an outer lock and waiting for the registry deadlocks it (ABBA).
+/// So an object made or destroyed under an outer lock (a runtime's AllocatorGroup) is handed a lock its owner
+/// registered beforehand, and never registers its own.
 void register_outer_fork_lock(OuterForkLock& lock);
 void unregister_outer_fork_lock(OuterForkLock& lock);
 

@@ -5,14 +5,9 @@
 
 #include <fmt/format.h>
 
-#include "engine/fork_handlers.hpp"
 #include "plimsoll/error.hpp"
 
 namespace plimsoll::runtime {
-
-AllocatorGroup::AllocatorGroup() { engine::register_outer_fork_lock(mutex_); }
-
-AllocatorGroup::~AllocatorGroup() { engine::unregister_outer_fork_lock(mutex_); }
 
 void AllocatorGroup::add(Allocator& allocator) {
   const std::lock_guard lock(mutex_);

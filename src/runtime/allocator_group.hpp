@@ -12,10 +12,10 @@ namespace plimsoll::runtime {
 
 class AllocatorGroup {
  public:
-  /// Registers the group's lock with the engine's fork handlers (an outer lock, docs/engine.md "fork()").
-  AllocatorGroup();
-  /// First of all: a fork from now on leaves the lock alone.
-  ~AllocatorGroup();
+  /// `lock`: the group's lock, an outer fork lock (docs/engine.md "fork()") its owner registered already and keeps
+  /// registered while the group lives. The group never registers one itself: a group is made and destroyed under
+  /// the runtime's lock, and registering under an outer lock deadlocks a concurrent fork (fork_handlers.hpp).
+  explicit AllocatorGroup(engine::OuterForkLock& lock) : mutex_(lock) {}
   AllocatorGroup(const AllocatorGroup&) = delete;
   AllocatorGroup& operator=(const AllocatorGroup&) = delete;
 
@@ -38,9 +38,9 @@ class AllocatorGroup {
   // Held while a hook runs: a device created meanwhile joins before or after it, never during. Held across fork() as
   // an outer lock (before every engine lock): a hook takes device locks under it (trim, pause), and add() runs under
   // the runtime's lock when a child makes its first device of a GPU, which would hang on a copy that the ledger's
-  // responder thread held at the fork. Registered after the runtime's lock (the runtime makes the group), in the
-  // order add() nests them.
-  engine::OuterForkLock mutex_;
+  // responder thread held at the fork. The runtime's one group lock (every GPU's group shares it: hooks are rare),
+  // registered in Runtime's constructor right after the runtime's lock, in the order add() nests them.
+  engine::OuterForkLock& mutex_;
   std::vector<Allocator*> members_;
 };
 
