@@ -131,12 +131,9 @@ std::uint64_t MappingLedger::count_mapped(const Reservation& reservation, std::u
   begin = std::max(begin, reservation.base);
   end = std::min(end, reservation_end);
   if (begin >= end) return 0;
-  std::uint64_t count = 0;
   // Granules partly inside [begin, end) count (the callers pass granule-aligned ranges).
-  for (std::uint64_t g = (begin - reservation.base) / granularity_;
-       g < (end - reservation.base + granularity_ - 1) / granularity_; ++g)
-    count += is_set(reservation, g) ? 1U : 0U;
-  return count;
+  return util::count_set_bits(reservation.mapped.get(), (begin - reservation.base) / granularity_,
+                              (end - reservation.base + granularity_ - 1) / granularity_);
 }
 
 std::uint64_t MappingLedger::mapped_bytes_in(std::uintptr_t begin, std::uintptr_t end) const noexcept {

@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "util/bit_runs.hpp"
+
 namespace plimsoll::backings {
 
 class MappingLedger {
@@ -76,16 +78,14 @@ class MappingLedger {
     std::unique_ptr<std::uint64_t[]> mapped;
   };
 
+  // A word at a time (util/bit_runs.hpp): stats() walks every reservation under the backing's lock.
   template <class Run>
   void for_each_run(const Reservation& reservation, Run&& run) const {
-    const std::uint64_t granules = reservation.bytes / granularity_;
-    std::uint64_t g = 0;
-    while (g < granules) {
-      while (g < granules && !is_set(reservation, g)) ++g;
-      const std::uint64_t start = g;
-      while (g < granules && is_set(reservation, g)) ++g;
-      if (g > start) run(reservation.base + start * granularity_, reservation.base + g * granularity_);
-    }
+    util::for_each_bit_run(reservation.mapped.get(), 0, reservation.bytes / granularity_, true,
+                           [&](std::uint64_t first, std::uint64_t count) {
+                             run(reservation.base + first * granularity_,
+                                 reservation.base + (first + count) * granularity_);
+                           });
   }
   static bool is_set(const Reservation& reservation, std::uint64_t granule) noexcept {
     return ((reservation.mapped[granule / 64] >> (granule % 64)) & 1U) != 0;
