@@ -53,9 +53,12 @@ class BooksOutOfMemoryBacking final : public backings::OwningBackingAdaptor {
   BooksOutOfMemoryBacking()
       : OwningBackingAdaptor("books-out-of-memory", std::make_unique<backings::SimBacking>(4ull << 30)) {}
   bool fail_maps = false;
+  int maps_before_failing = -1;  // >= 0: that many more maps succeed, then every one throws
 
  private:
   bool do_map(std::uintptr_t addr, std::uint64_t bytes) override {
+    if (maps_before_failing == 0) fail_maps = true;
+    if (maps_before_failing > 0) --maps_before_failing;
     if (fail_maps) throw std::bad_alloc();
     return upstream().map(addr, bytes);
   }
@@ -109,6 +112,36 @@ TEST(EngineHeapMapFaults, ACudaGranuleOutOfHostMemoryIsNotLeftMapped) {
   device->deallocate(device->allocate(16 * MiB));
   device->trim();
   EXPECT_EQ(driver.mapped_bytes(), 0U);
+}
+
+// resume() maps the paused runs back one by one through Backing::map; a std::bad_alloc from the backing's books at
+// the second run must leave the device paused with nothing mapped (the first run unmapped again), so a later resume
+// works. Before, the first run stayed mapped and marked, and the next resume failed mapping it twice.
+TEST(EngineHeapMapFaults, AResumeOutOfHostMemoryLeavesTheDevicePausedWithNothingMapped) {
+  auto owned = std::make_unique<BooksOutOfMemoryBacking>();
+  BooksOutOfMemoryBacking& backing = *owned;
+  Allocator device(testing_support::sim_device(), std::move(owned));
+  device.set_step_plan(false);
+  void* first = device.allocate(64 * MiB);
+  void* gap = device.allocate(64 * MiB);
+  void* second = device.allocate(64 * MiB);
+  device.deallocate(gap);  // pause gives the cache back: two runs of granules, one per live block
+  device.pause(PauseOptions{.keep_contents = false});
+  ASSERT_EQ(backing.mapped_bytes(), 0U);
+  backing.maps_before_failing = 1;
+  EXPECT_THROW(device.resume(), std::bad_alloc);
+  EXPECT_TRUE(device.paused());
+  EXPECT_EQ(backing.mapped_bytes(), 0U) << "the run mapped back before the failure is unmapped again";
+  EXPECT_EQ(device.stats().reserved_bytes, 0U);
+  backing.maps_before_failing = -1;
+  backing.fail_maps = false;
+  device.resume();
+  EXPECT_FALSE(device.paused());
+  EXPECT_EQ(device.stats().reserved_bytes, backing.mapped_bytes());
+  EXPECT_GE(backing.mapped_bytes(), 128 * MiB);
+  device.deallocate(first);
+  device.deallocate(second);
+  EXPECT_EQ(device.stats().live_allocations, 0U);
 }
 
 }  // namespace
