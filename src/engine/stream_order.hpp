@@ -44,7 +44,8 @@ class StreamOrder {
   bool empty() const { return parked_.empty(); }
 
   /// Parks the live, not parked block `block` freed on `stream`. Out of host memory, std::bad_alloc with the block
-  /// not parked (still live for the program) and its recorded streams kept.
+  /// not parked (still live for the program) and its recorded streams kept. With a recorded stream and no event to
+  /// be had, the device is synchronized and the block freed into the heap at once: relabel it before, not after.
   void park(const BlockView& block, StreamHandle stream);
   /// A block parked on `stream` for `size` rounded bytes of class `small` (best fit; the rest split off and
   /// parked), taken out of the parked set; 0 when there is none, or when the split's books cannot be made (out of
