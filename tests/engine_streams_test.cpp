@@ -211,6 +211,30 @@ TEST(EngineStreams, NoEventFallsBackToSynchronizingTheDevice) {
   allocator->deallocate(next, on(a));
 }
 
+// A block with a record_stream'd second stream whose event cannot be recorded is freed into the heap at once
+// (after a device synchronization): the free's relabel must have happened before, on the live block.
+TEST(EngineStreams, NoEventForARecordedStreamFreesTheBlockAtOnceWithItsBooksRight) {
+  fake_cuda::Driver driver;
+  auto allocator = fake_cuda_allocator(driver, 32 * MiB);
+  fake_cuda::Stream& a = driver.create_stream();
+  fake_cuda::Stream& b = driver.create_stream();
+  void* ptr = allocator->allocate(4 * MiB, on(a), intern_tag("cross-fallback"));
+  allocator->record_stream(ptr, on(b));
+  driver.fail(fake_cuda::Call::event_record, 1, cuda_driver::kErrorInvalidValue);
+  allocator->deallocate(ptr, on(a));
+  EXPECT_EQ(driver.counters().ctx_synchronize, 1u);
+  const Stats stats = allocator->stats();
+  EXPECT_EQ(stats.live_allocations, 0u);
+  EXPECT_EQ(stats.in_use_bytes, 0u);
+  EXPECT_EQ(stats.requested_bytes, 0u);
+  EXPECT_EQ(stats.parked_bytes, 0u);
+  void* next = allocator->allocate(4 * MiB, on(a));
+  EXPECT_EQ(next, ptr);
+  allocator->deallocate(next, on(a));
+  allocator->trim();
+  EXPECT_EQ(allocator->stats().requested_bytes, 0u);
+}
+
 TEST(EngineStreams, RecordedTraceSeesFreesAndReusesAsTheProgramDid) {
   fake_cuda::Driver driver;
   auto allocator = fake_cuda_allocator(driver, 32 * MiB);

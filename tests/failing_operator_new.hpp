@@ -22,6 +22,9 @@
 namespace {
 thread_local bool t_fail_new = false;
 thread_local int t_fail_next_news = 0;  // while above 0, this thread's next allocation fails and counts it down
+// At 0 or above: that many more allocations of this thread succeed, then one fails (and it goes back to -1). A test
+// walks every allocation of an operation with it: 0, 1, 2... until the operation no longer fails.
+thread_local int t_news_before_failure = -1;
 
 /// Every allocation on this thread fails while one lives.
 class ScopedFailures {
@@ -44,6 +47,7 @@ void* allocate_or_null(std::size_t bytes, std::size_t alignment) noexcept {
     --t_fail_next_news;
     return nullptr;
   }
+  if (t_news_before_failure >= 0 && t_news_before_failure-- == 0) return nullptr;
   if (bytes == 0) bytes = 1;
   if (alignment <= alignof(std::max_align_t)) return std::malloc(bytes);
   void* p = nullptr;

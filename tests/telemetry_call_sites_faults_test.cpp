@@ -72,38 +72,51 @@ std::vector<std::string> allocation_sites(const Trace& trace) {
   return named;
 }
 
+// A warmed simulated device recording call sites to a temporary trace; sites() detaches the recording, closes it and
+// reads back each allocation's site.
+struct RecordedDevice {
+  explicit RecordedDevice(const char* name)
+      : path(temp_trace(name)),
+        device(testing_support::sim_device(), std::make_unique<backings::SimBacking>(4ull << 30)) {
+    device.set_step_plan(false);
+    warm(device);
+    recording = Recording::open(path, {.call_sites = true});
+    device.record_to(recording);
+  }
+  std::vector<std::string> sites() {
+    device.record_to(nullptr);
+    recording->close();
+    const Trace trace = read_trace(path);
+    std::filesystem::remove(path);
+    return allocation_sites(trace);
+  }
+  const std::string path;
+  Allocator device;
+  std::shared_ptr<Recording> recording;
+};
+
 // A new stack out of host memory: the allocation goes on without a call site, nothing half made in the call sites.
 TEST(TelemetryCallSitesFaults, ANewSiteOutOfHostMemoryIsLeftOutNotTerminate) {
   SKIP_UNLESS_NEW_CAN_FAIL();
   SourceInstalled installed;
-  const std::string path = temp_trace("plimsoll_sites_faults_capture_");
+  RecordedDevice recorded("plimsoll_sites_faults_capture_");
+  Allocator& device = recorded.device;
+  in_interpreter = true;
+  current_line = 10;
+  device.deallocate(device.allocate(4096));  // one site known
+  current_line = 11;
+  void* p = nullptr;
   {
-    Allocator device(testing_support::sim_device(), std::make_unique<backings::SimBacking>(4ull << 30));
-    device.set_step_plan(false);
-    warm(device);
-    auto recording = Recording::open(path, {.call_sites = true});
-    device.record_to(recording);
-    in_interpreter = true;
-    current_line = 10;
-    device.deallocate(device.allocate(4096));  // one site known
-    current_line = 11;
-    void* p = nullptr;
-    {
-      const ScopedFailures failing;
-      p = device.try_allocate(4096);  // terminated here before: the new stack's record threw
-    }
-    EXPECT_NE(p, nullptr) << "the device had room: only the call site gives way";
-    void* again = device.allocate(4096);  // with host memory again, the site is captured and named
-    in_interpreter = false;
-    device.deallocate(p);
-    device.deallocate(again);
-    EXPECT_EQ(device.stats().live_allocations, 0u);
-    device.record_to(nullptr);
-    recording->close();
+    const ScopedFailures failing;
+    p = device.try_allocate(4096);  // terminated here before: the new stack's record threw
   }
-  const Trace trace = read_trace(path);
-  std::filesystem::remove(path);
-  const std::vector<std::string> named = allocation_sites(trace);
+  EXPECT_NE(p, nullptr) << "the device had room: only the call site gives way";
+  void* again = device.allocate(4096);  // with host memory again, the site is captured and named
+  in_interpreter = false;
+  device.deallocate(p);
+  device.deallocate(again);
+  EXPECT_EQ(device.stats().live_allocations, 0u);
+  const std::vector<std::string> named = recorded.sites();
   ASSERT_EQ(named.size(), 3u);
   EXPECT_EQ(named[0], "a/long/path/to/the/training/script.py:10");
   EXPECT_EQ(named[1], "") << "no call site when none could be recorded";
@@ -115,29 +128,19 @@ TEST(TelemetryCallSitesFaults, ANewSiteOutOfHostMemoryIsLeftOutNotTerminate) {
 TEST(TelemetryCallSitesFaults, ASiteThatCannotBeNamedAtOnceIsNamedAtClose) {
   SKIP_UNLESS_NEW_CAN_FAIL();
   SourceInstalled installed;
-  const std::string path = temp_trace("plimsoll_sites_faults_name_");
-  {
-    Allocator device(testing_support::sim_device(), std::make_unique<backings::SimBacking>(4ull << 30));
-    device.set_step_plan(false);
-    warm(device);
-    auto recording = Recording::open(path, {.call_sites = true});
-    device.record_to(recording);
-    in_interpreter = true;
-    current_line = 20;
-    fail_after_describe = true;
-    void* p = device.try_allocate(4096);  // terminated here before: naming the new site threw
-    t_fail_new = false;
-    fail_after_describe = false;
-    in_interpreter = false;
-    EXPECT_NE(p, nullptr);
-    device.deallocate(p);
-    EXPECT_EQ(device.stats().live_allocations, 0u);
-    device.record_to(nullptr);
-    recording->close();
-  }
-  const Trace trace = read_trace(path);
-  std::filesystem::remove(path);
-  const std::vector<std::string> named = allocation_sites(trace);
+  RecordedDevice recorded("plimsoll_sites_faults_name_");
+  Allocator& device = recorded.device;
+  in_interpreter = true;
+  current_line = 20;
+  fail_after_describe = true;
+  void* p = device.try_allocate(4096);  // terminated here before: naming the new site threw
+  t_fail_new = false;
+  fail_after_describe = false;
+  in_interpreter = false;
+  EXPECT_NE(p, nullptr);
+  device.deallocate(p);
+  EXPECT_EQ(device.stats().live_allocations, 0u);
+  const std::vector<std::string> named = recorded.sites();
   ASSERT_EQ(named.size(), 1u);
   EXPECT_EQ(named[0], "a/long/path/to/the/training/script.py:20") << "named at close()";
 }
@@ -148,31 +151,21 @@ TEST(TelemetryCallSitesFaults, ASiteThatCannotBeNamedAtOnceIsNamedAtClose) {
 // No operator new failure: runs under a sanitizer too.
 TEST(TelemetryCallSitesFaults, AnInterpreterDescribeThatThrowsLeavesTheSiteOutNotTerminate) {
   SourceInstalled installed;
-  const std::string path = temp_trace("plimsoll_sites_faults_throw_");
-  {
-    Allocator device(testing_support::sim_device(), std::make_unique<backings::SimBacking>(4ull << 30));
-    device.set_step_plan(false);
-    warm(device);
-    auto recording = Recording::open(path, {.call_sites = true});
-    device.record_to(recording);
-    in_interpreter = true;
-    current_line = 30;
-    describe_throws = true;
-    void* p = device.try_allocate(4096);  // terminated here before
-    describe_throws = false;
-    current_line = 31;
-    void* again = device.allocate(4096);
-    in_interpreter = false;
-    EXPECT_NE(p, nullptr) << "the device had room: only the call site gives way";
-    device.deallocate(p);
-    device.deallocate(again);
-    EXPECT_EQ(device.stats().live_allocations, 0u);
-    device.record_to(nullptr);
-    recording->close();
-  }
-  const Trace trace = read_trace(path);
-  std::filesystem::remove(path);
-  const std::vector<std::string> named = allocation_sites(trace);
+  RecordedDevice recorded("plimsoll_sites_faults_throw_");
+  Allocator& device = recorded.device;
+  in_interpreter = true;
+  current_line = 30;
+  describe_throws = true;
+  void* p = device.try_allocate(4096);  // terminated here before
+  describe_throws = false;
+  current_line = 31;
+  void* again = device.allocate(4096);
+  in_interpreter = false;
+  EXPECT_NE(p, nullptr) << "the device had room: only the call site gives way";
+  device.deallocate(p);
+  device.deallocate(again);
+  EXPECT_EQ(device.stats().live_allocations, 0u);
+  const std::vector<std::string> named = recorded.sites();
   ASSERT_EQ(named.size(), 2u);
   EXPECT_EQ(named[0], "") << "no call site when the interpreter could not name it";
   EXPECT_EQ(named[1], "a/long/path/to/the/training/script.py:31");

@@ -90,37 +90,20 @@ TEST(ThreadsDeviceFork, ForkWhileAnotherThreadHoldsTheDeviceLockLeavesAWorkingCh
   device.deallocate(device.allocate(512, 1));
 
   void* parked_block = nullptr;
-  std::atomic<bool> holder_done{false}, holder_may_exit{false};
   backing.park_next = true;
-  std::thread holder([&] {
+  fork_test::ParkedHolder holder([&] {
     parked_block = device.try_allocate(64 * MiB, 3);  // a new granule: parked inside the map, under the device lock
-    holder_done = true;
-    // Alive until the parent is done with the child: a thread that finished unjoined before the fork is a leak to
-    // ThreadSanitizer in the child.
-    while (!holder_may_exit.load()) std::this_thread::yield();
   });
   while (!backing.parked.load()) std::this_thread::yield();
 
   const std::uint64_t live_in_child = 2;  // `kept` and the holder's block, which the fork waited for
-  const pid_t child = fork();
-  ASSERT_NE(child, -1);
-  if (child == 0) _exit(child_checks(device, live_in_child));
-
-  int status = 0;
-  const bool exited = fork_test::child_exited_in_time(child, status);
+  const std::string problem = fork_test::run_in_child([&] { return child_checks(device, live_in_child); });
   backing.release = true;  // the parent's holder, in case the fork did not wait for it
-  while (!holder_done.load()) std::this_thread::yield();
-  holder_may_exit = true;
-  holder.join();
-  EXPECT_TRUE(exited) << "the child hung: the device lock of a thread that does not exist in it stayed held";
-  if (exited) {
-    EXPECT_TRUE(WIFEXITED(status));
-    EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's check number " << WEXITSTATUS(status) << " failed";
-  }
+  holder.wait_until_done();
+  EXPECT_EQ(problem, "") << "the device lock of a thread that does not exist in the child";
   EXPECT_FALSE(engine::fork_preparing()) << "the handlers after the fork lower the flag";
 
   // The parent goes on as before: the holder's allocation finished and every lock was given back.
-  ASSERT_TRUE(holder_done.load());
   ASSERT_NE(parked_block, nullptr);
   EXPECT_EQ(device.stats().live_allocations, 2u);
   device.deallocate(parked_block);
@@ -140,34 +123,18 @@ TEST(ThreadsDeviceFork, ForkWhileAnotherThreadHoldsTheBackingLockLeavesAWorkingC
   void* kept = device.allocate(4096, 1);
 
   backing.park_host_pages = true;
-  std::atomic<bool> reader_done{false}, reader_may_exit{false};
-  std::thread reader([&] {
-    (void)device.stats();  // parked inside host_pages, holding the backing's lock
-    reader_done = true;
-    while (!reader_may_exit.load()) std::this_thread::yield();  // alive until the parent is done (TSan)
-  });
+  fork_test::ParkedHolder reader([&] { (void)device.stats(); });  // parked inside host_pages, holding the backing's lock
   while (!backing.pages_parked.load()) std::this_thread::yield();
 
-  const pid_t child = fork();
-  ASSERT_NE(child, -1);
-  if (child == 0) {
+  const std::string problem = fork_test::run_in_child([&] {
     void* p = device.try_allocate(96 * MiB, 2);  // a new granule: maps, under the backing's lock
-    if (p == nullptr) _exit(2);
+    if (p == nullptr) return 2;
     device.deallocate(p);
     device.trim();  // unmaps
-    if (device.stats().live_allocations != 1) _exit(3);
-    _exit(0);
-  }
-  int status = 0;
-  const bool exited = fork_test::child_exited_in_time(child, status);
-  while (!reader_done.load()) std::this_thread::yield();
-  reader_may_exit = true;
-  reader.join();
-  EXPECT_TRUE(exited) << "the child hung: the backing's lock of a thread that does not exist in it stayed held";
-  if (exited) {
-    EXPECT_TRUE(WIFEXITED(status));
-    EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's check number " << WEXITSTATUS(status) << " failed";
-  }
+    return device.stats().live_allocations == 1 ? 0 : 3;
+  });
+  reader.wait_until_done();
+  EXPECT_EQ(problem, "") << "the backing's lock of a thread that does not exist in the child";
   device.deallocate(kept);
   device.trim();
   EXPECT_EQ(device.stats().live_allocations, 0u);
@@ -221,34 +188,19 @@ TEST(ThreadsDeviceFork, ForkWhileAnotherThreadHoldsABackingsOwnLockLeavesAWorkin
   void* kept = device.allocate(4096, 1);
 
   backing.park_reader = true;
-  std::atomic<bool> reader_done{false}, reader_may_exit{false};
-  std::thread reader([&] {
-    (void)backing.last_error();  // parked holding the backing's own lock
-    reader_done = true;
-    while (!reader_may_exit.load()) std::this_thread::yield();  // alive until the parent is done (TSan)
-  });
+  fork_test::ParkedHolder reader([&] { (void)backing.last_error(); });  // parked holding the backing's own lock
   while (!backing.reader_parked.load()) std::this_thread::yield();
 
-  const pid_t child = fork();
-  ASSERT_NE(child, -1);
-  if (child == 0) {
-    void* p = device.try_allocate(96 * MiB, 2);  // a new granule: maps, under the backing's own lock
-    if (p == nullptr) _exit(2);
-    device.deallocate(p);
-    if (!backing.last_error().empty()) _exit(3);
-    _exit(0);
-  }
-  backing.forked = true;
-  int status = 0;
-  const bool exited = fork_test::child_exited_in_time(child, status);
-  while (!reader_done.load()) std::this_thread::yield();
-  reader_may_exit = true;
-  reader.join();
-  EXPECT_TRUE(exited) << "the child hung: a backing's own lock, held by a thread that does not exist in it";
-  if (exited) {
-    EXPECT_TRUE(WIFEXITED(status));
-    EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's check number " << WEXITSTATUS(status) << " failed";
-  }
+  const std::string problem = fork_test::run_in_child(
+      [&] {
+        void* p = device.try_allocate(96 * MiB, 2);  // a new granule: maps, under the backing's own lock
+        if (p == nullptr) return 2;
+        device.deallocate(p);
+        return backing.last_error().empty() ? 0 : 3;
+      },
+      [&] { backing.forked = true; });
+  reader.wait_until_done();
+  EXPECT_EQ(problem, "") << "a backing's own lock, held by a thread that does not exist in the child";
   device.deallocate(kept);
   device.trim();
   EXPECT_EQ(device.stats().live_allocations, 0u);

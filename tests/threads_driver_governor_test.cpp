@@ -12,6 +12,7 @@
 #include "sharing/driver_governor.hpp"
 #include "sharing/ledger_scan.hpp"
 #include "sharing_support.hpp"
+#include "stand_in_driver.hpp"
 
 namespace plimsoll::sharing {
 namespace {
@@ -19,30 +20,8 @@ namespace {
 namespace cu = cuda_driver;
 using plimsoll::testing::TempDirectory;
 constexpr std::uint64_t MiB = std::uint64_t{1} << 20;
-constexpr std::uint64_t kGpuBytes = 1024 * MiB;
-
-// The driver calls the governor makes, for a 1 GiB GPU whose context is current on every thread.
-DriverCalls stand_in_driver() {
-  DriverCalls calls;
-  calls.ctx_get_device = [](cu::Device* device) {
-    *device = 0;
-    return cu::kSuccess;
-  };
-  calls.device_get_uuid = [](cu::Uuid* uuid, cu::Device) {
-    for (unsigned char& byte : uuid->bytes) byte = 0x42;
-    return cu::kSuccess;
-  };
-  calls.device_total_mem = [](std::size_t* bytes, cu::Device) {
-    *bytes = kGpuBytes;
-    return cu::kSuccess;
-  };
-  calls.mem_get_info = [](std::size_t* free_bytes, std::size_t* total_bytes) {
-    *free_bytes = kGpuBytes;
-    *total_bytes = kGpuBytes;
-    return cu::kSuccess;
-  };
-  return calls;
-}
+using testing_support::kGpuBytes;
+using testing_support::stand_in_driver;
 
 TEST(ThreadsDriverGovernor, ThreadsAllocatingAtOnceStayUnderTheCapAndAreCreditedBack) {
   const TempDirectory dir;

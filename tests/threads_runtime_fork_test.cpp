@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
 #include <thread>
 
 #include "engine/fork_handlers.hpp"
@@ -66,36 +67,21 @@ TEST(ThreadsRuntimeFork, ForkWhileAnotherThreadMakesADeviceUnderTheRuntimeLockLe
   FakeGpuRuntime fake(&parking_reserve);
   Runtime& runtime = fake.runtime;
 
-  std::atomic<bool> maker_done{false}, maker_may_exit{false};
   park_reservation = true;
-  std::thread maker([&] {
-    (void)runtime.device("cuda:0");  // parked inside the reservation, under the runtime's mutex
-    maker_done = true;
-    while (!maker_may_exit.load()) std::this_thread::yield();  // alive until the parent is done (TSan)
-  });
+  // Parked inside the reservation, under the runtime's mutex.
+  fork_test::ParkedHolder maker([&] { (void)runtime.device("cuda:0"); });
   while (!reservation_parked.load()) std::this_thread::yield();
 
-  const pid_t child = fork();
-  ASSERT_NE(child, -1);
-  if (child == 0) {
+  const std::string problem = fork_test::run_in_child([&] {
     Allocator& cpu = runtime.device("cpu");  // the runtime's mutex: hung here before
     void* p = cpu.try_allocate(1 << 20, 1);
-    if (p == nullptr) _exit(2);
+    if (p == nullptr) return 2;
     cpu.deallocate(p);
-    if (cpu.stats().live_allocations != 0) _exit(3);
-    _exit(0);
-  }
-  int status = 0;
-  const bool exited = fork_test::child_exited_in_time(child, status);
+    return cpu.stats().live_allocations == 0 ? 0 : 3;
+  });
   release_reservation = true;  // the parent's maker, in case the fork did not wait for it
-  while (!maker_done.load()) std::this_thread::yield();
-  maker_may_exit = true;
-  maker.join();
-  EXPECT_TRUE(exited) << "the child hung: the runtime's mutex, held by a thread that does not exist in it";
-  if (exited) {
-    EXPECT_TRUE(WIFEXITED(status));
-    EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's check number " << WEXITSTATUS(status) << " failed";
-  }
+  maker.wait_until_done();
+  EXPECT_EQ(problem, "") << "the runtime's mutex, held by a thread that does not exist in the child";
   EXPECT_FALSE(engine::fork_preparing());
   // The parent goes on: the device the maker made works.
   Allocator& gpu = runtime.device("cuda:0");
@@ -110,9 +96,7 @@ TEST(ThreadsRuntimeFork, ForkWhileAnotherThreadMakesADeviceUnderTheRuntimeLockLe
 // device lock) meanwhile probes the lock order. The whole scenario runs in a child, so the hang is caught by the
 // deadline instead of hanging the test run.
 TEST(ThreadsRuntimeFork, ForkWithTwoLogicalDevicesOverOneBackingDoesNotHang) {
-  const pid_t scenario = fork();
-  ASSERT_NE(scenario, -1);
-  if (scenario == 0) {
+  const std::string problem = fork_test::run_in_child([] {
     Config config;
     config.log_device_creation = false;
     config.logical_devices["cpu"] = {LogicalDeviceConfig::sized(1ull << 30), LogicalDeviceConfig::sized(1ull << 30)};
@@ -120,7 +104,7 @@ TEST(ThreadsRuntimeFork, ForkWithTwoLogicalDevicesOverOneBackingDoesNotHang) {
     Allocator& first = runtime.device("cpu/0");
     Allocator& second = runtime.device("cpu/1");
     void* kept = first.try_allocate(1 << 20, 1);
-    if (kept == nullptr) _exit(10);
+    if (kept == nullptr) return 10;
     std::atomic<bool> stop{false};
     std::thread worker([&] {
       while (!stop.load()) {
@@ -131,34 +115,21 @@ TEST(ThreadsRuntimeFork, ForkWithTwoLogicalDevicesOverOneBackingDoesNotHang) {
     });
     int failed = 0;
     for (int round = 0; round < 20 && failed == 0; ++round) {
-      const pid_t child = fork();  // hung here before
-      if (child == -1) {
-        failed = 11;
-        break;
-      }
-      if (child == 0) {
+      const std::string forked = fork_test::run_in_child([&] {  // fork() hung here before
         void* p = second.try_allocate(1 << 20, 1);
-        if (p == nullptr) _exit(2);
+        if (p == nullptr) return 2;
         second.deallocate(p);
         first.deallocate(first.allocate(4096));
-        _exit(0);
-      }
-      int status = 0;
-      if (!fork_test::child_exited_in_time(child, status) || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        failed = 12;
+        return 0;
+      });
+      if (!forked.empty()) failed = 12;
     }
     stop = true;
     worker.join();
     first.deallocate(kept);
-    _exit(failed);
-  }
-  int status = 0;
-  const bool exited = fork_test::child_exited_in_time(scenario, status);
-  EXPECT_TRUE(exited) << "fork() hung with two logical devices sharing one backing";
-  if (exited) {
-    EXPECT_TRUE(WIFEXITED(status));
-    EXPECT_EQ(WEXITSTATUS(status), 0) << "check number " << WEXITSTATUS(status) << " failed";
-  }
+    return failed;
+  });
+  EXPECT_EQ(problem, "") << "fork() with two logical devices sharing one backing";
 }
 
 
@@ -171,35 +142,24 @@ std::atomic<int> fork_inside_reservation_result{-1};
 cu::Result forking_reserve(cu::DevicePtr* pointer, std::size_t bytes, std::size_t alignment, cu::DevicePtr hint,
                            unsigned long long flags) {
   if (fork_inside_reservation_result.load() == -1) {
-    const pid_t child = fork();  // hung here before: the runtime's mutex, taken again by its own holder
-    if (child == 0) _exit(0);
-    int status = 0;
-    const bool exited = child != -1 && fork_test::child_exited_in_time(child, status);
-    fork_inside_reservation_result = exited && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+    // fork() hung here before: the runtime's mutex, taken again by its own holder.
+    fork_inside_reservation_result = fork_test::run_in_child([] { return 0; }).empty() ? 0 : 1;
   }
   return real_reserve(pointer, bytes, alignment, hint, flags);
 }
 
 TEST(ThreadsRuntimeFork, AThreadForkingWhileItHoldsTheRuntimeLockDoesNotDeadlock) {
-  const pid_t scenario = fork();
-  ASSERT_NE(scenario, -1);
-  if (scenario == 0) {
+  const std::string problem = fork_test::run_in_child([] {
     FakeGpuRuntime fake(&forking_reserve);
     Runtime& runtime = fake.runtime;
     Allocator& gpu = runtime.device("cuda:0");  // the reservation forks under the runtime's mutex
-    if (fork_inside_reservation_result.load() != 0) _exit(2);
+    if (fork_inside_reservation_result.load() != 0) return 2;
     gpu.deallocate(gpu.allocate(4 << 20));
     Allocator& cpu = runtime.device("cpu");  // the runtime's mutex was released
     cpu.deallocate(cpu.allocate(4096));
-    _exit(0);
-  }
-  int status = 0;
-  const bool exited = fork_test::child_exited_in_time(scenario, status);
-  EXPECT_TRUE(exited) << "fork() deadlocked in a thread holding the runtime's mutex";
-  if (exited) {
-    EXPECT_TRUE(WIFEXITED(status));
-    EXPECT_EQ(WEXITSTATUS(status), 0) << "check number " << WEXITSTATUS(status) << " failed";
-  }
+    return 0;
+  });
+  EXPECT_EQ(problem, "") << "fork() in a thread holding the runtime's mutex";
 }
 
 }  // namespace

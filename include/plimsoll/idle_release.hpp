@@ -11,10 +11,8 @@
 //   plimsoll::IdleRelease release({&runtime.device("cpu")});   // host default: idle for 1 s, checked every 100 ms
 //   ... del a big tensor; a second later the process is that much smaller ...
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
-#include <thread>
+#include <memory>
 #include <vector>
 
 namespace plimsoll {
@@ -40,7 +38,9 @@ IdleReleaseOptions host_idle_release_defaults();
 
 /// Watches devices and returns the cached memory of those that went idle. poll() is the whole logic, with the
 /// time passed in (tests drive it); start() runs it on a background thread every check_every until the object is
-/// destroyed or stop() is called. Devices must outlive the object. Thread-safe.
+/// destroyed or stop() is called. Devices must outlive the object. Thread-safe. Its lock is held across fork() (the
+/// engine's fork handlers, as an outer lock: poll() takes device locks under it), so a child can poll, watch and read
+/// it; the background thread does not exist in a child (start() there runs one of its own).
 class IdleRelease {
  public:
   explicit IdleRelease(std::vector<Allocator*> devices = {}, IdleReleaseOptions options = host_idle_release_defaults());
@@ -64,21 +64,9 @@ class IdleRelease {
   std::uint64_t releases() const;
 
  private:
-  struct Watched {
-    Allocator* device = nullptr;
-    std::uint64_t activity = 0;  // allocations + frees when last seen
-    std::chrono::steady_clock::time_point quiet_since{};
-    bool seen = false;
-  };
-
+  struct State;  // the lock (registered with the engine's fork handlers), the devices, the thread
   IdleReleaseOptions options_;
-  mutable std::mutex mutex_;
-  std::vector<Watched> watched_;
-  std::uint64_t released_bytes_ = 0;
-  std::uint64_t releases_ = 0;
-  std::condition_variable wake_;
-  bool stopping_ = false;
-  std::thread thread_;
+  std::unique_ptr<State> state_;
 };
 
 }  // namespace plimsoll

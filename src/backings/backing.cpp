@@ -30,6 +30,9 @@ void Backing::throw_misuse(const std::string& problem) const {
 std::uintptr_t Backing::reserve(std::uint64_t bytes) {
   const std::lock_guard lock(mutex_);
   if (auto problem = ledger_.reserve_problem(bytes); !problem.empty()) throw_misuse(problem);
+  // Out of host memory, std::bad_alloc here, before anything is reserved: the books never allocate after the hook
+  // acted (nor does recording a map or an unmap, which allocates nothing at all).
+  ledger_.make_room_for_reservation(bytes);
   const std::uintptr_t base = do_reserve(bytes);
   if (base == 0) return 0;
   if (!util::is_aligned(base, granularity_)) {

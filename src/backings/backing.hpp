@@ -10,7 +10,9 @@
 //     granularity-aligned base, or 0 when refused (nothing reserved then).
 //   - map(addr, bytes): a granule-aligned range inside one reservation with nothing in it mapped, else
 //     std::logic_error (checked before the backing acts, so a wrong call changes nothing). All or nothing: true
-//     with the whole range mapped, or false with none of it (out of memory, an injected fault, a driver refusal).
+//     with the whole range mapped, or false with none of it (out of memory, an injected fault, a driver refusal),
+//     or std::bad_alloc with none of it (the host out of memory for a backing's own books, made before it acts:
+//     the heap then declines with HeapFailure::host_memory). Recording a map or an unmap allocates nothing.
 //   - unmap(addr, bytes): a granule-aligned range inside one reservation, all of it mapped; any part of a mapped
 //     range may be unmapped (the heap trims granules in any grouping).
 //   - unreserve(base, bytes): exactly a range reserve() returned, with NOTHING inside it still mapped: the caller

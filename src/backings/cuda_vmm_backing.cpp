@@ -56,7 +56,8 @@ CudaVmmBacking::CudaVmmBacking(const cu::Api& api, std::unique_ptr<CudaPrimaryCo
     : Backing("CUDA", query_granularity(api, *context, prop)),
       api_(api),
       context_(std::move(context)),
-      events_(api_.has_events() ? std::make_unique<CudaStreamEvents>(api_, *context_) : nullptr),
+      leaves_(api_.has_events() ? std::make_unique<CudaStreamEvents>(api_, *context_) : nullptr, "",
+              "reported as out of memory"),
       copy_(api_.has_copies() ? std::make_unique<CudaDeviceCopy>(api_, *context_) : nullptr),
       prop_(prop) {}
 
@@ -91,12 +92,19 @@ void CudaVmmBacking::do_unreserve(std::uintptr_t base, std::uint64_t bytes) noex
 cu::Result CudaVmmBacking::map_granule(std::uintptr_t addr, const char*& failed_call) {
   cu::MemHandle handle = 0;
   failed_call = "cuMemCreate";
+  // The handle's entry first: out of host memory, std::bad_alloc before the driver acts (the heap declines for host
+  // memory); made after, it left a granule mapped that nothing recorded.
+  const auto slot = handles_.try_emplace(addr).first;
   cu::Result result = api_.mem_create(&handle, granularity(), &prop_, 0);
-  if (result != cu::kSuccess) return result;
+  if (result != cu::kSuccess) {
+    handles_.erase(slot);
+    return result;
+  }
   failed_call = "cuMemMap";
   result = api_.mem_map(addr, granularity(), 0, handle, 0);
   if (result != cu::kSuccess) {
     api_.mem_release(handle);
+    handles_.erase(slot);
     return result;
   }
   // A new mapping starts inaccessible to every device (cuda.h, cuMemUnmap); this device reads and writes it.
@@ -106,9 +114,10 @@ cu::Result CudaVmmBacking::map_granule(std::uintptr_t addr, const char*& failed_
   if (result != cu::kSuccess) {
     api_.mem_unmap(addr, granularity());
     api_.mem_release(handle);
+    handles_.erase(slot);
     return result;
   }
-  handles_.emplace(addr, handle);
+  slot->second = handle;
   return cu::kSuccess;
 }
 
@@ -131,14 +140,20 @@ bool CudaVmmBacking::do_map(std::uintptr_t addr, std::uint64_t bytes) {
   const std::uint64_t granule = granularity();
   for (std::uint64_t offset = 0; offset < bytes; offset += granule) {
     const char* failed_call = "";
-    const cu::Result result = map_granule(addr + offset, failed_call);
+    cu::Result result = cu::kSuccess;
+    try {
+      result = map_granule(addr + offset, failed_call);
+    } catch (const std::bad_alloc&) {  // before that granule's driver calls: the earlier ones go back, then rethrow
+      for (std::uint64_t done = 0; done < offset; done += granule) unmap_granule(addr + done);
+      throw;
+    }
     if (result == cu::kSuccess) continue;
     // All or nothing: the heap records the whole range unmapped after a failure, so nothing may stay mapped.
     // No stream can be using granules mapped a moment ago, so no synchronization is needed first.
     for (std::uint64_t done = 0; done < offset; done += granule) unmap_granule(addr + done);
     if (result != cu::kErrorOutOfMemory) {
-      error_.keep(fmt::format("CUDA device {}: {} of a {} granule at {:#x} failed: {}", context_->device(), failed_call,
-                              format_size(granule), addr + offset, api_.error_name(result)));
+      leaves_.error.keep(fmt::format("CUDA device {}: {} of a {} granule at {:#x} failed: {}", context_->device(),
+                                     failed_call, format_size(granule), addr + offset, api_.error_name(result)));
     }
     return false;
   }
@@ -151,7 +166,7 @@ void CudaVmmBacking::do_unmap(std::uintptr_t addr, std::uint64_t bytes) noexcept
   // fault on the GPU, not an error code. Blocks freed on a stream reach the heap's free space only once their
   // events completed (src/engine/stream_order.hpp), so the granules are idle; a block freed without its stream
   // (or a driver without events) leaves only the whole device to wait for.
-  if (events_ == nullptr || events_->take_unordered_frees()) {
+  if (leaves_.events == nullptr || leaves_.events->take_unordered_frees()) {
     if (const cu::Result result = api_.ctx_synchronize(); result != cu::kSuccess)
       abort_on_driver_failure(
           fmt::format("cuCtxSynchronize before unmapping {:#x} failed: {}", addr, api_.error_name(result)));
@@ -159,7 +174,7 @@ void CudaVmmBacking::do_unmap(std::uintptr_t addr, std::uint64_t bytes) noexcept
   for (std::uint64_t offset = 0; offset < bytes; offset += granularity()) unmap_granule(addr + offset);
 }
 
-std::string CudaVmmBacking::last_driver_error() const { return error_.last(); }
+std::string CudaVmmBacking::last_driver_error() const { return leaves_.error.last(); }
 
 BackingMemory CudaVmmBacking::do_memory() const { return context_->memory(); }
 

@@ -12,8 +12,8 @@
 #include "backings/backing.hpp"
 #include "backings/cuda_context.hpp"
 #include "backings/cuda_device_copy.hpp"
+#include "backings/cuda_leaf_locks.hpp"
 #include "backings/cuda_stream_events.hpp"
-#include "backings/driver_error_note.hpp"
 #include "devices/cuda_driver.hpp"
 
 namespace plimsoll::backings {
@@ -54,19 +54,13 @@ class CudaVmmBacking final : public Backing {
   bool do_touchable() const noexcept override { return false; }  // device memory: the host cannot dereference it
   /// The device's events (nullptr when the driver lacks them): blocks freed on a stream wait for their own
   /// events instead of the whole device.
-  StreamEvents* do_stream_events() noexcept override { return events_.get(); }
+  StreamEvents* do_stream_events() noexcept override { return leaves_.events.get(); }
   std::string do_describe() const override;
   /// Through the driver (cuMemcpyDtoH/HtoD); nullptr when it lacks the copy calls.
   DeviceCopy* do_device_copy() noexcept override { return copy_.get(); }
   /// fork(): the error's lock (last_driver_error() takes it without the backing's lock), then the events'.
-  void do_lock_own_for_fork() noexcept override {
-    error_.lock_for_fork();
-    if (events_ != nullptr) events_->lock_for_fork();
-  }
-  void do_unlock_own_after_fork() noexcept override {
-    if (events_ != nullptr) events_->unlock_after_fork();
-    error_.unlock_after_fork();
-  }
+  void do_lock_own_for_fork() noexcept override { leaves_.lock_for_fork(); }
+  void do_unlock_own_after_fork() noexcept override { leaves_.unlock_after_fork(); }
 
   /// cuMemCreate + cuMemMap + cuMemSetAccess of the granule at `addr`, undoing its own steps on failure.
   /// Returns the failed call's result (kSuccess when mapped) and names the call in `failed_call`.
@@ -76,14 +70,13 @@ class CudaVmmBacking final : public Backing {
 
   const cuda_driver::Api& api_;
   const std::unique_ptr<CudaPrimaryContext> context_;
-  const std::unique_ptr<CudaStreamEvents> events_;  // after context_, which it uses
+  CudaLeafLocks leaves_;  // after context_, which its events use; the error is read outside the backing's lock
   const std::unique_ptr<CudaDeviceCopy> copy_;       // after context_, which it uses
   const cuda_driver::MemAllocationProp prop_;  // pinned memory on this device, no export handle
   // Invariant: a granule's address is a key exactly when the ledger records it mapped, i.e. its cuMemCreate
   // allocation is mapped there and accessible. The value is that allocation, to release at unmap. Guarded by the
   // backing's lock (used in hooks and the destructor only).
   std::unordered_map<std::uintptr_t, cuda_driver::MemHandle> handles_;
-  DriverErrorNote error_{"", "reported as out of memory"};  // last_driver_error() reads it outside the backing's lock
 };
 
 }  // namespace plimsoll::backings

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -19,13 +20,14 @@ std::string MappingLedger::reserve_problem(std::uint64_t bytes) const {
 }
 
 std::string MappingLedger::unreserve_problem(std::uintptr_t base, std::uint64_t bytes) const {
-  const auto found = reservations_.find(base);
+  const auto found = std::find_if(reservations_.begin(), reservations_.end(),
+                                  [base](const Reservation& r) { return r.base == base; });
   if (found == reservations_.end())
     return fmt::format("unreserve of {:#x}: no reservation starts there; pass the address reserve() returned",
                        base);
-  if (found->second != bytes)
+  if (found->bytes != bytes)
     return fmt::format("unreserve of {:#x} with {} bytes: it was reserved with {} bytes; pass the reserved size",
-                       base, bytes, found->second);
+                       base, bytes, found->bytes);
   return {};
 }
 
@@ -45,7 +47,7 @@ std::string MappingLedger::map_problem(std::uintptr_t addr, std::uint64_t bytes)
   if (!inside_one_reservation(addr, bytes))
     return fmt::format("map of {} bytes at {:#x}: the range is not inside one reservation; reserve() it first",
                        bytes, addr);
-  if (overlaps_mapped(addr, addr + bytes))
+  if (count_mapped(*find(addr), addr, addr + bytes) != 0)
     return fmt::format("map of {} bytes at {:#x}: part of the range is already mapped; unmap() it first",
                        bytes, addr);
   return {};
@@ -55,84 +57,97 @@ std::string MappingLedger::unmap_problem(std::uintptr_t addr, std::uint64_t byte
   if (auto problem = alignment_problem("unmap", addr, bytes); !problem.empty()) return problem;
   if (!inside_one_reservation(addr, bytes))
     return fmt::format("unmap of {} bytes at {:#x}: the range is not inside one reservation", bytes, addr);
-  if (!fully_mapped(addr, addr + bytes))
+  if (count_mapped(*find(addr), addr, addr + bytes) != bytes / granularity_)
     return fmt::format("unmap of {} bytes at {:#x}: part of the range is not mapped; unmap only what map() backed",
                        bytes, addr);
   return {};
 }
 
-void MappingLedger::record_reserve(std::uintptr_t base, std::uint64_t bytes) { reservations_.emplace(base, bytes); }
-
-std::uint64_t MappingLedger::record_unreserve(std::uintptr_t base, std::uint64_t bytes) {
-  reservations_.erase(base);
-  return erase_mapped(base, base + bytes);
+void MappingLedger::make_room_for_reservation(std::uint64_t bytes) {
+  const std::uint64_t words = words_for(bytes / granularity_);
+  if (reservations_.size() == reservations_.capacity()) reservations_.reserve(reservations_.size() + 1);
+  if (room_words_ < words) {
+    room_ = std::make_unique<std::uint64_t[]>(words);  // zeroed: nothing mapped yet
+    room_words_ = words;
+  }
 }
 
-void MappingLedger::record_map(std::uintptr_t addr, std::uint64_t bytes) {
-  std::uintptr_t begin = addr;
-  std::uintptr_t end = addr + bytes;
-  auto next = mapped_.lower_bound(begin);
-  if (next != mapped_.begin()) {
-    const auto previous = std::prev(next);
-    if (previous->second == begin) {
-      begin = previous->first;
-      mapped_.erase(previous);
-    }
-  }
-  if (next != mapped_.end() && next->first == end) {
-    end = next->second;
-    mapped_.erase(next);
-  }
-  mapped_.emplace(begin, end);
-  mapped_bytes_ += bytes;
+void MappingLedger::record_reserve(std::uintptr_t base, std::uint64_t bytes) {
+  make_room_for_reservation(bytes);  // nothing to do after the backing's own call made it ready
+  std::fill_n(room_.get(), words_for(bytes / granularity_), 0);
+  const auto after = std::upper_bound(reservations_.begin(), reservations_.end(), base,
+                                      [](std::uintptr_t b, const Reservation& r) { return b < r.base; });
+  reservations_.insert(after, Reservation{.base = base, .bytes = bytes, .mapped = std::move(room_)});
+  room_words_ = 0;
 }
 
-void MappingLedger::record_unmap(std::uintptr_t addr, std::uint64_t bytes) { erase_mapped(addr, addr + bytes); }
-
-std::uint64_t MappingLedger::erase_mapped(std::uintptr_t begin, std::uintptr_t end) {
-  std::uint64_t erased = 0;
-  auto range = mapped_.upper_bound(begin);
-  if (range != mapped_.begin() && std::prev(range)->second > begin) --range;
-  // Ranges may run across adjacent reservations (they are merged), so keep the parts outside [begin, end).
-  while (range != mapped_.end() && range->first < end) {
-    const auto [range_begin, range_end] = *range;
-    range = mapped_.erase(range);
-    if (range_begin < begin) mapped_.emplace(range_begin, begin);
-    if (end < range_end) mapped_.emplace(end, range_end);
-    erased += std::min(range_end, end) - std::max(range_begin, begin);
-  }
-  mapped_bytes_ -= erased;
-  return erased;
+std::uint64_t MappingLedger::record_unreserve(std::uintptr_t base, std::uint64_t bytes) noexcept {
+  const auto found = std::find_if(reservations_.begin(), reservations_.end(),
+                                  [base](const Reservation& r) { return r.base == base; });
+  if (found == reservations_.end()) return 0;
+  const std::uint64_t still_mapped = count_mapped(*found, base, base + bytes) * granularity_;
+  mapped_bytes_ -= still_mapped;
+  reservations_.erase(found);
+  return still_mapped;
 }
 
-std::uint64_t MappingLedger::mapped_bytes_in(std::uintptr_t begin, std::uintptr_t end) const {
+void MappingLedger::record_map(std::uintptr_t addr, std::uint64_t bytes) noexcept {
+  mapped_bytes_ += mark(addr, bytes, true) * granularity_;
+}
+
+void MappingLedger::record_unmap(std::uintptr_t addr, std::uint64_t bytes) noexcept {
+  mapped_bytes_ -= mark(addr, bytes, false) * granularity_;
+}
+
+const MappingLedger::Reservation* MappingLedger::find(std::uintptr_t addr) const noexcept {
+  const auto after = std::upper_bound(reservations_.begin(), reservations_.end(), addr,
+                                      [](std::uintptr_t a, const Reservation& r) { return a < r.base; });
+  if (after == reservations_.begin()) return nullptr;
+  const Reservation& candidate = *std::prev(after);
+  return addr - candidate.base < candidate.bytes ? &candidate : nullptr;
+}
+
+MappingLedger::Reservation* MappingLedger::find(std::uintptr_t addr) noexcept {
+  return const_cast<Reservation*>(std::as_const(*this).find(addr));
+}
+
+std::uint64_t MappingLedger::mark(std::uintptr_t addr, std::uint64_t bytes, bool mapped) noexcept {
+  Reservation* reservation = find(addr);
+  if (reservation == nullptr) return 0;
+  const std::uint64_t first = (addr - reservation->base) / granularity_;
+  const std::uint64_t last = std::min(first + bytes / granularity_, reservation->bytes / granularity_);
+  std::uint64_t changed = 0;
+  for (std::uint64_t g = first; g < last; ++g) {
+    if (is_set(*reservation, g) == mapped) continue;
+    reservation->mapped[g / 64] ^= std::uint64_t{1} << (g % 64);
+    ++changed;
+  }
+  return changed;
+}
+
+std::uint64_t MappingLedger::count_mapped(const Reservation& reservation, std::uintptr_t begin,
+                                          std::uintptr_t end) const noexcept {
+  const std::uintptr_t reservation_end = reservation.base + reservation.bytes;
+  begin = std::max(begin, reservation.base);
+  end = std::min(end, reservation_end);
+  if (begin >= end) return 0;
+  // Granules partly inside [begin, end) count (the callers pass granule-aligned ranges).
+  return util::count_set_bits(reservation.mapped.get(), (begin - reservation.base) / granularity_,
+                              (end - reservation.base + granularity_ - 1) / granularity_);
+}
+
+std::uint64_t MappingLedger::mapped_bytes_in(std::uintptr_t begin, std::uintptr_t end) const noexcept {
   std::uint64_t inside = 0;
-  auto range = mapped_.upper_bound(begin);
-  if (range != mapped_.begin() && std::prev(range)->second > begin) --range;
-  for (; range != mapped_.end() && range->first < end; ++range)
-    inside += std::min(range->second, end) - std::max(range->first, begin);
-  return inside;
+  for (const Reservation& reservation : reservations_) {
+    if (reservation.base >= end) break;
+    inside += count_mapped(reservation, begin, end);
+  }
+  return inside * granularity_;
 }
 
 bool MappingLedger::inside_one_reservation(std::uintptr_t addr, std::uint64_t bytes) const {
-  auto after = reservations_.upper_bound(addr);
-  if (after == reservations_.begin()) return false;
-  const auto& [base, reserved] = *std::prev(after);
-  const std::uint64_t offset = addr - base;
-  return offset < reserved && bytes <= reserved - offset;
-}
-
-bool MappingLedger::overlaps_mapped(std::uintptr_t begin, std::uintptr_t end) const {
-  auto next = mapped_.lower_bound(begin);
-  if (next != mapped_.end() && next->first < end) return true;
-  return next != mapped_.begin() && std::prev(next)->second > begin;
-}
-
-bool MappingLedger::fully_mapped(std::uintptr_t begin, std::uintptr_t end) const {
-  // Adjacent ranges are merged, so a fully mapped span lies inside a single range.
-  auto after = mapped_.upper_bound(begin);
-  if (after == mapped_.begin()) return false;
-  return std::prev(after)->second >= end;
+  const Reservation* reservation = find(addr);
+  return reservation != nullptr && bytes <= reservation->bytes - (addr - reservation->base);
 }
 
 void abort_on_contract_violation(std::string_view backing, const std::string& problem) noexcept {

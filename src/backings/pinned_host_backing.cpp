@@ -25,7 +25,8 @@ PinnedHostBacking::PinnedHostBacking(const cu::Api& api, cu::Device device, std:
     : OwningBackingAdaptor("pinned host", std::make_unique<HostBacking>(granularity, capacity_bytes)),
       api_(checked_api(api)),
       context_(api_, device),
-      events_(api_.has_events() ? std::make_unique<CudaStreamEvents>(api_, context_) : nullptr) {}
+      leaves_(api_.has_events() ? std::make_unique<CudaStreamEvents>(api_, context_) : nullptr, "cpu-pinned: ",
+              "reported as out of memory") {}
 
 bool PinnedHostBacking::do_map(std::uintptr_t addr, std::uint64_t bytes) {
   if (!upstream().map(addr, bytes)) return false;
@@ -40,8 +41,8 @@ bool PinnedHostBacking::do_map(std::uintptr_t addr, std::uint64_t bytes) {
     for (std::uint64_t done = 0; done < offset; done += granule)
       api_.mem_host_unregister(reinterpret_cast<void*>(addr + done));
     upstream().unmap(addr, bytes);
-    error_.keep(fmt::format("cuMemHostRegister of a {} granule at {:#x} failed: {}", format_size(granule),
-                            addr + offset, api_.error_name(result)));
+    leaves_.error.keep(fmt::format("cuMemHostRegister of a {} granule at {:#x} failed: {}", format_size(granule),
+                                   addr + offset, api_.error_name(result)));
     return false;
   }
   return true;
@@ -50,7 +51,7 @@ bool PinnedHostBacking::do_map(std::uintptr_t addr, std::uint64_t bytes) {
 void PinnedHostBacking::do_unmap(std::uintptr_t addr, std::uint64_t bytes) noexcept {
   {
     const CudaPrimaryContext::Scope scope(context_, "unpin host memory", std::nothrow);
-    if (events_ == nullptr || events_->take_unordered_frees()) api_.ctx_synchronize();
+    if (leaves_.events == nullptr || leaves_.events->take_unordered_frees()) api_.ctx_synchronize();
     const std::uint64_t granule = granularity();
     for (std::uint64_t offset = 0; offset < bytes; offset += granule) {
       if (const cu::Result result = api_.mem_host_unregister(reinterpret_cast<void*>(addr + offset));
@@ -66,6 +67,6 @@ std::string PinnedHostBacking::do_describe() const {
   return fmt::format("pinned host memory (cuMemHostRegister, granularity {})", format_size(granularity()));
 }
 
-std::string PinnedHostBacking::last_driver_error() const { return error_.last(); }
+std::string PinnedHostBacking::last_driver_error() const { return leaves_.error.last(); }
 
 }  // namespace plimsoll::backings

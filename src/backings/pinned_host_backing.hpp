@@ -10,8 +10,8 @@
 
 #include "backings/backing_adaptor.hpp"
 #include "backings/cuda_context.hpp"
+#include "backings/cuda_leaf_locks.hpp"
 #include "backings/cuda_stream_events.hpp"
-#include "backings/driver_error_note.hpp"
 #include "backings/granules.hpp"
 #include "backings/host_backing.hpp"
 #include "devices/cuda_driver.hpp"
@@ -35,21 +35,14 @@ class PinnedHostBacking final : public OwningBackingAdaptor {
   /// (a copy queued before it may still read the memory).
   void do_unmap(std::uintptr_t addr, std::uint64_t bytes) noexcept override;
   std::string do_describe() const override;
-  StreamEvents* do_stream_events() noexcept override { return events_.get(); }
+  StreamEvents* do_stream_events() noexcept override { return leaves_.events.get(); }
   /// fork(): the error's lock (last_driver_error() takes it without the backing's lock), then the events'.
-  void do_lock_own_for_fork() noexcept override {
-    error_.lock_for_fork();
-    if (events_ != nullptr) events_->lock_for_fork();
-  }
-  void do_unlock_own_after_fork() noexcept override {
-    if (events_ != nullptr) events_->unlock_after_fork();
-    error_.unlock_after_fork();
-  }
+  void do_lock_own_for_fork() noexcept override { leaves_.lock_for_fork(); }
+  void do_unlock_own_after_fork() noexcept override { leaves_.unlock_after_fork(); }
 
   const cuda_driver::Api& api_;
   const CudaPrimaryContext context_;
-  const std::unique_ptr<CudaStreamEvents> events_;  // after context_, which it uses
-  DriverErrorNote error_{"cpu-pinned: ", "reported as out of memory"};  // read outside the backing's lock
+  CudaLeafLocks leaves_;  // after context_, which its events use; the error is read outside the backing's lock
 };
 
 }  // namespace plimsoll::backings

@@ -571,8 +571,16 @@ void Allocator::deallocate(void* ptr, Stream stream) {
   engine::BlockView block{};
   if (!impl_->heap->live_block(addr, block) || impl_->streams->is_parked(addr)) impl_->throw_bad_free(addr);
   const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
+  // Relabelled while the block is surely live: park may free it into the heap at once (no event for a recorded
+  // stream: the device is synchronized instead). Out of host memory park throws with the block still live and
+  // untouched, and the label goes back, so the free can be made again.
   impl_->heap->relabel(addr, 0, 0);
-  impl_->streams->park(block, stream.handle);
+  try {
+    impl_->streams->park(block, stream.handle);
+  } catch (...) {
+    impl_->heap->relabel(addr, block.requested, block.tag);
+    throw;
+  }
   if (impl_->observer != nullptr) impl_->record_free(addr, mapped_before);
   Impl::TagCounter& counter = impl_->tags[block.tag];
   counter.in_use -= block.size;

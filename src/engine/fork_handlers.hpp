@@ -5,8 +5,9 @@
 // both sides after, in the engine's one lock order (docs/engine.md, "Threads", fork()):
 //   0. the outer locks' registry, then every outer lock (a layer above whose lock is held while it makes devices,
 //      configures them and listens for steps: the runtime's mutex, which Runtime::device takes at a child's first
-//      allocation through the runtime); nothing takes one under any lock below. One the forking thread holds (a
-//      driver library forking under Runtime::device's scan) is left to it: it keeps it in the child too;
+//      allocation through the runtime; a GPU's AllocatorGroup, IdleRelease's, which take device locks under them);
+//      nothing takes one under any lock below. One the forking thread holds (a driver library forking under
+//      Runtime::device's scan) is left to it: it keeps it in the child too;
 //   1. the step listeners' registry (engine/step_listeners.hpp), which announce_step holds while it takes device
 //      locks (across a pack: up to a second); nothing takes it under a front's or a device's lock, and taken first
 //      it stalls no front thread while the preparation waits for it;
@@ -22,7 +23,7 @@
 //      upstream, which a thread under another device's lock may wait for. A backing reached twice (shared) is
 //      locked once (Backing counts);
 //   5. every fork participant's members (each open recording's lock, taken under a device lock by every observed
-//      event);
+//      event; the CUDA intercept's governor's leaves, in the intercept's own copy of these handlers);
 //   6. the tag table's mutex (engine/tag_table.hpp), a leaf that intern_tag and tag_name take under a device's or
 //      a recording's lock or alone.
 // After the fork, both sides: the tag table, the devices' locks and their registry, the fronts (in the child, lowering every held
@@ -55,6 +56,10 @@ void unregister_device_lock(util::SpinLock& lock);
 /// unregistration: a lock held while devices are made or configured (so while their locks are registered, the step
 /// listeners joined, device locks taken), never taken under an engine lock. Not called with it held. A thread that
 /// forks while holding it keeps it (OuterForkLock records its owner): the preparation does not take it again.
+/// Rule: never register or unregister an outer lock while holding one. The fork's preparation holds the registry and
+/// then waits for each outer lock; a thread holding an outer lock and waiting for the registry deadlocks it (ABBA).
+/// So an object made or destroyed under an outer lock (a runtime's AllocatorGroup) is handed a lock its owner
+/// registered beforehand, and never registers its own.
 void register_outer_fork_lock(OuterForkLock& lock);
 void unregister_outer_fork_lock(OuterForkLock& lock);
 

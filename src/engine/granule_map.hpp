@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "util/bit_runs.hpp"
+
 namespace plimsoll::engine {
 
 class GranuleMap {
@@ -34,14 +36,7 @@ class GranuleMap {
   // the lock-held work on GPT's trace).
   std::uint64_t count_unmapped(std::uint64_t first, std::uint64_t last) const {
     if (first >= last) return 0;
-    const std::uint64_t first_word = first >> 6, last_word = (last - 1) >> 6;
-    const std::uint64_t low = ~0ull << (first & 63);               // the first word's bits from `first` up
-    const std::uint64_t high = ~0ull >> (63 - ((last - 1) & 63));  // the last word's bits up to `last - 1`
-    const auto ones = [](std::uint64_t bits) { return static_cast<std::uint64_t>(std::popcount(bits)); };
-    if (first_word == last_word) return (last - first) - ones(words_[first_word] & low & high);
-    std::uint64_t mapped = ones(words_[first_word] & low) + ones(words_[last_word] & high);
-    for (std::uint64_t w = first_word + 1; w < last_word; ++w) mapped += ones(words_[w]);
-    return (last - first) - mapped;
+    return (last - first) - util::count_set_bits(words_.data(), first, last);
   }
 
   // Whether every granule in [first, last) is mapped: the question a warm job's every large allocation asks of its
@@ -59,16 +54,11 @@ class GranuleMap {
   }
 
   // Calls run(first, count) for each maximal run of granules in [first, last) whose mapped state is
-  // `mapped`, so the backing gets one call per run rather than one per granule.
+  // `mapped`, so the backing gets one call per run rather than one per granule (a word at a time: stats() walks
+  // the whole reservation).
   template <class Run>
   void for_each_run(std::uint64_t first, std::uint64_t last, bool mapped, Run&& run) const {
-    std::uint64_t g = first;
-    while (g < last) {
-      while (g < last && is_mapped(g) != mapped) ++g;
-      std::uint64_t start = g;
-      while (g < last && is_mapped(g) == mapped) ++g;
-      if (g > start) run(start, g - start);
-    }
+    util::for_each_bit_run(words_.data(), first, last, mapped, run);
   }
 
   void set(std::uint64_t first, std::uint64_t count, bool mapped) {

@@ -262,7 +262,8 @@ void Heap::relabel(std::uint64_t addr, std::uint64_t requested, std::uint16_t ta
   block.tag = tag;
 }
 
-std::uint64_t Heap::split_live(std::uint64_t addr, std::uint64_t keep) {
+std::uint64_t Heap::split_live(std::uint64_t addr, std::uint64_t keep) noexcept {
+  if (!blocks_.ready(1) || !live_.ready_for_one()) [[unlikely]] return 0;  // room first: make() and insert() then allocate nothing
   const BlockIndex index = live_.find(addr);
   Block& block = blocks_[index];
   const BlockIndex rest = blocks_.make(Block{.addr = block.addr + keep, .size = block.size - keep, .prev = index,
@@ -351,18 +352,35 @@ bool Heap::ensure_mapped(const Placement& placement, std::uint64_t size) {
 }
 
 // Maps exactly the unmapped granules in [first, last), all or nothing (sets failure_ when the backing refuses).
+// Allocates nothing (it runs inside try_allocate, which is noexcept, after the backing acted): the granule map is
+// only marked once every run is mapped, so until then it still names the runs this call mapped, and a refusal
+// unmaps exactly those (the walks see the map unchanged).
 bool Heap::map_exactly(std::uint64_t first, std::uint64_t last) {
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> runs;
-  granules_.for_each_run(first, last, false, [&](std::uint64_t f, std::uint64_t n) { runs.emplace_back(f, n); });
-  for (std::size_t i = 0; i < runs.size(); ++i) {
-    if (!backing_.map(granules_.address_of(runs[i].first), runs[i].second * granules_.granule())) {
-      for (std::size_t j = 0; j < i; ++j) unmap_range(runs[j].first, runs[j].second);
-      failure_ = HeapFailure::device;
-      return false;
+  constexpr std::uint64_t kNoGranule = ~std::uint64_t{0};
+  std::uint64_t refused = kNoGranule;
+  bool host_memory = false;
+  granules_.for_each_run(first, last, false, [&](std::uint64_t f, std::uint64_t n) {
+    if (refused != kNoGranule) return;
+    try {
+      if (!backing_.map(granules_.address_of(f), n * granules_.granule())) refused = f;
+    } catch (const std::bad_alloc&) {  // the backing's own books, before it acted (backing.hpp): nothing mapped
+      refused = f;
+      host_memory = true;
     }
-    granules_.set(runs[i].first, runs[i].second, true);
-    ++counters_.maps;
+  });
+  if (refused != kNoGranule) {
+    granules_.for_each_run(first, refused, false, [&](std::uint64_t f, std::uint64_t n) {
+      backing_.unmap(granules_.address_of(f), n * granules_.granule());
+      ++counters_.maps;
+      ++counters_.unmaps;
+    });
+    failure_ = host_memory ? HeapFailure::host_memory : HeapFailure::device;
+    return false;
   }
+  granules_.for_each_run(first, last, false, [&](std::uint64_t f, std::uint64_t n) {
+    granules_.set(f, n, true);
+    ++counters_.maps;
+  });
   counters_.peak_mapped = std::max(counters_.peak_mapped, granules_.mapped_bytes());
   return true;
 }

@@ -114,8 +114,9 @@ class Heap {
   void relabel(std::uint64_t addr, std::uint64_t requested, std::uint16_t tag);
   /// Splits the live block at addr after `keep` bytes (a multiple of kQuantum, below its size): the rest becomes
   /// a live block of its own (requested 0, untagged) in the same span, so it can be freed on its own. Returns
-  /// the rest's address. Live bytes are unchanged.
-  std::uint64_t split_live(std::uint64_t addr, std::uint64_t keep);
+  /// the rest's address. Live bytes are unchanged. Out of host memory for the rest's record, 0 with nothing changed
+  /// (it runs inside try_allocate, which is noexcept).
+  std::uint64_t split_live(std::uint64_t addr, std::uint64_t keep) noexcept;
   /// Peaks start again from the current values (torch.cuda.reset_peak_memory_stats).
   void reset_peaks();
 

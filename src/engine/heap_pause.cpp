@@ -1,6 +1,7 @@
 // Pause and resume: a heap gives every granule back while keeping its address space, and maps the same granules
 // back later, so every pointer the program holds stays valid (docs/engine.md, "Pause and resume").
 #include <algorithm>
+#include <new>
 #include <string>
 
 #include <fmt/format.h>
@@ -87,7 +88,14 @@ void Heap::resume(std::string_view device) {
   };
   for (std::size_t i = 0; i < state.runs.size(); ++i) {
     const PausedState::Run& run = state.runs[i];
-    if (!backing_.map(granules_.address_of(run.first), run.count * state.granule)) {
+    bool mapped = false;
+    try {
+      mapped = backing_.map(granules_.address_of(run.first), run.count * state.granule);
+    } catch (const std::bad_alloc&) {  // the backing's own books, before it acted (backing.hpp): run i is not mapped
+      unmap_all_mapped_back(i);        // all or nothing, as for a refusal: still paused, resumable
+      throw;
+    }
+    if (!mapped) {
       unmap_all_mapped_back(i);  // all or nothing: still paused, as before the call
       throw PauseError(fmt::format(
           "cannot resume {}: mapping its memory back failed ({} to map back, {} at {:#x} refused; the device has {} "

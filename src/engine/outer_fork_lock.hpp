@@ -15,6 +15,7 @@ class OuterForkLock {
   void lock() {
     mutex_.lock();
     owner_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    if (auto* seam = held_seam_.load(std::memory_order_acquire)) [[unlikely]] seam(*this);
   }
   void unlock() noexcept {
     owner_.store(std::thread::id(), std::memory_order_relaxed);
@@ -28,9 +29,12 @@ class OuterForkLock {
       kept_by_forking_thread_ = true;
       return;
     }
-    lock();  // NOLINT: released by unlock_after_fork
+    fork_asked_.store(true, std::memory_order_release);
+    mutex_.lock();  // NOLINT: released by unlock_after_fork
+    owner_.store(std::this_thread::get_id(), std::memory_order_relaxed);
   }
   void unlock_after_fork() noexcept {
+    fork_asked_.store(false, std::memory_order_release);
     if (kept_by_forking_thread_) {
       kept_by_forking_thread_ = false;
       return;
@@ -38,10 +42,18 @@ class OuterForkLock {
     unlock();
   }
 
+  // Seams for tests (tests/threads_outer_lock_fork_test.cpp): a thread parks holding a lock until a fork asks for it.
+  /// Called by every lock() of any OuterForkLock once it holds it (not by the fork's own); nullptr: none.
+  static void set_held_seam(void (*seam)(OuterForkLock&)) noexcept { held_seam_.store(seam, std::memory_order_release); }
+  /// True from when a fork()'s preparation asks for this lock until its handlers after the fork released it.
+  bool fork_asked() const noexcept { return fork_asked_.load(std::memory_order_acquire); }
+
  private:
   std::mutex mutex_;
   std::atomic<std::thread::id> owner_{};
   bool kept_by_forking_thread_ = false;  // touched only by the fork handlers
+  std::atomic<bool> fork_asked_{false};
+  static inline std::atomic<void (*)(OuterForkLock&)> held_seam_{nullptr};
 };
 
 }  // namespace plimsoll::engine

@@ -1,10 +1,20 @@
 #include "engine/stream_order.hpp"
 
 #include <algorithm>
+#include <new>
 
 namespace plimsoll::engine {
 
 using backings::EventState;
+
+namespace {
+// Room for one more element, growing geometrically (reserve(size() + 1) would reallocate on every call). Throws
+// std::bad_alloc with the vector unchanged.
+template <class T>
+void make_room_for_one(std::vector<T>& list) {
+  if (list.size() == list.capacity()) list.reserve(std::max<std::size_t>(8, 2 * list.capacity()));
+}
+}  // namespace
 
 StreamOrder::StreamOrder(Heap& heap, backings::StreamEvents& events) : heap_(heap), events_(events) {}
 
@@ -40,69 +50,102 @@ Batch* StreamOrder::find_batch(StreamQueue& queue, std::uint64_t sequence) {
   return found != queue.batches.end() && found->sequence == sequence ? &*found : nullptr;
 }
 
-EventHandle StreamOrder::take_event() {
+EventHandle StreamOrder::take_event() noexcept {
   if (!free_events_.empty()) {
     const EventHandle event = free_events_.back();
     free_events_.pop_back();
     return event;
+  }
+  // The pool's room for every event there is, made before one more is created, so that giving it back (in poll(),
+  // inside the noexcept try_allocate) never allocates. Out of host memory: no event, which every caller already
+  // survives (the device is synchronized instead).
+  try {
+    if (free_events_.capacity() < counters_.events_created + 1)
+      free_events_.reserve(std::max<std::size_t>(8, 2 * free_events_.capacity()));  // capacity >= events_created
+  } catch (const std::bad_alloc&) {
+    return nullptr;
   }
   const EventHandle event = events_.create_event();
   if (event != nullptr) ++counters_.events_created;
   return event;
 }
 
-void StreamOrder::give_back_event(EventHandle event) {
-  if (event != nullptr) free_events_.push_back(event);
+void StreamOrder::give_back_event(EventHandle event) noexcept {
+  if (event != nullptr) free_events_.push_back(event);  // never allocates: room made in take_event
 }
 
+// Out of host memory, std::bad_alloc with the block not parked and its recorded streams kept, so the caller can
+// leave it live and the free can be made again. Every step that allocates has the strong guarantee and runs before
+// the ones that cannot be undone; an empty queue or an empty open batch left behind is a valid one.
 void StreamOrder::park(const BlockView& block, StreamHandle stream) {
   if (!extra_streams_.empty()) {
     if (const auto found = extra_streams_.find(block.addr); found != extra_streams_.end()) {
-      std::vector<StreamHandle> others = std::move(found->second);
-      extra_streams_.erase(found);
-      std::erase(others, stream);
-      if (!others.empty()) return park_cross(block, stream, others);
+      const std::vector<StreamHandle>& streams = found->second;
+      if (std::any_of(streams.begin(), streams.end(), [stream](StreamHandle s) { return s != stream; })) {
+        park_cross(block, stream, streams);
+        extra_streams_.erase(block.addr);
+        return;
+      }
+      extra_streams_.erase(found);  // only the stream it is freed on: an ordinary park, which needs none of them
     }
   }
   StreamQueue& q = queue(stream);
-  if (q.batches.empty() || q.batches.back().event != nullptr) 
+  if (q.batches.empty() || q.batches.back().event != nullptr)
     q.batches.push_back(Batch{.sequence = next_sequence_++, .event = nullptr, .blocks = {}});
   Batch& batch = q.batches.back();
-  batch.blocks.push_back(block.addr);
+  make_room_for_one(batch.blocks);
   parked_.emplace(block.addr, ParkedBlock{.size = block.size, .stream = stream, .sequence = batch.sequence,
                                           .small = block.small});
-  (block.small ? q.small_fits : q.large_fits).emplace(block.size, block.addr);
+  try {
+    (block.small ? q.small_fits : q.large_fits).emplace(block.size, block.addr);
+  } catch (const std::bad_alloc&) {
+    parked_.erase(block.addr);
+    throw;
+  }
+  batch.blocks.push_back(block.addr);  // room made above
   counters_.parked_bytes += block.size;
   ++counters_.parked_blocks;
   ++counters_.parks;
 }
 
-void StreamOrder::park_cross(const BlockView& block, StreamHandle stream, const std::vector<StreamHandle>& others) {
+// `streams`: the ones recorded for the block, besides `stream` (which they may name too). Out of host memory,
+// std::bad_alloc before any event is taken or anything changed.
+void StreamOrder::park_cross(const BlockView& block, StreamHandle stream, const std::vector<StreamHandle>& streams) {
+  CrossParked entry{.addr = block.addr, .sequence = 0, .events = {}};
+  entry.events.reserve(streams.size() + 1);
+  make_room_for_one(cross_);
+  // Strong guarantee: out of host memory, nothing inserted. Made before any event is taken.
+  const auto [parked, inserted] = parked_.emplace(block.addr, ParkedBlock{.size = block.size, .stream = stream,
+                                                                          .sequence = 0, .small = block.small,
+                                                                          .cross = true});
+  (void)inserted;
   ++counters_.parks;
-  CrossParked entry{.addr = block.addr, .sequence = next_sequence_++, .events = {}};
+  entry.sequence = next_sequence_++;
+  parked->second.sequence = entry.sequence;
   bool recorded = true;
-  for (std::size_t i = 0; i <= others.size() && recorded; ++i) {
+  for (std::size_t i = 0; i <= streams.size() && recorded; ++i) {
+    const StreamHandle on = i == 0 ? stream : streams[i - 1];
+    if (i > 0 && on == stream) continue;
     const EventHandle event = take_event();
-    recorded = event != nullptr && events_.record(event, i == 0 ? stream : others[i - 1]);
-    if (event != nullptr) entry.events.push_back(event);
+    recorded = event != nullptr && events_.record(event, on);
+    if (event != nullptr) entry.events.push_back(event);  // room made above
   }
   if (!recorded) {  // no event for one of its streams: wait for all of them, then the block is idle
     ++counters_.fallbacks;
     events_.synchronize_device();
     for (EventHandle event : entry.events) give_back_event(event);
+    parked_.erase(parked);
     Heap::Freed freed;
     heap_.deallocate(block.addr, freed);
     ++counters_.released;
     return;
   }
-  parked_.emplace(block.addr, ParkedBlock{.size = block.size, .stream = stream, .sequence = entry.sequence,
-                                          .small = block.small, .cross = true});
-  cross_.push_back(std::move(entry));
+  cross_.push_back(std::move(entry));  // room made above
   counters_.parked_bytes += block.size;
   ++counters_.parked_blocks;
 }
 
-std::uint64_t StreamOrder::reuse(std::uint64_t size, bool small, StreamHandle stream) {
+std::uint64_t StreamOrder::reuse(std::uint64_t size, bool small, StreamHandle stream) noexcept {
   if (parked_.empty()) return 0;
   StreamQueue* q = find_queue(stream);
   if (q == nullptr) return 0;
@@ -110,22 +153,36 @@ std::uint64_t StreamOrder::reuse(std::uint64_t size, bool small, StreamHandle st
   const auto found = fits.lower_bound({size, 0});
   if (found == fits.end()) return 0;
   const auto [block_size, addr] = *found;
-  fits.erase(found);
   const auto parked = parked_.find(addr);
   const std::uint64_t sequence = parked->second.sequence;
+  if (block_size > size) {  // the rest stays parked in the same batch, behind the same event
+    // The records move to the rest (node handles: no allocation); the batch's room and the heap's split are made
+    // first, so out of host memory the block is left parked as it was and the request goes to the heap.
+    Batch& batch = *find_batch(*q, sequence);
+    try {
+      make_room_for_one(batch.blocks);
+    } catch (const std::bad_alloc&) {
+      return 0;
+    }
+    const std::uint64_t rest = heap_.split_live(addr, size);
+    if (rest == 0) return 0;
+    auto fit = fits.extract(found);
+    fit.value() = {block_size - size, rest};
+    fits.insert(std::move(fit));
+    auto record = parked_.extract(parked);
+    record.key() = rest;
+    record.mapped().size = block_size - size;
+    parked_.insert(std::move(record));
+    batch.blocks.push_back(rest);
+    counters_.parked_bytes -= size;
+    ++counters_.reuses;
+    return addr;
+  }
+  fits.erase(found);
   parked_.erase(parked);
   counters_.parked_bytes -= block_size;
   --counters_.parked_blocks;
   ++counters_.reuses;
-  if (block_size > size) {  // the rest stays parked in the same batch, behind the same event
-    const std::uint64_t rest = heap_.split_live(addr, size);
-    find_batch(*q, sequence)->blocks.push_back(rest);
-    parked_.emplace(rest, ParkedBlock{.size = block_size - size, .stream = stream, .sequence = sequence,
-                                      .small = small});
-    fits.emplace(block_size - size, rest);
-    counters_.parked_bytes += block_size - size;
-    ++counters_.parked_blocks;
-  }
   return addr;
 }
 

@@ -43,11 +43,14 @@ class StreamOrder {
   bool is_parked(std::uint64_t addr) const { return !parked_.empty() && parked_.count(addr) != 0; }
   bool empty() const { return parked_.empty(); }
 
-  /// Parks the live, not parked block `block` freed on `stream`.
+  /// Parks the live, not parked block `block` freed on `stream`. Out of host memory, std::bad_alloc with the block
+  /// not parked (still live for the program) and its recorded streams kept. With a recorded stream and no event to
+  /// be had, the device is synchronized and the block freed into the heap at once: relabel it before, not after.
   void park(const BlockView& block, StreamHandle stream);
   /// A block parked on `stream` for `size` rounded bytes of class `small` (best fit; the rest split off and
-  /// parked), taken out of the parked set; 0 when there is none.
-  std::uint64_t reuse(std::uint64_t size, bool small, StreamHandle stream);
+  /// parked), taken out of the parked set; 0 when there is none, or when the split's books cannot be made (out of
+  /// host memory: nothing changed). Allocates nothing otherwise: it runs inside the noexcept try_allocate.
+  std::uint64_t reuse(std::uint64_t size, bool small, StreamHandle stream) noexcept;
   /// Records the events of open batches and frees into the heap every parked block whose events completed.
   /// Never blocks. Returns how many blocks were freed.
   std::size_t poll();
@@ -69,12 +72,12 @@ class StreamOrder {
   StreamQueue* find_queue(StreamHandle stream);
   StreamQueue& queue(StreamHandle stream);
   Batch* find_batch(StreamQueue& queue, std::uint64_t sequence);
-  EventHandle take_event();
-  void give_back_event(EventHandle event);
+  EventHandle take_event() noexcept;
+  void give_back_event(EventHandle event) noexcept;
   /// Frees the block parked at addr into the heap.
   void release(std::uint64_t addr);
   void release_batch(StreamQueue& queue, Batch& batch);
-  void park_cross(const BlockView& block, StreamHandle stream, const std::vector<StreamHandle>& others);
+  void park_cross(const BlockView& block, StreamHandle stream, const std::vector<StreamHandle>& streams);
 
   Heap& heap_;
   backings::StreamEvents& events_;
@@ -87,6 +90,7 @@ class StreamOrder {
   // Streams recorded on live blocks with record_stream, beside the stream they will be freed on.
   std::unordered_map<std::uint64_t, std::vector<StreamHandle>> extra_streams_;
   // Invariant: created, in no batch or cross entry, and complete or never recorded: ready for the next record.
+  // Its capacity covers every event created (counters_.events_created), so giving one back never allocates.
   std::vector<EventHandle> free_events_;
   std::uint64_t next_sequence_ = 1;  // Invariant: above every batch's and cross entry's sequence
   StreamOrderCounters counters_;

@@ -4,6 +4,7 @@
 #include <mutex>
 #include <vector>
 
+#include "engine/outer_fork_lock.hpp"
 #include "plimsoll/allocator.hpp"
 #include "plimsoll/sharing.hpp"
 
@@ -11,6 +12,13 @@ namespace plimsoll::runtime {
 
 class AllocatorGroup {
  public:
+  /// `lock`: the group's lock, an outer fork lock (docs/engine.md "fork()") its owner registered already and keeps
+  /// registered while the group lives. The group never registers one itself: a group is made and destroyed under
+  /// the runtime's lock, and registering under an outer lock deadlocks a concurrent fork (fork_handlers.hpp).
+  explicit AllocatorGroup(engine::OuterForkLock& lock) : mutex_(lock) {}
+  AllocatorGroup(const AllocatorGroup&) = delete;
+  AllocatorGroup& operator=(const AllocatorGroup&) = delete;
+
   /// `allocator` must outlive the group's hooks (the runtime stops its responder before destroying allocators).
   void add(Allocator& allocator);
 
@@ -27,7 +35,12 @@ class AllocatorGroup {
   void resume();
   std::optional<std::uint64_t> paused();
 
-  std::mutex mutex_;  // held while a hook runs: a device created meanwhile joins before or after it, never during
+  // Held while a hook runs: a device created meanwhile joins before or after it, never during. Held across fork() as
+  // an outer lock (before every engine lock): a hook takes device locks under it (trim, pause), and add() runs under
+  // the runtime's lock when a child makes its first device of a GPU, which would hang on a copy that the ledger's
+  // responder thread held at the fork. The runtime's one group lock (every GPU's group shares it: hooks are rare),
+  // registered in Runtime's constructor right after the runtime's lock, in the order add() nests them.
+  engine::OuterForkLock& mutex_;
   std::vector<Allocator*> members_;
 };
 

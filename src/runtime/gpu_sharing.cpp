@@ -49,7 +49,8 @@ PhysicalDevice planned_under_share(PhysicalDevice physical, const ShareSpec& spe
 }
 
 GpuSharing::GpuSharing(const std::string& device, const std::string& uuid, std::uint64_t device_bytes,
-                       const ShareSpec& spec, const std::string& ledger_dir) {
+                       const ShareSpec& spec, const std::string& ledger_dir, engine::OuterForkLock& group_lock)
+    : group_(group_lock) {
   // The ledger's own message says what is wrong and how to fix it; the prefix says which device and share met it.
   const auto context = [&] { return share_refusal_prefix(device, spec); };
   try {

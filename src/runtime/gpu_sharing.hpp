@@ -34,9 +34,10 @@ std::string share_refusal_prefix(const std::string& device, const ShareSpec& spe
 class GpuSharing {
  public:
   /// Joins the ledger of the GPU `uuid` (of `device_bytes`) in `ledger_dir`. Throws plimsoll::Error as GpuShare does
-  /// (the shares do not fit, the ledger file is unusable), the message naming the device.
+  /// (the shares do not fit, the ledger file is unusable), the message naming the device. `group_lock`: the lock of
+  /// the GPU's allocator group (AllocatorGroup), registered by its owner and outliving this object.
   GpuSharing(const std::string& device, const std::string& uuid, std::uint64_t device_bytes, const ShareSpec& spec,
-             const std::string& ledger_dir);
+             const std::string& ledger_dir, engine::OuterForkLock& group_lock);
   ~GpuSharing();
   GpuSharing(const GpuSharing&) = delete;
   GpuSharing& operator=(const GpuSharing&) = delete;

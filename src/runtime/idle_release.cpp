@@ -1,9 +1,16 @@
 // IdleRelease: returns the cached memory of devices that went idle (include/plimsoll/idle_release.hpp).
 #include "plimsoll/idle_release.hpp"
 
+#include <unistd.h>
+
+#include <condition_variable>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 
+#include "engine/fork_handlers.hpp"
+#include "engine/outer_fork_lock.hpp"
 #include "plimsoll/allocator.hpp"
 #include "plimsoll/error.hpp"
 #include "plimsoll/stats.hpp"
@@ -24,25 +31,51 @@ void IdleReleaseOptions::validate() const {
 
 IdleReleaseOptions host_idle_release_defaults() { return IdleReleaseOptions{}; }
 
-IdleRelease::IdleRelease(std::vector<Allocator*> devices, IdleReleaseOptions options) : options_(options) {
+// The lock is an outer lock of the engine's fork handlers (docs/engine.md, "fork()"): poll() holds it while it takes
+// device locks (stats(), trim()), so it comes before every engine lock, and nothing takes it under one.
+struct IdleRelease::State {
+  struct Watched {
+    Allocator* device = nullptr;
+    std::uint64_t activity = 0;  // allocations + frees when last seen
+    std::chrono::steady_clock::time_point quiet_since{};
+    bool seen = false;
+  };
+
+  State() { engine::register_outer_fork_lock(lock); }
+  ~State() { engine::unregister_outer_fork_lock(lock); }
+  State(const State&) = delete;
+  State& operator=(const State&) = delete;
+
+  mutable engine::OuterForkLock lock;
+  std::vector<Watched> watched;
+  std::uint64_t released_bytes = 0;
+  std::uint64_t releases = 0;
+  std::condition_variable_any wake;
+  bool stopping = false;
+  std::thread thread;
+  pid_t thread_process = 0;  // the process the thread runs in: a fork()'s child has none to join
+};
+
+IdleRelease::IdleRelease(std::vector<Allocator*> devices, IdleReleaseOptions options)
+    : options_(options), state_(std::make_unique<State>()) {
   options_.validate();
   for (Allocator* device : devices) {
     if (device == nullptr) throw InvalidArgument("idle release: a null device; pass the devices to watch");
-    watched_.push_back(Watched{device});
+    state_->watched.push_back(State::Watched{device});
   }
 }
 
 IdleRelease::~IdleRelease() { stop(); }
 
 void IdleRelease::watch(Allocator& device) {
-  std::lock_guard lock(mutex_);
-  watched_.push_back(Watched{&device});
+  std::lock_guard lock(state_->lock);
+  state_->watched.push_back(State::Watched{&device});
 }
 
 std::uint64_t IdleRelease::poll(std::chrono::steady_clock::time_point now) {
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(state_->lock);
   std::uint64_t released = 0;
-  for (Watched& watched : watched_) {
+  for (State::Watched& watched : state_->watched) {
     const Stats stats = watched.device->stats();
     const std::uint64_t activity = stats.allocations + stats.frees;
     if (!watched.seen || activity != watched.activity) {
@@ -58,21 +91,26 @@ std::uint64_t IdleRelease::poll(std::chrono::steady_clock::time_point now) {
     const std::uint64_t given_back = watched.device->trim();
     if (given_back > 0) {
       released += given_back;
-      ++releases_;
+      ++state_->releases;
     }
   }
-  released_bytes_ += released;
+  state_->released_bytes += released;
   return released;
 }
 
 void IdleRelease::start() {
-  std::lock_guard guard(mutex_);
-  if (thread_.joinable() || stopping_) return;
-  thread_ = std::thread([this] {
-    std::unique_lock lock(mutex_);
-    while (!stopping_) {
-      wake_.wait_for(lock, options_.check_every, [this] { return stopping_; });
-      if (stopping_) break;
+  std::lock_guard guard(state_->lock);
+  if (state_->stopping) return;
+  if (state_->thread.joinable()) {
+    if (state_->thread_process == ::getpid()) return;
+    state_->thread.detach();  // a fork()'s child: the parent's thread is not here to join
+  }
+  state_->thread_process = ::getpid();
+  state_->thread = std::thread([this] {
+    std::unique_lock lock(state_->lock);
+    while (!state_->stopping) {
+      state_->wake.wait_for(lock, options_.check_every, [this] { return state_->stopping; });
+      if (state_->stopping) break;
       lock.unlock();  // poll takes the lock itself
       poll(std::chrono::steady_clock::now());
       lock.lock();
@@ -82,21 +120,23 @@ void IdleRelease::start() {
 
 void IdleRelease::stop() {
   {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
+    std::lock_guard lock(state_->lock);
+    state_->stopping = true;
   }
-  wake_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  state_->wake.notify_all();
+  if (!state_->thread.joinable()) return;
+  if (state_->thread_process == ::getpid()) state_->thread.join();
+  else state_->thread.detach();  // a fork()'s child: the parent's thread is not here, joining it would wait forever
 }
 
 std::uint64_t IdleRelease::released_bytes() const {
-  std::lock_guard lock(mutex_);
-  return released_bytes_;
+  std::lock_guard lock(state_->lock);
+  return state_->released_bytes;
 }
 
 std::uint64_t IdleRelease::releases() const {
-  std::lock_guard lock(mutex_);
-  return releases_;
+  std::lock_guard lock(state_->lock);
+  return state_->releases;
 }
 
 }  // namespace plimsoll

@@ -45,6 +45,10 @@ struct Runtime::Impl {
 
   // An OuterForkLock: a driver library may fork+exec while device_locked holds it (the driver's load, the scan).
   mutable engine::OuterForkLock mutex;
+  // Every shared GPU's AllocatorGroup's lock (taken under `mutex` when a device joins its group). Registered here,
+  // once, not by each group: a group is made under `mutex`, and registering an outer lock while holding one
+  // deadlocks a concurrent fork (fork_handlers.hpp). Declared before gpu_sharing, which uses it.
+  engine::OuterForkLock group_lock;
   Config config;
   std::optional<runtime::Hardware> hardware;
   // The driver the GPU scan used, kept to allocate from the GPUs it listed; absent when none loaded (or the
@@ -89,7 +93,7 @@ struct Runtime::Impl {
     const std::string key = physical.name.str();
     if (const auto found = gpu_sharing.find(key); found != gpu_sharing.end()) return found->second.get();
     auto joined = std::make_unique<runtime::GpuSharing>(key, physical.uuid, physical.memory.total_bytes, *spec,
-                                                        ledger_directory());
+                                                        ledger_directory(), group_lock);
     return gpu_sharing.emplace(key, std::move(joined)).first->second.get();
   }
 
@@ -230,9 +234,13 @@ Runtime::Runtime(Config config) : impl_(std::make_unique<Impl>(std::move(config)
   // Taken first around every fork() (engine/fork_handlers.hpp, step 0): a thread making a device holds it, and the
   // child's first Runtime::device would wait for that thread forever.
   engine::register_outer_fork_lock(impl_->mutex);
+  engine::register_outer_fork_lock(impl_->group_lock);  // after the mutex: the order add() nests them in
 }
 
-Runtime::~Runtime() { engine::unregister_outer_fork_lock(impl_->mutex); }  // first: a fork from now on leaves it alone
+Runtime::~Runtime() {  // first: a fork from now on leaves them alone
+  engine::unregister_outer_fork_lock(impl_->group_lock);
+  engine::unregister_outer_fork_lock(impl_->mutex);
+}
 
 Runtime& Runtime::global() {
   // Never destroyed: memory handed out through the C API or held by other static objects may be freed while

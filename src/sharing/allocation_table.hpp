@@ -32,6 +32,14 @@ class AllocationTable {
     return charged;
   }
 
+  /// fork(): every shard's lock (leaves: nothing is taken under one), released on both sides after it.
+  void lock_for_fork() noexcept {
+    for (Shard& shard : shards_) shard.mutex.lock();  // NOLINT: released by unlock_after_fork
+  }
+  void unlock_after_fork() noexcept {
+    for (auto shard = shards_.rbegin(); shard != shards_.rend(); ++shard) shard->mutex.unlock();
+  }
+
  private:
   struct Shard {
     std::mutex mutex;

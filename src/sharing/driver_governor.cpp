@@ -77,6 +77,20 @@ void DriverGovernor::report_once(const std::string& text) {
   std::fflush(stderr);
 }
 
+void DriverGovernor::lock_for_fork() noexcept {
+  fork_locking_.store(true, std::memory_order_release);
+  devices_mutex_.lock();  // NOLINT: released by unlock_after_fork
+  addresses_.lock_for_fork();
+  handles_.lock_for_fork();
+}
+
+void DriverGovernor::unlock_after_fork() noexcept {
+  handles_.unlock_after_fork();
+  addresses_.unlock_after_fork();
+  devices_mutex_.unlock();
+  fork_locking_.store(false, std::memory_order_release);
+}
+
 DriverGovernor::Device* DriverGovernor::device(int ordinal) {
   if (ordinal < 0 || ordinal >= kMaxDevices) return nullptr;
   if (Device* known = by_ordinal_[ordinal].load(std::memory_order_acquire)) return known;

@@ -80,6 +80,17 @@ class DriverGovernor {
   /// cuDeviceTotalMem's answer: the cap, or nothing as above.
   std::optional<std::size_t> total_memory(int device);
 
+  /// fork(): takes the devices' mutex, then every allocation table's shards, and releases them on both sides after,
+  /// so a child's first governed call (a new GPU ordinal) or free (a table's shard) does not wait for a thread that
+  /// does not exist there. Only from the fork handlers of the CUDA intercept (governor_fork_participant.hpp), which
+  /// take them after every engine lock: an engine's CUDA backing reaches the governor under its device's lock. The
+  /// ledger's lock (a robust process-shared mutex, which join() takes under the devices' mutex) is left out on
+  /// purpose, as for the engine (docs/engine.md, fork()).
+  void lock_for_fork() noexcept;
+  void unlock_after_fork() noexcept;
+  /// True from when a fork()'s preparation asks for these locks until they are released after it (a seam for tests).
+  bool fork_locking() const noexcept { return fork_locking_.load(std::memory_order_acquire); }
+
  private:
   struct Device;
   Device* device(int ordinal);  // made on first use; nullptr for an ordinal out of range
@@ -96,6 +107,7 @@ class DriverGovernor {
   AllocationTable addresses_;
   AllocationTable handles_;
   std::atomic<bool> reported_{false};
+  std::atomic<bool> fork_locking_{false};
   std::string config_problem_;  // PLIMSOLL_SHARE did not parse
   std::chrono::milliseconds trim_wait_;
   ProcessIdentity me_;  // read once: getenv on every allocation would cost more than the rest

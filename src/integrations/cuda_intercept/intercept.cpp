@@ -7,12 +7,14 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <optional>
 #include <string_view>
 
 #include "elf_lookup.hpp"
+#include "governor_fork_participant.hpp"
 #include "real_driver.hpp"
 #include "sharing/driver_governor.hpp"
 #include "sharing/interposer_presence.hpp"
@@ -23,15 +25,36 @@ namespace {
 
 constexpr cu::Result kErrorNotFound = 500;  // CUDA_ERROR_NOT_FOUND: the real driver lacks this entry point
 
+// Never destroyed, like the governor it takes around fork().
+GovernorForkParticipant& fork_participant() {
+  static auto* const participant = new GovernorForkParticipant;
+  return *participant;
+}
+
+// At load, before the job can load an engine of its own (governor_fork_participant.hpp says why it must be first);
+// only in a governed job (PLIMSOLL_SHARE set, as DriverGovernor::from_environment reads it): another has no governor
+// locks, and its forks pay for no handlers. Out of host memory at load, the governor goes without it (its locks then
+// not held across fork(), as before).
+[[gnu::constructor]] void register_governor_for_fork() noexcept {
+  if (std::getenv("PLIMSOLL_SHARE") == nullptr) return;
+  try {
+    engine::register_fork_participant(fork_participant());
+  } catch (...) {
+  }
+}
+
 sharing::DriverGovernor& governor() {
   static sharing::DriverGovernor* instance = [] {
     const RealDriver& d = real();
     // Never destroyed: the job may allocate from its own static destructors after ours would have run. Its
     // ledger entry is reclaimed as a dead process's when it exits.
-    return sharing::DriverGovernor::from_environment(
-               sharing::DriverCalls{.ctx_get_device = d.ctx_get_device, .device_get_uuid = d.device_get_uuid,
-                                    .device_total_mem = d.device_total_mem, .mem_get_info = d.mem_get_info})
-        .release();
+    sharing::DriverGovernor* made =
+        sharing::DriverGovernor::from_environment(
+            sharing::DriverCalls{.ctx_get_device = d.ctx_get_device, .device_get_uuid = d.device_get_uuid,
+                                 .device_total_mem = d.device_total_mem, .mem_get_info = d.mem_get_info})
+            .release();
+    fork_participant().watch(*made);
+    return made;
   }();
   return *instance;
 }
