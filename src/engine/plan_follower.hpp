@@ -52,6 +52,7 @@ struct PackJob {
   std::vector<Obstacle> obstacles;
   StepObservation pinned;        // the step, leftovers pinned where they are
   std::vector<Obstacle> around_pinned;
+  std::vector<Obstacle> older;   // what stays where it is in steady state: around_pinned less the emptying pages
   HeapSnapshot heap;
   std::uint64_t follower = 0;  // PlanFollower::serial() of the follower that made it
   std::uint64_t events = 0;    // the follower's allocations and frees when it was made
