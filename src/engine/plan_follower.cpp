@@ -352,7 +352,8 @@ std::unique_ptr<PackJob> PlanFollower::prepare_pack() {
   // its first step against 5/6).
   const bool grows = std::any_of(observation_.requests.begin(), observation_.requests.end(),
                                  [](const StepObservation::Request& request) { return request.growth; });
-  const EmptyingPages emptying = grows ? EmptyingPages{} : emptying_pages(heap_, pinned);
+  const EmptyingPages emptying =
+      grows || !reuse_emptying_pages.load(std::memory_order_relaxed) ? EmptyingPages{} : emptying_pages(heap_, pinned);
   for (Obstacle& o : obstacles)
     if (const auto page = emptying.until.find(o.addr); page != emptying.until.end()) o.until = page->second;
   std::vector<Obstacle>& around_pinned = job->around_pinned;

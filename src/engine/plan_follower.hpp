@@ -110,6 +110,10 @@ class PlanFollower {
   /// begins the transition step instead (its ranges mapped lazily as its requests come), unless the heap saw
   /// allocations or frees since the job was made: then it counts StepPlanStats::stale and changes nothing.
   void finish_boundary(std::unique_ptr<PackJob> job);
+  /// Whether pages holding only paired leftovers count as emptying (emptying_pages.hpp; on by default). Tests of
+  /// transition plans turn it off, in process, to replay a shared trace as the packer saw it before the rule, where
+  /// GPT at 617 granules needs a transition step (tests/engine_transition_follow_test.cpp).
+  static inline std::atomic<bool> reuse_emptying_pages{true};
   /// Unique per follower for the process: tells a job's follower from a newer one made at the same address.
   std::uint64_t serial() const { return serial_; }
 
