@@ -1075,7 +1075,7 @@ TEST(EngineEmptyingPages, APageThatDoesNotEmptyOnlyMakesThePlannedRequestsOverIt
   heap.walk([&](const BlockView& b) {
     if (!b.page || b.free) return;
     for (std::size_t i = 0; i < 3; ++i) {
-      const StepPlan::Entry& e = follower.plan().entries[i];
+      const StepPlan::Entry& e = planned.follower.plan().entries[i];
       if (e.addr < b.addr + b.size && b.addr < e.addr + e.size) over_a_page = true;
     }
   });

@@ -2,9 +2,9 @@
 // Step-aware placement, part 2: following a plan (src/engine/step_plan.hpp), and falling back to best fit.
 //
 // Between two step boundaries the follower watches the step (StepObservation). At a boundary it packs the
-// observed step into a plan around what stays live (memory older than the step for the whole step; the step's
-// leftovers until the tick their previous copies were freed in it, or the whole step when that is unknown, or
-// pinned where they are), keeping the cheapest of a few packings in granules mapped (plan_candidates.hpp),
+// observed step into a plan around what stays live (memory older than the step for the whole step, but a small page
+// that holds only paired leftovers until they are freed: emptying_pages.hpp; the step's leftovers until the tick
+// their previous copies were freed in it, or the whole step when that is unknown, or pinned where they are), keeping the cheapest of a few packings in granules mapped (plan_candidates.hpp),
 // maps the plan's ranges once (they then stay mapped: planned memory is reused step after step with no map or
 // unmap), and from then on places each request that matches the plan, in size and in order, at its planned
 // address. A plan whose ranges cannot be mapped under the limit (StepPlanStats::unfit) is not followed: unless a
