@@ -72,6 +72,11 @@ std::uint64_t PlanFollower::allocate(std::uint64_t bytes, std::uint16_t tag) {
     }
     return addr;
   }
+  if (step_given_up_) {
+    const std::uint64_t addr = heap_.allocate(bytes, tag);
+    if (addr != 0) observe(addr, Heap::round(bytes));
+    return addr;
+  }
   const std::uint64_t size = Heap::round(bytes);
   const std::size_t end = std::min(plan_.entries.size(), cursor_ + kLookahead);
   if (cursor_ >= plan_.entries.size()) return fall_back(bytes, tag, &StepPlanStats::past_plan);
@@ -205,6 +210,18 @@ std::uint64_t PlanFollower::fall_back(std::uint64_t bytes, std::uint16_t tag, st
   // GPT's transition step at 617 granules ran it out of memory where best fit alone does not). The rest of the
   // step is best fit's, and the next boundary packs again.
   if (transition_) abandon_transition();
+  // So is the step of a steady plan packed for pages that empty (emptying_pages.hpp) at a fallback that says its
+  // premise is gone: any fallback while such a page is still live (a block best fit put there, a leftover the
+  // pairing misjudged: every entry over that page meets the same), or a request it did not plan or a range over the
+  // limit (the fallbacks would map granules the plan did not count). Measured on GPT with an extra 3 MiB tensor live
+  // through step 2 (tests/cli_transition_test.cpp): without it, out of memory at 617 granules (event 2,877, after 48
+  // fallbacks) and at 618 when given up only while a page is live (event 4,179), where best fit alone lasts; given
+  // up at every fallback of any plan, ResNet-50 at 1.01 x ran out of memory (docs/engine.md, "Against the target").
+  else if (!emptying_pages_.empty() &&
+           (reason != &StepPlanStats::occupied ||
+            std::any_of(emptying_pages_.begin(), emptying_pages_.end(),
+                        [this](std::uint64_t page) { return heap_.find_live(page); })))
+    step_given_up_ = true;
   const std::uint64_t addr = heap_.allocate(bytes, tag);
   if (addr != 0) observe(addr, Heap::round(bytes));
   return addr;
@@ -234,6 +251,7 @@ void PlanFollower::step_boundary() {
 
 std::unique_ptr<PackJob> PlanFollower::begin_boundary() {
   ++stats_.steps;
+  step_given_up_ = false;
   if (ideal_on_trial_) {  // the ideal plan after a transition: a whole step without a fallback ends the back-off
     ideal_on_trial_ = false;
     if (step_fallbacks_ == 0 && !plan_.entries.empty()) unfit_backoff_.reset();
@@ -294,6 +312,7 @@ void PlanFollower::finish_boundary(std::unique_ptr<PackJob> job) {
   }
   stale_run_ = 0;
   if (job->plan.entries.empty()) return;  // does not fit the address space: keep what there was
+  emptying_pages_ = std::move(job->emptying);
   if (!job->cost.fits && job->transition.fits) {
     transition_unfit_granules_ = job->cost.granules;
     begin_transition(std::move(job->transition));
@@ -356,6 +375,7 @@ std::unique_ptr<PackJob> PlanFollower::prepare_pack() {
       grows || !reuse_emptying_pages.load(std::memory_order_relaxed) ? EmptyingPages{} : emptying_pages(heap_, pinned);
   for (Obstacle& o : obstacles)
     if (const auto page = emptying.until.find(o.addr); page != emptying.until.end()) o.until = page->second;
+  for (const auto& [page, until] : emptying.until) job->emptying.push_back(page);
   std::vector<Obstacle>& around_pinned = job->around_pinned;
   around_pinned = obstacles;
   for (StepObservation::Request& request : pinned.requests) {

@@ -53,6 +53,7 @@ struct PackJob {
   StepObservation pinned;        // the step, leftovers pinned where they are
   std::vector<Obstacle> around_pinned;
   std::vector<Obstacle> older;   // what stays where it is in steady state: around_pinned less the emptying pages
+  std::vector<std::uint64_t> emptying;  // the emptying pages the plans were packed for (emptying_pages.hpp)
   HeapSnapshot heap;
   std::uint64_t follower = 0;  // PlanFollower::serial() of the follower that made it
   std::uint64_t events = 0;    // the follower's allocations and frees when it was made
@@ -154,6 +155,10 @@ class PlanFollower {
   StepPlan plan_;           // empty: none active
   std::size_t cursor_ = 0;  // the next planned request of this step
   bool first_plan_ = false;          // plan_ was packed from the first observed step
+  // The small pages plan_ expects to empty (PackJob::emptying), and whether the step under way gave its plan up
+  // (best fit for the rest of it, as an abandoned transition does: fall_back).
+  std::vector<std::uint64_t> emptying_pages_;
+  bool step_given_up_ = false;
   std::uint64_t step_fallbacks_ = 0;  // in the step under way
   bool previous_step_fell_back_ = false;
   std::uint64_t next_try_ = 0;  // the boundary (stats_.steps) from which packing is tried again after unfit plans
