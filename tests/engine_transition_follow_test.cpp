@@ -28,15 +28,15 @@ namespace {
 constexpr std::uint64_t kGranule = 2ull << 20;
 
 // With pages that hold only paired leftovers counted as emptying (src/engine/emptying_pages.hpp), a steady plan fits
-// GPT at 617 granules (and 616) directly, and no shared trace needs a transition step any more. These tests replay it
-// as the packer saw it before that rule, each page a whole-step obstacle, to keep the transition step's paths
-// (lazy mapping, the boundary that ends it, giving it up) under test.
-struct PagesHeldWhole {
-  PagesHeldWhole() { engine::PlanFollower::reuse_emptying_pages = false; }
-  ~PagesHeldWhole() { engine::PlanFollower::reuse_emptying_pages = true; }
-  PagesHeldWhole(const PagesHeldWhole&) = delete;
-  PagesHeldWhole& operator=(const PagesHeldWhole&) = delete;
-};
+// GPT at 617 granules (and 616) directly, and no shared trace needs a transition step any more. These tests replay
+// it as the packer saw it before that rule, each page a whole-step obstacle (StepPlanOptions::reuse_emptying_pages
+// off, per device), to keep the transition step's paths (lazy mapping, the boundary that ends it, giving it up)
+// under test.
+StepPlanOptions pages_held_whole() {
+  StepPlanOptions options;
+  options.reuse_emptying_pages = false;
+  return options;
+}
 
 Trace gpt() { return read_trace(std::string(PLIMSOLL_TRACES_DIR) + "/gpt-6-512-b8.trace"); }
 
@@ -82,13 +82,13 @@ TEST(EngineTransitionFollow, TheBoundaryEndingATransitionRecordsWhatItMaps) {
   // The GPT trace at 617 granules follows a transition plan in its step 3 (packed from step 2, whose leftovers pair with step 1's) (tests/cli_transition_test.cpp checks
   // the same replay through the CLI). Replayed up to the end of that step (the replay frees what is live at its
   // end), trimmed, then one boundary: it ends the transition and maps the ideal plan whole, with no pack.
-  const PagesHeldWhole before_the_rule;
   Trace trace = gpt();
   ASSERT_GE(trace.steps.size(), 3u);
   trace.events.resize(trace.steps[2].end);
   trace.steps.resize(3);
   Runtime runtime(gpt_config(617));
   Allocator& device = runtime.device("sim:64GiB");
+  device.set_step_plan_options(pages_held_whole());  // as before the emptying-pages rule
   const std::string path = ::testing::TempDir() + "transition-recording.plimsoll";
   auto recording = Recording::open(path);
   device.record_to(recording);
@@ -121,11 +121,11 @@ TEST(EngineTransitionFollow, TheBoundaryEndingATransitionRecordsWhatItMaps) {
 // this passes without the abandoned transition's back-off too; a step whose transitions fit and are given up at
 // every boundary was not constructed.
 TEST(EngineTransitionFollow, TransitionsGivenUpAtEveryStepArePackedAtFewBoundaries) {
-  const PagesHeldWhole before_the_rule;
   constexpr std::size_t kRepeats = 40;
   const Trace trace = with_a_new_tensor_in_each_step(telemetry::repeat_last_step(gpt(), kRepeats), 2);
   Runtime runtime(gpt_config(617));
   Allocator& device = runtime.device("sim:64GiB");
+  device.set_step_plan_options(pages_held_whole());  // as before the emptying-pages rule
   const telemetry::ReplayResult result = telemetry::replay(trace, device, {});
   const StepPlanStats plan = device.stats().step_plan;
   ASSERT_FALSE(result.oom) << "at event " << result.oom_event.value_or(0) << " of " << trace.events.size() << ", boundary " << plan.steps;
@@ -142,7 +142,6 @@ TEST(EngineTransitionFollow, TransitionsGivenUpAtEveryStepArePackedAtFewBoundari
 // planned entries around the extra tensor fell back one by one and the job ran out of memory at event 2,877.
 // Nothing passes the limit, and the job runs on. (Was CliTransition's; in process, for the rule's switch.)
 TEST(EngineTransitionFollow, ATransitionStepThatDoesNotMatchFallsBackWithinTheLimit) {
-  const PagesHeldWhole before_the_rule;
   std::ifstream in(std::string(PLIMSOLL_TRACES_DIR) + "/gpt-6-512-b8.trace");
   std::stringstream out;
   for (std::string line; std::getline(in, line);) {
@@ -162,6 +161,7 @@ TEST(EngineTransitionFollow, ATransitionStepThatDoesNotMatchFallsBackWithinTheLi
   }
   Runtime runtime(gpt_config(617));
   Allocator& device = runtime.device("sim:64GiB");
+  device.set_step_plan_options(pages_held_whole());  // as before the emptying-pages rule
   const telemetry::ReplayResult result = telemetry::replay(trace, device, {});
   const StepPlanStats plan = device.stats().step_plan;
   EXPECT_FALSE(result.oom) << "at event " << result.oom_event.value_or(0);

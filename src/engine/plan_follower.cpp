@@ -372,7 +372,7 @@ std::unique_ptr<PackJob> PlanFollower::prepare_pack() {
   const bool grows = std::any_of(observation_.requests.begin(), observation_.requests.end(),
                                  [](const StepObservation::Request& request) { return request.growth; });
   const EmptyingPages emptying =
-      grows || !reuse_emptying_pages.load(std::memory_order_relaxed) ? EmptyingPages{} : emptying_pages(heap_, pinned);
+      grows || !options_.reuse_emptying_pages ? EmptyingPages{} : emptying_pages(heap_, pinned);
   for (Obstacle& o : obstacles)
     if (const auto page = emptying.until.find(o.addr); page != emptying.until.end()) o.until = page->second;
   for (const auto& [page, until] : emptying.until) job->emptying.push_back(page);

@@ -1,26 +1,26 @@
 #pragma once
 // Step-aware placement, part 2: following a plan (src/engine/step_plan.hpp), and falling back to best fit.
 //
-// Between two step boundaries the follower watches the step (StepObservation). At a boundary it packs the
-// observed step into a plan around what stays live (memory older than the step for the whole step, but a small page
-// that holds only paired leftovers until they are freed: emptying_pages.hpp; the step's leftovers until the tick
-// their previous copies were freed in it, or the whole step when that is unknown, or pinned where they are), keeping the cheapest of a few packings in granules mapped (plan_candidates.hpp),
-// maps the plan's ranges once (they then stay mapped: planned memory is reused step after step with no map or
-// unmap), and from then on places each request that matches the plan, in size and in order, at its planned
-// address. A plan whose ranges cannot be mapped under the limit (StepPlanStats::unfit) is not followed: unless a
-// transition plan, costed tick by tick, fits (transition_plan.hpp: one step followed with lazy mapping, then its
-// ideal plan, mapped whole), best fit places the next steps and the next boundaries pack again while the unfit
-// plans get cheaper (unfit_backoff.hpp). Everything that does not match goes to best fit, at once:
-//  - a request whose size is not among the next kLookahead planned ones (an extra tensor, another batch, a
-//    data-dependent shape) falls back and leaves the plan's cursor where it is, so the step resynchronises with
-//    the plan at the next request that matches;
-//  - a request that matches a planned one further on skips the ones between (the step did not make them);
-//  - a request matching a growth entry (a block the step keeps without freeing an older copy: a kept batch) is not
-//    planned: it goes above the plan (place_above_plan), so it never stays live inside the plan's space;
-//  - a matched request whose planned range is not wholly free (a block placed there by a fallback, or left by an
-//    earlier step and not freed yet) or cannot be mapped under the limit falls back too.
-// Safety does not rest on the plan being right: the heap places a request at its planned address only when the
-// range lies inside one free block (Heap::allocate_at), so a wrong plan costs memory or speed, never correctness.
+// Between two step boundaries the follower watches the step (StepObservation). At a boundary it packs the observed
+// step into a plan around what stays live (memory older than the step for the whole step, but a small page that holds
+// only paired leftovers until they are freed: emptying_pages.hpp; the step's leftovers until the tick their previous
+// copies were freed in it, or the whole step when that is unknown, or pinned where they are), keeping the cheapest of
+// a few packings in granules mapped (plan_candidates.hpp), maps the plan's ranges once (they then stay mapped:
+// planned memory is reused step after step with no map or unmap), and from then on places each request that matches
+// the plan, in size and in order, at its planned address. A plan whose ranges cannot be mapped under the limit
+// (StepPlanStats::unfit) is not followed: unless a transition plan, costed tick by tick, fits (transition_plan.hpp:
+// one step followed with lazy mapping, then its ideal plan, mapped whole), best fit places the next steps and the
+// next boundaries pack again while the unfit plans get cheaper (unfit_backoff.hpp). Everything that does not match
+// goes to best fit, at once:  - a request whose size is not among the next kLookahead planned ones (an extra tensor,
+// another batch, a    data-dependent shape) falls back and leaves the plan's cursor where it is, so the step
+// resynchronises with    the plan at the next request that matches;  - a request that matches a planned one further
+// on skips the ones between (the step did not make them);  - a request matching a growth entry (a block the step
+// keeps without freeing an older copy: a kept batch) is not    planned: it goes above the plan (place_above_plan), so
+// it never stays live inside the plan's space;  - a matched request whose planned range is not wholly free (a block
+// placed there by a fallback, or left by an    earlier step and not freed yet) or cannot be mapped under the limit
+// falls back too. Safety does not rest on the plan being right: the heap places a request at its planned address only
+// when the range lies inside one free block (Heap::allocate_at), so a wrong plan costs memory or speed, never
+// correctness.
 //
 // When to pack again: at every boundary while no plan is followed; then from the step just seen when that step
 // fell back although the plan came from the first observed step (the first step of a training job allocates its
@@ -43,6 +43,7 @@
 #include "engine/transition_plan.hpp"
 #include "engine/unfit_backoff.hpp"
 #include "plimsoll/stats.hpp"
+#include "plimsoll/step_plan_options.hpp"
 
 namespace plimsoll::engine {
 
@@ -84,7 +85,8 @@ class PlanFollower {
   // the cap also bounds that pause; the shared traces' steps have at most 28,126 requests (MobileNetV2).
   static constexpr std::size_t kMaxStepRequests = std::size_t{1} << 16;
 
-  explicit PlanFollower(Heap& heap) : heap_(heap), serial_(next_serial_.fetch_add(1) + 1) {}
+  explicit PlanFollower(Heap& heap, StepPlanOptions options = {})
+      : heap_(heap), options_(options), serial_(next_serial_.fetch_add(1) + 1) {}
 
   /// Planned placement when the request matches the plan, best fit otherwise; 0 when both fail (heap's
   /// last_failure() says why).
@@ -111,10 +113,6 @@ class PlanFollower {
   /// begins the transition step instead (its ranges mapped lazily as its requests come), unless the heap saw
   /// allocations or frees since the job was made: then it counts StepPlanStats::stale and changes nothing.
   void finish_boundary(std::unique_ptr<PackJob> job);
-  /// Whether pages holding only paired leftovers count as emptying (emptying_pages.hpp; on by default). Tests of
-  /// transition plans turn it off, in process, to replay a shared trace as the packer saw it before the rule, where
-  /// GPT at 617 granules needs a transition step (tests/engine_transition_follow_test.cpp).
-  static inline std::atomic<bool> reuse_emptying_pages{true};
   /// Unique per follower for the process: tells a job's follower from a newer one made at the same address.
   std::uint64_t serial() const { return serial_; }
 
@@ -150,6 +148,7 @@ class PlanFollower {
   bool ideal_on_trial_ = false;  // the ideal plan's first step is under way: the back-off resets if it falls back not
 
   Heap& heap_;
+  StepPlanOptions options_;
   StepObservation observation_;
   bool observing_ = false;  // from the first boundary on, but for the rest of a step too long to be one
   StepPlan plan_;           // empty: none active
