@@ -37,7 +37,7 @@ std::string gpt_with_an_extra_tensor_in_step_2() {
     out << line << "\n";
     if (line == "# step 2 begin") out << "a 900000001 3145728\n";
   }
-  const std::string trace = ::testing::TempDir() + "transition-extra-tensor.trace";
+  const std::string trace = ::testing::TempDir() + "cli-transition-extra-tensor.trace";
   std::ofstream(trace) << out.str();
   return trace;
 }

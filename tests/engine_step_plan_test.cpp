@@ -1032,15 +1032,20 @@ TEST(EngineEmptyingPages, APageOfPairedLeftoversEmptiesAtItsLastPairsFree) {
   EXPECT_TRUE(emptying_pages(heap, growing).empty());
 }
 
+// 8 MiB of weights, older than every step, placed by best fit before the first boundary.
+void place_weights(PlannedHeap& planned) {
+  const std::uint64_t weights = planned.heap.allocate(8 * MiB, 0);
+  ASSERT_NE(weights, 0u);
+  ASSERT_NO_FATAL_FAILURE(planned.check.allocated(weights, 8 * MiB));
+}
+
 // Those steps at 14 granules: the plan packed after step 1 fits only with the gradients' page gone by the peak,
 // and then the steps map and unmap nothing. Without the rule every plan was unfit here (15 granules) and best fit
 // ran every step.
 TEST(EngineEmptyingPages, APlanFitsWhereTheGradientsPageIsFreedBeforeThePeak) {
   PlannedHeap planned(28 * MiB);
   auto& [sim, heap, follower, check, loop] = planned;
-  const std::uint64_t weights = heap.allocate(8 * MiB, 0);
-  ASSERT_NE(weights, 0u);
-  ASSERT_NO_FATAL_FAILURE(check.allocated(weights, 8 * MiB));
+  ASSERT_NO_FATAL_FAILURE(place_weights(planned));
   const StepShape shape = gradients_in_a_page_shape();
   ASSERT_NO_FATAL_FAILURE(planned.run(shape, 3));
   ASSERT_GE(follower.stats().plans, 1u) << "unfit plans: " << follower.stats().unfit;
@@ -1057,14 +1062,12 @@ TEST(EngineEmptyingPages, APlanFitsWhereTheGradientsPageIsFreedBeforeThePeak) {
 }
 
 // Misjudged: a step that frees the previous gradients only after its activations (they were paired with frees at
-// its start) finds their page still there. The activations planned over it fall back to best fit (occupied), every
-// request is met, nothing passes the limit, the checker finds the heap sound, and the steps after go on.
+// its start) finds their page still there. The first activation planned over it falls back (occupied), and best fit
+// places the rest of the step; every request is met, nothing passes the limit, the checker finds the heap sound, and the steps after go on.
 TEST(EngineEmptyingPages, APageThatDoesNotEmptyOnlyMakesThePlannedRequestsOverItFallBack) {
   PlannedHeap planned(28 * MiB);
   auto& [sim, heap, follower, check, loop] = planned;
-  const std::uint64_t weights = heap.allocate(8 * MiB, 0);
-  ASSERT_NE(weights, 0u);
-  ASSERT_NO_FATAL_FAILURE(check.allocated(weights, 8 * MiB));
+  ASSERT_NO_FATAL_FAILURE(place_weights(planned));
   const StepShape shape = gradients_in_a_page_shape();
   // Steps 0 and 1 by best fit; the plan packed after step 1, around the page that holds its gradients.
   ASSERT_NO_FATAL_FAILURE(planned.run(shape, 2));
@@ -1086,6 +1089,8 @@ TEST(EngineEmptyingPages, APageThatDoesNotEmptyOnlyMakesThePlannedRequestsOverIt
   ASSERT_NO_FATAL_FAILURE(loop.step(late));
   const StepPlanStats after = follower.stats();
   EXPECT_GT(after.occupied, before.occupied) << "planned over the page, fallen back";
+  EXPECT_EQ(after.fallbacks() - before.fallbacks(), 1u)
+      << "the step is given up at its first fallback over a live page (PlanFollower::fall_back): best fit after";
   for (int s = 0; s < 3; ++s) ASSERT_NO_FATAL_FAILURE(loop.step(shape)) << "step " << s << " after";
   EXPECT_LE(heap.counters().peak_mapped, 28 * MiB);
   loop.finish();

@@ -12,7 +12,10 @@ EmptyingPages emptying_pages(const Heap& heap, const StepObservation& paired) {
   // Heap::walk visits the reservation's blocks in address order, pages among them, before any page's own blocks.
   std::vector<std::pair<std::uint64_t, std::uint32_t>> pages;  // (address, last tick), by address
   std::vector<std::uint64_t> leftovers;
-  const auto page_of = [&pages](std::uint64_t addr) {  // the page at or below addr (a small block lies in it)
+  // The page at or below addr. No bounds check: walk visits every page before any of its blocks, in address order,
+  // so a small block's page is already in `pages` and is the last one at or below it; and a page is a live block
+  // (Heap::deallocate returns a page to the large class when its last block goes), so none in `pages` is stale.
+  const auto page_of = [&pages](std::uint64_t addr) {
     auto page = std::upper_bound(pages.begin(), pages.end(), addr,
                                  [](std::uint64_t a, const std::pair<std::uint64_t, std::uint32_t>& p) { return a < p.first; });
     return page == pages.begin() ? pages.end() : std::prev(page);
