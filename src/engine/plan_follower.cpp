@@ -220,8 +220,10 @@ std::uint64_t PlanFollower::fall_back(std::uint64_t bytes, std::uint16_t tag, st
   else if (!emptying_pages_.empty() &&
            (reason != &StepPlanStats::occupied ||
             std::any_of(emptying_pages_.begin(), emptying_pages_.end(),
-                        [this](std::uint64_t page) { return heap_.find_live(page); })))
+                        [this](std::uint64_t page) { return heap_.find_live(page); }))) {
     step_given_up_ = true;
+    ++stats_.steps_given_up;
+  }
   const std::uint64_t addr = heap_.allocate(bytes, tag);
   if (addr != 0) observe(addr, Heap::round(bytes));
   return addr;
