@@ -1032,11 +1032,13 @@ TEST(EngineEmptyingPages, APageOfPairedLeftoversEmptiesAtItsLastPairsFree) {
   EXPECT_TRUE(emptying_pages(heap, growing).empty());
 }
 
-// 8 MiB of weights, older than every step, placed by best fit before the first boundary.
-void place_weights(PlannedHeap& planned) {
+// 8 MiB of weights, older than every step, placed by best fit before the first boundary; then `steps` steps of
+// gradients_in_a_page_shape().
+void weights_then_steps(PlannedHeap& planned, int steps) {
   const std::uint64_t weights = planned.heap.allocate(8 * MiB, 0);
   ASSERT_NE(weights, 0u);
   ASSERT_NO_FATAL_FAILURE(planned.check.allocated(weights, 8 * MiB));
+  ASSERT_NO_FATAL_FAILURE(planned.run(gradients_in_a_page_shape(), steps));
 }
 
 // Those steps at 14 granules: the plan packed after step 1 fits only with the gradients' page gone by the peak,
@@ -1045,9 +1047,8 @@ void place_weights(PlannedHeap& planned) {
 TEST(EngineEmptyingPages, APlanFitsWhereTheGradientsPageIsFreedBeforeThePeak) {
   PlannedHeap planned(28 * MiB);
   auto& [sim, heap, follower, check, loop] = planned;
-  ASSERT_NO_FATAL_FAILURE(place_weights(planned));
+  ASSERT_NO_FATAL_FAILURE(weights_then_steps(planned, 3));
   const StepShape shape = gradients_in_a_page_shape();
-  ASSERT_NO_FATAL_FAILURE(planned.run(shape, 3));
   ASSERT_GE(follower.stats().plans, 1u) << "unfit plans: " << follower.stats().unfit;
   const std::uint64_t maps = heap.counters().maps, unmaps = heap.counters().unmaps;
   const StepPlanStats before = follower.stats();
@@ -1063,14 +1064,14 @@ TEST(EngineEmptyingPages, APlanFitsWhereTheGradientsPageIsFreedBeforeThePeak) {
 
 // Misjudged: a step that frees the previous gradients only after its activations (they were paired with frees at
 // its start) finds their page still there. The first activation planned over it falls back (occupied), and best fit
-// places the rest of the step; every request is met, nothing passes the limit, the checker finds the heap sound, and the steps after go on.
+// places the rest of the step; every request is met, nothing passes the limit, the checker finds the heap sound, and
+// the steps after go on.
 TEST(EngineEmptyingPages, APageThatDoesNotEmptyOnlyMakesThePlannedRequestsOverItFallBack) {
   PlannedHeap planned(28 * MiB);
   auto& [sim, heap, follower, check, loop] = planned;
-  ASSERT_NO_FATAL_FAILURE(place_weights(planned));
-  const StepShape shape = gradients_in_a_page_shape();
   // Steps 0 and 1 by best fit; the plan packed after step 1, around the page that holds its gradients.
-  ASSERT_NO_FATAL_FAILURE(planned.run(shape, 2));
+  ASSERT_NO_FATAL_FAILURE(weights_then_steps(planned, 2));
+  const StepShape shape = gradients_in_a_page_shape();
   ASSERT_GE(follower.stats().plans, 1u);
   // The plan uses the gradients' page: some activation's range meets a page live now (in steady state the
   // gradients have planned addresses, and no page is left to misjudge).
