@@ -7,10 +7,13 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "engine/plan_follower.hpp"
 #include "plimsoll/allocator.hpp"
 #include "plimsoll/recording.hpp"
 #include "plimsoll/runtime.hpp"
@@ -23,6 +26,17 @@ namespace plimsoll {
 namespace {
 
 constexpr std::uint64_t kGranule = 2ull << 20;
+
+// With pages that hold only paired leftovers counted as emptying (src/engine/emptying_pages.hpp), a steady plan fits
+// GPT at 617 granules (and 616) directly, and no shared trace needs a transition step any more. These tests replay
+// it as the packer saw it before that rule, each page a whole-step obstacle (StepPlanOptions::reuse_emptying_pages
+// off, per device), to keep the transition step's paths (lazy mapping, the boundary that ends it, giving it up)
+// under test.
+StepPlanOptions pages_held_whole() {
+  StepPlanOptions options;
+  options.reuse_emptying_pages = false;
+  return options;
+}
 
 Trace gpt() { return read_trace(std::string(PLIMSOLL_TRACES_DIR) + "/gpt-6-512-b8.trace"); }
 
@@ -74,6 +88,7 @@ TEST(EngineTransitionFollow, TheBoundaryEndingATransitionRecordsWhatItMaps) {
   trace.steps.resize(3);
   Runtime runtime(gpt_config(617));
   Allocator& device = runtime.device("sim:64GiB");
+  device.set_step_plan_options(pages_held_whole());  // as before the emptying-pages rule
   const std::string path = ::testing::TempDir() + "transition-recording.plimsoll";
   auto recording = Recording::open(path);
   device.record_to(recording);
@@ -110,6 +125,7 @@ TEST(EngineTransitionFollow, TransitionsGivenUpAtEveryStepArePackedAtFewBoundari
   const Trace trace = with_a_new_tensor_in_each_step(telemetry::repeat_last_step(gpt(), kRepeats), 2);
   Runtime runtime(gpt_config(617));
   Allocator& device = runtime.device("sim:64GiB");
+  device.set_step_plan_options(pages_held_whole());  // as before the emptying-pages rule
   const telemetry::ReplayResult result = telemetry::replay(trace, device, {});
   const StepPlanStats plan = device.stats().step_plan;
   ASSERT_FALSE(result.oom) << "at event " << result.oom_event.value_or(0) << " of " << trace.events.size() << ", boundary " << plan.steps;
@@ -118,6 +134,41 @@ TEST(EngineTransitionFollow, TransitionsGivenUpAtEveryStepArePackedAtFewBoundari
   EXPECT_EQ(plan.transitions_abandoned, plan.transitions);
   EXPECT_EQ(plan.plans, 0u);
   EXPECT_LE(plan.packs, plan.steps / 2) << plan.packs << " packs at " << plan.steps << " boundaries";
+}
+
+// The transition step does not go as planned: a 3 MiB tensor the plan never saw is live through step 2, the step
+// that follows the transition plan (packed at the end of step 1). The transition is given up at that first fallback
+// and best fit places the rest of the step, as it would alone (which lasts: checked first); before that rule, the
+// planned entries around the extra tensor fell back one by one and the job ran out of memory at event 2,877.
+// Nothing passes the limit, and the job runs on. (Was CliTransition's; in process, for the rule's switch.)
+TEST(EngineTransitionFollow, ATransitionStepThatDoesNotMatchFallsBackWithinTheLimit) {
+  std::ifstream in(std::string(PLIMSOLL_TRACES_DIR) + "/gpt-6-512-b8.trace");
+  std::stringstream out;
+  for (std::string line; std::getline(in, line);) {
+    if (line == "# step 2 end") out << "f 900000001\n";
+    out << line << "\n";
+    if (line == "# step 2 begin") out << "a 900000001 3145728\n";
+  }
+  const std::string path = ::testing::TempDir() + "transition-extra-tensor.trace";
+  std::ofstream(path) << out.str();
+  const Trace trace = telemetry::repeat_last_step(read_trace(path), 10);
+  std::filesystem::remove(path);
+  {
+    Runtime runtime(gpt_config(617));
+    Allocator& device = runtime.device("sim:64GiB");
+    device.set_step_plan(false);
+    ASSERT_FALSE(telemetry::replay(trace, device, {}).oom) << "best fit alone lasts";
+  }
+  Runtime runtime(gpt_config(617));
+  Allocator& device = runtime.device("sim:64GiB");
+  device.set_step_plan_options(pages_held_whole());  // as before the emptying-pages rule
+  const telemetry::ReplayResult result = telemetry::replay(trace, device, {});
+  const StepPlanStats plan = device.stats().step_plan;
+  EXPECT_FALSE(result.oom) << "at event " << result.oom_event.value_or(0);
+  EXPECT_EQ(plan.transitions, 1u);
+  EXPECT_EQ(plan.transitions_abandoned, 1u);
+  EXPECT_GE(plan.not_in_plan, 1u) << "the extra tensor";
+  EXPECT_LE(result.peak_reserved_bytes, 617 * kGranule);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "plimsoll/oom.hpp"
 #include "plimsoll/policy.hpp"
 #include "plimsoll/stats.hpp"
+#include "plimsoll/step_plan_options.hpp"
 
 namespace plimsoll {
 
@@ -113,6 +114,9 @@ class Allocator {
   /// Step-aware placement on (the default) or off. Off, step() does nothing and every request takes best fit;
   /// blocks already placed by a plan stay valid.
   void set_step_plan(bool enabled);
+  /// Step-aware placement's options for this device (step_plan_options.hpp). A change drops the plan being followed
+  /// (planned blocks stay valid), and the next boundaries pack again with the new options.
+  void set_step_plan_options(const StepPlanOptions& options);
   /// Returns cached free memory to the backing; returns the bytes released. On a CUDA device it first waits for
   /// the work queued before every parked free (stream-ordered reuse), so that their blocks can go too.
   std::uint64_t trim();

@@ -49,6 +49,9 @@ struct StepPlanStats {
   std::uint64_t transition_maps = 0;      // map and unmap calls made during transition steps, in all
   std::uint64_t transition_unmaps = 0;
   std::uint64_t transitions_abandoned = 0;  // transition steps given up at their first fallback (best fit after)
+  // Steps of a plan packed for emptying small pages given up at a fallback that says its premise is gone (best fit
+  // after: PlanFollower::fall_back); their requests from then on count in none of the counters above.
+  std::uint64_t steps_given_up = 0;
   std::uint64_t fallbacks() const { return not_in_plan + occupied + over_limit + past_plan; }
 };
 

@@ -107,6 +107,7 @@ struct Allocator::Impl : engine::FrontUpstream {
   // (set_step_plan) or the device orders reuse by streams; null until then, and the hot paths test the pointer.
   std::unique_ptr<engine::PlanFollower> plan PLIMSOLL_PT_GUARDED_BY(lock);
   bool step_plan_enabled PLIMSOLL_GUARDED_BY(lock) = true;
+  StepPlanOptions step_plan_options PLIMSOLL_GUARDED_BY(lock);
 
   // The front serves allocations only while set_thread_cache wants it, no recording watches and the device runs:
   // a paused device's blocks are unmapped, so none may be handed out of a cache.
@@ -679,7 +680,7 @@ void Allocator::step() {
     util::SpinGuard guard(impl_->lock);
     // A paused device maps nothing until resume(): its plan waits for the next boundary after that.
     if (!impl_->step_plan_enabled || impl_->streams != nullptr || impl_->heap->paused()) return;
-    if (impl_->plan == nullptr) impl_->plan = std::make_unique<engine::PlanFollower>(*impl_->heap);
+    if (impl_->plan == nullptr) impl_->plan = std::make_unique<engine::PlanFollower>(*impl_->heap, impl_->step_plan_options);
     // Ending a transition installs the ideal plan, which maps and unmaps: a recording counts it here, whether or
     // not the boundary then packs.
     const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
@@ -707,6 +708,12 @@ void Allocator::set_step_plan(bool enabled) {
   util::SpinGuard guard(impl_->lock);
   impl_->step_plan_enabled = enabled;
   if (!enabled) impl_->plan.reset();  // planned blocks are ordinary heap blocks: nothing to undo
+}
+
+void Allocator::set_step_plan_options(const StepPlanOptions& options) {
+  util::SpinGuard guard(impl_->lock);
+  impl_->step_plan_options = options;
+  impl_->plan.reset();  // made again at the next boundary, with the options
 }
 
 std::uint64_t Allocator::trim() {

@@ -1,26 +1,26 @@
 #pragma once
 // Step-aware placement, part 2: following a plan (src/engine/step_plan.hpp), and falling back to best fit.
 //
-// Between two step boundaries the follower watches the step (StepObservation). At a boundary it packs the
-// observed step into a plan around what stays live (memory older than the step for the whole step; the step's
-// leftovers until the tick their previous copies were freed in it, or the whole step when that is unknown, or
-// pinned where they are), keeping the cheapest of a few packings in granules mapped (plan_candidates.hpp),
-// maps the plan's ranges once (they then stay mapped: planned memory is reused step after step with no map or
-// unmap), and from then on places each request that matches the plan, in size and in order, at its planned
-// address. A plan whose ranges cannot be mapped under the limit (StepPlanStats::unfit) is not followed: unless a
-// transition plan, costed tick by tick, fits (transition_plan.hpp: one step followed with lazy mapping, then its
-// ideal plan, mapped whole), best fit places the next steps and the next boundaries pack again while the unfit
-// plans get cheaper (unfit_backoff.hpp). Everything that does not match goes to best fit, at once:
-//  - a request whose size is not among the next kLookahead planned ones (an extra tensor, another batch, a
-//    data-dependent shape) falls back and leaves the plan's cursor where it is, so the step resynchronises with
-//    the plan at the next request that matches;
-//  - a request that matches a planned one further on skips the ones between (the step did not make them);
-//  - a request matching a growth entry (a block the step keeps without freeing an older copy: a kept batch) is not
-//    planned: it goes above the plan (place_above_plan), so it never stays live inside the plan's space;
-//  - a matched request whose planned range is not wholly free (a block placed there by a fallback, or left by an
-//    earlier step and not freed yet) or cannot be mapped under the limit falls back too.
-// Safety does not rest on the plan being right: the heap places a request at its planned address only when the
-// range lies inside one free block (Heap::allocate_at), so a wrong plan costs memory or speed, never correctness.
+// Between two step boundaries the follower watches the step (StepObservation). At a boundary it packs the observed
+// step into a plan around what stays live (memory older than the step for the whole step, but a small page that holds
+// only paired leftovers until they are freed: emptying_pages.hpp; the step's leftovers until the tick their previous
+// copies were freed in it, or the whole step when that is unknown, or pinned where they are), keeping the cheapest of
+// a few packings in granules mapped (plan_candidates.hpp), maps the plan's ranges once (they then stay mapped:
+// planned memory is reused step after step with no map or unmap), and from then on places each request that matches
+// the plan, in size and in order, at its planned address. A plan whose ranges cannot be mapped under the limit
+// (StepPlanStats::unfit) is not followed: unless a transition plan, costed tick by tick, fits (transition_plan.hpp:
+// one step followed with lazy mapping, then its ideal plan, mapped whole), best fit places the next steps and the
+// next boundaries pack again while the unfit plans get cheaper (unfit_backoff.hpp). Everything that does not match
+// goes to best fit, at once:  - a request whose size is not among the next kLookahead planned ones (an extra tensor,
+// another batch, a    data-dependent shape) falls back and leaves the plan's cursor where it is, so the step
+// resynchronises with    the plan at the next request that matches;  - a request that matches a planned one further
+// on skips the ones between (the step did not make them);  - a request matching a growth entry (a block the step
+// keeps without freeing an older copy: a kept batch) is not    planned: it goes above the plan (place_above_plan), so
+// it never stays live inside the plan's space;  - a matched request whose planned range is not wholly free (a block
+// placed there by a fallback, or left by an    earlier step and not freed yet) or cannot be mapped under the limit
+// falls back too. Safety does not rest on the plan being right: the heap places a request at its planned address only
+// when the range lies inside one free block (Heap::allocate_at), so a wrong plan costs memory or speed, never
+// correctness.
 //
 // When to pack again: at every boundary while no plan is followed; then from the step just seen when that step
 // fell back although the plan came from the first observed step (the first step of a training job allocates its
@@ -43,6 +43,7 @@
 #include "engine/transition_plan.hpp"
 #include "engine/unfit_backoff.hpp"
 #include "plimsoll/stats.hpp"
+#include "plimsoll/step_plan_options.hpp"
 
 namespace plimsoll::engine {
 
@@ -52,6 +53,8 @@ struct PackJob {
   std::vector<Obstacle> obstacles;
   StepObservation pinned;        // the step, leftovers pinned where they are
   std::vector<Obstacle> around_pinned;
+  std::vector<Obstacle> older;   // what stays where it is in steady state: around_pinned less the emptying pages
+  std::vector<std::uint64_t> emptying;  // the emptying pages the plans were packed for (emptying_pages.hpp)
   HeapSnapshot heap;
   std::uint64_t follower = 0;  // PlanFollower::serial() of the follower that made it
   std::uint64_t events = 0;    // the follower's allocations and frees when it was made
@@ -82,7 +85,8 @@ class PlanFollower {
   // the cap also bounds that pause; the shared traces' steps have at most 28,126 requests (MobileNetV2).
   static constexpr std::size_t kMaxStepRequests = std::size_t{1} << 16;
 
-  explicit PlanFollower(Heap& heap) : heap_(heap), serial_(next_serial_.fetch_add(1) + 1) {}
+  explicit PlanFollower(Heap& heap, StepPlanOptions options = {})
+      : heap_(heap), options_(options), serial_(next_serial_.fetch_add(1) + 1) {}
 
   /// Planned placement when the request matches the plan, best fit otherwise; 0 when both fail (heap's
   /// last_failure() says why).
@@ -144,11 +148,16 @@ class PlanFollower {
   bool ideal_on_trial_ = false;  // the ideal plan's first step is under way: the back-off resets if it falls back not
 
   Heap& heap_;
+  StepPlanOptions options_;
   StepObservation observation_;
   bool observing_ = false;  // from the first boundary on, but for the rest of a step too long to be one
   StepPlan plan_;           // empty: none active
   std::size_t cursor_ = 0;  // the next planned request of this step
   bool first_plan_ = false;          // plan_ was packed from the first observed step
+  // The small pages plan_ expects to empty (PackJob::emptying), and whether the step under way gave its plan up
+  // (best fit for the rest of it, as an abandoned transition does: fall_back).
+  std::vector<std::uint64_t> emptying_pages_;
+  bool step_given_up_ = false;
   std::uint64_t step_fallbacks_ = 0;  // in the step under way
   bool previous_step_fell_back_ = false;
   std::uint64_t next_try_ = 0;  // the boundary (stats_.steps) from which packing is tried again after unfit plans

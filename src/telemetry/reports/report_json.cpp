@@ -97,7 +97,8 @@ std::string replay_result_json(const ReplayResult& result) {
                        {"packs", plan.packs}, {"pack_ms", static_cast<double>(plan.pack_ns) / 1e6},
                        {"transitions", plan.transitions}, {"transition_followed", plan.transition_followed},
                        {"transition_maps", plan.transition_maps}, {"transition_unmaps", plan.transition_unmaps},
-                       {"transitions_abandoned", plan.transitions_abandoned}};
+                       {"transitions_abandoned", plan.transitions_abandoned},
+                       {"steps_given_up", plan.steps_given_up}};
   line["oom"] = result.oom;
   line["oom_event"] = result.oom_event ? nlohmann::ordered_json(*result.oom_event) : nlohmann::ordered_json();
   line["ops"] = result.ops;
