@@ -42,7 +42,7 @@ const std::set<std::string> kStepPlanKeys = {"steps",   "plans",       "unfit", 
                                              "fallbacks", "not_in_plan", "occupied", "over_limit", "past_plan",
                                              "skipped", "plan_bytes",  "plan_peak_bytes", "packs", "pack_ms",
                                              "transitions", "transition_followed", "transition_maps",
-                                             "transition_unmaps", "transitions_abandoned"};
+                                             "transition_unmaps", "transitions_abandoned", "steps_given_up"};
 
 TEST(CliReplay, JsonHasOneLinePerPolicyWithExactlyTheDocumentedKeys) {
   const std::string gpt = trace_path("gpt-6-512-b8.trace");

@@ -227,13 +227,13 @@ std::string fallback_note(const ReplayResult& result) {
   return fmt::format("{} ({}): {} plan(s) followed, {} packed but over the limit; last {} (its step's live peak "
                      "{}); {} followed, {} fell back: {} not in the plan, {} range still occupied, {} over the limit, "
                      "{} past the plan's end; {} planned skipped; {} growth left to best fit; {} pack(s), {:.1f} ms; "
-                     "{} transition step(s) ({} given up): {} followed, {}/{} maps/unmaps",
+                     "{} transition step(s) ({} given up): {} followed, {}/{} maps/unmaps; {} plan step(s) given up to best fit",
                      std::filesystem::path(result.trace).filename().string(), result.policy, plan.plans, plan.unfit,
                      plimsoll::format_size(plan.plan_bytes), plimsoll::format_size(plan.plan_peak_bytes),
                      plan.followed, plan.fallbacks(), plan.not_in_plan, plan.occupied, plan.over_limit,
                      plan.past_plan, plan.skipped, plan.growth, plan.packs, static_cast<double>(plan.pack_ns) / 1e6,
                      plan.transitions, plan.transitions_abandoned, plan.transition_followed, plan.transition_maps,
-                     plan.transition_unmaps);
+                     plan.transition_unmaps, plan.steps_given_up);
 }
 
 // The steps that mapped or unmapped, by the trace's step numbers, and from which step on none did:
