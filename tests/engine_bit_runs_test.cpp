@@ -1,6 +1,6 @@
 // util/bit_runs.hpp, the word-at-a-time walk over granule bitmaps that GranuleMap (the heap's mapped granules) and
 // MappingLedger (a backing's book) share: runs and counts across word edges, at the range's ends, in empty and full
-// words, against a bit-at-a-time reference over every range of a few patterns.
+// words, against a bit-at-a-time reference over every range of a few patterns; and the word-wise store.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -81,6 +81,26 @@ TEST(EngineBitRuns, MatchesABitAtATimeWalkOverEveryRange) {
         std::uint64_t set = 0;
         for (std::uint64_t i = first; i < last; ++i) set += bit(words, i) ? 1U : 0U;
         ASSERT_EQ(count_set_bits(words.data(), first, last), set) << first << ".." << last;
+      }
+    }
+  }
+}
+
+// assign_bits stores what a bit-at-a-time loop stores, over every range of a mixed pattern, both ways, and leaves
+// the bits outside the range as they were.
+TEST(EngineBitRuns, AssignBitsMatchesABitAtATimeStore) {
+  const std::vector<std::uint64_t> pattern = {0xF0F0F0F0F0F0F0F0ull, 0, ~std::uint64_t{0}, 0x5555555555555555ull};
+  const std::uint64_t bits = pattern.size() * 64;
+  for (std::uint64_t first = 0; first <= bits; first += 3) {
+    for (std::uint64_t last = first; last <= bits; last += 7) {
+      for (const bool value : {true, false}) {
+        std::vector<std::uint64_t> words = pattern, expected = pattern;
+        assign_bits(words.data(), first, last, value);
+        for (std::uint64_t i = first; i < last; ++i) {
+          const std::uint64_t mask = std::uint64_t{1} << (i % 64);
+          expected[i / 64] = value ? expected[i / 64] | mask : expected[i / 64] & ~mask;
+        }
+        ASSERT_EQ(words, expected) << first << ".." << last << " to " << value;
       }
     }
   }

@@ -20,9 +20,8 @@ std::string MappingLedger::reserve_problem(std::uint64_t bytes) const {
 }
 
 std::string MappingLedger::unreserve_problem(std::uintptr_t base, std::uint64_t bytes) const {
-  const auto found = std::find_if(reservations_.begin(), reservations_.end(),
-                                  [base](const Reservation& r) { return r.base == base; });
-  if (found == reservations_.end())
+  const Reservation* found = find(base);
+  if (found == nullptr || found->base != base)
     return fmt::format("unreserve of {:#x}: no reservation starts there; pass the address reserve() returned",
                        base);
   if (found->bytes != bytes)
@@ -82,12 +81,11 @@ void MappingLedger::record_reserve(std::uintptr_t base, std::uint64_t bytes) {
 }
 
 std::uint64_t MappingLedger::record_unreserve(std::uintptr_t base, std::uint64_t bytes) noexcept {
-  const auto found = std::find_if(reservations_.begin(), reservations_.end(),
-                                  [base](const Reservation& r) { return r.base == base; });
-  if (found == reservations_.end()) return 0;
+  const Reservation* found = find(base);
+  if (found == nullptr || found->base != base) return 0;
   const std::uint64_t still_mapped = count_mapped(*found, base, base + bytes) * granularity_;
   mapped_bytes_ -= still_mapped;
-  reservations_.erase(found);
+  reservations_.erase(reservations_.begin() + (found - reservations_.data()));
   return still_mapped;
 }
 
@@ -116,13 +114,10 @@ std::uint64_t MappingLedger::mark(std::uintptr_t addr, std::uint64_t bytes, bool
   if (reservation == nullptr) return 0;
   const std::uint64_t first = (addr - reservation->base) / granularity_;
   const std::uint64_t last = std::min(first + bytes / granularity_, reservation->bytes / granularity_);
-  std::uint64_t changed = 0;
-  for (std::uint64_t g = first; g < last; ++g) {
-    if (is_set(*reservation, g) == mapped) continue;
-    reservation->mapped[g / 64] ^= std::uint64_t{1} << (g % 64);
-    ++changed;
-  }
-  return changed;
+  if (first >= last) return 0;
+  const std::uint64_t set_before = util::count_set_bits(reservation->mapped.get(), first, last);
+  util::assign_bits(reservation->mapped.get(), first, last, mapped);
+  return mapped ? (last - first) - set_before : set_before;
 }
 
 std::uint64_t MappingLedger::count_mapped(const Reservation& reservation, std::uintptr_t begin,

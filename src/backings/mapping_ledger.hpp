@@ -87,9 +87,6 @@ class MappingLedger {
                                  reservation.base + (first + count) * granularity_);
                            });
   }
-  static bool is_set(const Reservation& reservation, std::uint64_t granule) noexcept {
-    return ((reservation.mapped[granule / 64] >> (granule % 64)) & 1U) != 0;
-  }
   static std::uint64_t words_for(std::uint64_t granules) noexcept { return (granules + 63) / 64; }
 
   /// The reservation holding addr, or nullptr.

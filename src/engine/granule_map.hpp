@@ -62,11 +62,7 @@ class GranuleMap {
   }
 
   void set(std::uint64_t first, std::uint64_t count, bool mapped) {
-    for (std::uint64_t g = first; g < first + count; ++g) {
-      std::uint64_t bit = 1ull << (g & 63);
-      if (mapped) words_[g >> 6] |= bit;
-      else words_[g >> 6] &= ~bit;
-    }
+    util::assign_bits(words_.data(), first, first + count, mapped);
     if (mapped) mapped_ += count;
     else mapped_ -= count;
   }

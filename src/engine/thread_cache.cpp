@@ -756,9 +756,8 @@ std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size
 }
 
 // The hot paths below are small on purpose: whatever is rare (a thread's first operation, a miss, a full cache,
-// a big block) is in a function of its own, so the common case takes no stack frame of saved registers.
-// The hit calls nothing (its rare sides are tail calls that end the operation themselves), so it keeps no value across
-// a call: no frame of saved registers for the calls it does not make.
+// a big block) is in a function of its own, reached by a tail call that ends the operation itself, so the hit calls
+// nothing and keeps no value across a call: no stack frame of saved registers.
 std::uint64_t ThreadCaches::allocate(std::uint64_t bytes, std::uint16_t tag) {
   const LastCache last = t_last;
   if (last.id != id_) [[unlikely]] return allocate_joining(bytes, tag);  // also an exiting thread (id 0)

@@ -1,5 +1,5 @@
 #pragma once
-// Walks over bitmaps of granules (bit i is bit i % 64 of word i / 64): the engine's GranuleMap and the backings'
+// Walks over, and stores into, bitmaps of granules (bit i is bit i % 64 of word i / 64): the engine's GranuleMap and the backings'
 // MappingLedger keep one bit per granule of reserved address space, and ask for runs and counts of it under a
 // device's or a backing's lock, stats() included (IdleRelease calls it every 100 ms). A bit at a time that cost
 // grew with the reserved space (3.5 ms at 1 TiB of host reservation); a word at a time skips the empty words and
@@ -45,6 +45,19 @@ inline std::uint64_t count_set_bits(const std::uint64_t* words, std::uint64_t fi
   std::uint64_t set = ones(words[first_word] & low) + ones(words[last_word] & high);
   for (std::uint64_t w = first_word + 1; w < last_word; ++w) set += ones(words[w]);
   return set;
+}
+
+/// Sets (value true) or clears every bit of [first, last): masked stores on the end words, whole words between.
+inline void assign_bits(std::uint64_t* words, std::uint64_t first, std::uint64_t last, bool value) noexcept {
+  if (first >= last) return;
+  const std::uint64_t first_word = first >> 6, last_word = (last - 1) >> 6;
+  const std::uint64_t low = ~std::uint64_t{0} << (first & 63);
+  const std::uint64_t high = ~std::uint64_t{0} >> (63 - ((last - 1) & 63));
+  const auto assign = [value](std::uint64_t& word, std::uint64_t mask) { word = value ? word | mask : word & ~mask; };
+  if (first_word == last_word) return assign(words[first_word], low & high);
+  assign(words[first_word], low);
+  for (std::uint64_t w = first_word + 1; w < last_word; ++w) words[w] = value ? ~std::uint64_t{0} : 0;
+  assign(words[last_word], high);
 }
 
 }  // namespace plimsoll::util
