@@ -145,6 +145,41 @@ TEST(ExplainOom, RoomUnderTheLimitIsNotADeviceRefusal) {
   EXPECT_THAT(explained.suggestion, HasSubstr("raise memory_limit to >= 194.00 MiB")) << "190 MiB + two granules";
 }
 
+TEST(ExplainOom, ALimitUnderOneGranuleIsTheLimitNotTheCache) {
+  // 100 KiB fits a 1 MiB limit byte for byte, but the device maps 2 MiB granules: the limit maps nothing, so no
+  // cache (none is held) could ever make room.
+  OomDetails d = gpu_numbers();
+  d.requested_bytes = 100 * 1024;
+  d.rounded_bytes = 100 * 1024;
+  d.limit_bytes = 1 * kMiB;
+  d.granule_bytes = 2 * kMiB;
+  d.top_tags.clear();
+  set_usage(d, 0, 0, 0);
+  const OomDetails explained = explain_oom(d);
+  EXPECT_EQ(explained.cause, OomCause::limit_too_low);
+  EXPECT_EQ(explained.suggestion,
+            "needs at least 1.00 MiB more: raise memory_limit to >= 2.00 MiB (the device maps whole granules of "
+            "2.00 MiB) (or memory_fraction >= 0.01), or reduce the batch size");
+}
+
+TEST(ExplainOom, TheLiveDataInWholeGranulesOverTheLimitsGranulesIsTheLimit) {
+  // 4.5 MiB live + 1 MiB = 5.5 MiB: three 2 MiB granules at the least. A 7 MiB or 6.5 MiB limit maps three (the
+  // cause is elsewhere); a 5.75 MiB limit holds the bytes but maps only two granules.
+  OomDetails d = gpu_numbers();
+  d.granule_bytes = 2 * kMiB;
+  d.rounded_bytes = 1 * kMiB;
+  set_usage(d, 4 * kMiB + kMiB / 2, 6 * kMiB, 512 * 1024);
+  d.limit_bytes = 7 * kMiB;
+  EXPECT_NE(explain_oom(d).cause, OomCause::limit_too_low) << "three granules fit a 7 MiB limit";
+  d.limit_bytes = 6 * kMiB + kMiB / 2;
+  EXPECT_NE(explain_oom(d).cause, OomCause::limit_too_low) << "6.5 MiB still maps three granules";
+  d.limit_bytes = 5 * kMiB + 3 * kMiB / 4;
+  const OomDetails explained = explain_oom(d);
+  EXPECT_EQ(explained.cause, OomCause::limit_too_low) << "5.75 MiB maps two granules; 5.5 MiB needs three";
+  EXPECT_THAT(explained.suggestion, HasSubstr("needs at least 256.00 KiB more: raise memory_limit to >= 6.00 MiB "
+                                              "(the device maps whole granules of 2.00 MiB)"));
+}
+
 TEST(ExplainOom, FragmentedWhilePreallocatedPointsAtAllocationOrder) {
   OomDetails d = gpu_numbers();
   d.policy = "preallocate";

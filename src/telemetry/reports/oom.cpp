@@ -45,8 +45,19 @@ std::string largest_tag(const OomDetails& d) {
   return fmt::format("; the largest tag is \"{}\" with {}", top.tag, format_size(top.in_use_bytes));
 }
 
+// The least any placement of the live data and the request maps: their bytes, in whole granules where the device
+// maps granules.
+std::uint64_t least_mapped(const OomDetails& d) {
+  return whole_granules(saturating_add(d.in_use_bytes, d.rounded_bytes), d.granule_bytes);
+}
+
+// What the limit lets the device map: whole granules only, so a limit below one granule maps nothing.
+std::uint64_t mappable_under_limit(const OomDetails& d) {
+  return d.granule_bytes == 0 ? d.limit_bytes : util::round_down(d.limit_bytes, d.granule_bytes);
+}
+
 std::string suggest_for_limit(const OomDetails& d) {
-  const std::uint64_t needed = saturating_add(d.in_use_bytes, d.rounded_bytes);
+  const std::uint64_t needed = least_mapped(d);
   const std::uint64_t shortfall = saturating_subtract(needed, d.limit_bytes);
   if (d.device_total_bytes != 0 && needed > d.device_total_bytes) {
     return fmt::format(
@@ -61,8 +72,13 @@ std::string suggest_for_limit(const OomDetails& d) {
     const double share = static_cast<double>(needed) / static_cast<double>(d.device_total_bytes);
     fraction = fmt::format(" (or memory_fraction >= {:.2f})", std::min(1.0, std::ceil(share * 100.0) / 100.0));
   }
-  return fmt::format("needs at least {} more: raise memory_limit to >= {}{}, or reduce the batch size{}",
-                     format_size(shortfall), format_size(needed), fraction, largest_tag(d));
+  // Where the bytes fit and the granules do not, the message says why the limit it names is above them.
+  const std::string granules =
+      saturating_add(d.in_use_bytes, d.rounded_bytes) <= d.limit_bytes
+          ? fmt::format(" (the device maps whole granules of {})", format_size(d.granule_bytes))
+          : std::string();
+  return fmt::format("needs at least {} more: raise memory_limit to >= {}{}{}, or reduce the batch size{}",
+                     format_size(shortfall), format_size(needed), granules, fraction, largest_tag(d));
 }
 
 std::string suggest_for_device(const OomDetails& d) {
@@ -144,8 +160,10 @@ std::string_view to_string(OomCause cause) {
 
 // The checks, in order; the first that holds is the cause. R = rounded request, L = limit, U = in use,
 // S = reserved (mapped), C = free in reserved (S - U), B = largest free block.
-//   1. limit_too_low: U + R > L. The live data alone leaves no room: no release, defragmenting or stopping
-//      another process can help, so it goes first, and it is the only cause whose fix is "use less or allow more".
+//   1. limit_too_low: U + R > L, or, where the device maps granules of G bytes, U + R in whole granules is more
+//      than the whole granules L holds (a limit under one granule maps nothing). The live data alone leaves no
+//      room: no release, defragmenting or stopping another process can help, so it goes first, and it is the only
+//      cause whose fix is "use less or allow more".
 //   2. device_taken: the engine says the device refused memory the limit allowed (device_refused). Read from
 //      the engine, not the numbers: whether the limit allowed a mapping depends on where the block would go.
 //   3. fragmented: C >= R and B < R. Growing would pass the limit, and the free bytes already mapped would be
@@ -156,7 +174,7 @@ std::string_view to_string(OomCause cause) {
 // 3 and 4 split what is left.
 OomDetails explain_oom(OomDetails numbers) {
   OomDetails d = std::move(numbers);
-  if (saturating_add(d.in_use_bytes, d.rounded_bytes) > d.limit_bytes) {
+  if (saturating_add(d.in_use_bytes, d.rounded_bytes) > d.limit_bytes || least_mapped(d) > mappable_under_limit(d)) {
     d.cause = OomCause::limit_too_low;
     d.suggestion = suggest_for_limit(d);
   } else if (d.device_refused) {
