@@ -220,13 +220,21 @@ std::uint64_t PlanFollower::fall_back(std::uint64_t bytes, std::uint16_t tag, st
   else if (!emptying_pages_.empty() &&
            (reason != &StepPlanStats::occupied ||
             std::any_of(emptying_pages_.begin(), emptying_pages_.end(),
-                        [this](std::uint64_t page) { return heap_.find_live(page); }))) {
+                        [this](std::uint64_t page) { return page_still_live(page); }))) {
     step_given_up_ = true;
     ++stats_.steps_given_up;
   }
   const std::uint64_t addr = heap_.allocate(bytes, tag);
   if (addr != 0) observe(addr, Heap::round(bytes));
   return addr;
+}
+
+// A page that emptied went back to the large class, and a planned block may start where it began (GPT at 617
+// granules: a 4 MiB entry, which read as the page still live and gave up every other step); a live small block at
+// that address says the page is still there.
+bool PlanFollower::page_still_live(std::uint64_t page) const {
+  BlockView block{};
+  return heap_.live_block(page, block) && block.small;
 }
 
 // Runs inside the device's noexcept try_allocate, after the heap placed the block: out of host memory for the
@@ -258,12 +266,17 @@ std::unique_ptr<PackJob> PlanFollower::begin_boundary() {
     ideal_on_trial_ = false;
     if (step_fallbacks_ == 0 && !plan_.entries.empty()) unfit_backoff_.reset();
   }
+  // Where the step just ended left its leftovers: the next step pairs its own with their frees by address
+  // (StepObservation::pair_leftovers). Taken before prepare_pack moves the observation out; empty when unobserved.
+  StepObservation::LeftoverPositions leftovers = observing_ ? observation_.leftover_positions()
+                                                            : StepObservation::LeftoverPositions{};
   if (transition_) {  // the transition step is over: the ideal plan from the next step on, no pack
     first_plan_ = false;
     previous_step_fell_back_ = false;
     step_fallbacks_ = 0;
     cursor_ = 0;
     observation_.clear();
+    observation_.previous_leftovers = std::move(leftovers);
     // A step too long to be one (or unobserved for want of host memory) is not the step the transition planned.
     if (observing_) {
       end_transition();
@@ -292,6 +305,7 @@ std::unique_ptr<PackJob> PlanFollower::begin_boundary() {
   step_fallbacks_ = 0;
   cursor_ = 0;
   observation_.clear();
+  observation_.previous_leftovers = std::move(leftovers);
   return job;
 }
 

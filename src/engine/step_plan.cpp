@@ -15,28 +15,79 @@ void StepObservation::allocated(std::uint64_t addr, std::uint64_t size) {
 void StepObservation::freed(std::uint64_t addr, std::uint64_t size) {
   const auto found = live.find(addr);
   if (found == live.end()) {
-    older_frees.push_back(OlderFree{size, ticks++});
+    older_frees.push_back(OlderFree{size, ticks++, addr});
     return;
   }
   requests[found->second].died = ticks++;
   live.erase(found);
 }
 
+namespace {
+// Each request's position among the step's allocations of its size.
+std::vector<std::uint32_t> positions_by_size(const std::vector<StepObservation::Request>& requests) {
+  std::unordered_map<std::uint64_t, std::uint32_t> seen;
+  std::vector<std::uint32_t> positions;
+  positions.reserve(requests.size());
+  for (const StepObservation::Request& request : requests) positions.push_back(seen[request.size]++);
+  return positions;
+}
+}  // namespace
+
+StepObservation::LeftoverPositions StepObservation::leftover_positions() const {
+  LeftoverPositions positions;
+  if (live.empty()) return positions;
+  const std::vector<std::uint32_t> position = positions_by_size(requests);
+  for (const auto& [addr, index] : live) {
+    std::vector<std::uint64_t>& of_size = positions[requests[index].size];
+    if (of_size.size() <= position[index]) of_size.resize(position[index] + 1, 0);
+    of_size[position[index]] = addr;
+  }
+  return positions;
+}
+
 void StepObservation::pair_leftovers() {
-  std::unordered_map<std::uint64_t, std::vector<std::uint32_t>> frees_by_size;  // ticks, latest first
-  for (auto it = older_frees.rbegin(); it != older_frees.rend(); ++it) frees_by_size[it->size].push_back(it->tick);
   std::vector<std::pair<std::uint32_t, std::uint64_t>> leftovers;  // (request, address), in allocation order
   for (const auto& [addr, index] : live) leftovers.emplace_back(index, addr);
   std::sort(leftovers.begin(), leftovers.end());
+  // By identity: the free of the block that was the previous step's request at the same position among its size.
+  std::unordered_map<std::uint64_t, std::size_t> free_of;  // address -> index in older_frees
+  for (std::size_t f = 0; f < older_frees.size(); ++f) free_of.emplace(older_frees[f].addr, f);
+  std::vector<bool> claimed(older_frees.size(), false);
+  const std::vector<std::uint32_t> position =
+      previous_leftovers.empty() ? std::vector<std::uint32_t>{} : positions_by_size(requests);
+  std::vector<std::uint32_t> unknown;  // leftovers whose previous copy is not known: the order rule pairs them
   for (const auto& [index, addr] : leftovers) {
     Request& request = requests[index];
     request.pinned = addr;
     request.held_until = ticks;
+    request.paired_by = Pairing::none;
+    const auto of_size = previous_leftovers.find(request.size);
+    const std::uint64_t copy = of_size == previous_leftovers.end() || position[index] >= of_size->second.size()
+                                   ? 0
+                                   : of_size->second[position[index]];
+    if (copy == 0) {
+      unknown.push_back(index);
+      continue;
+    }
+    request.paired_by = Pairing::identity;
+    const auto found = free_of.find(copy);
+    if (found == free_of.end()) continue;  // the previous copy outlives this step too: unpaired
+    claimed[found->second] = true;
+    // The previous copy must be gone before this one is born, or they cannot share a range.
+    if (older_frees[found->second].tick <= request.born) request.held_until = older_frees[found->second].tick;
+  }
+  if (unknown.empty()) return;
+  // By order: frees of older blocks of the leftover's size not claimed above, in free order.
+  std::unordered_map<std::uint64_t, std::vector<std::uint32_t>> frees_by_size;  // ticks, latest first
+  for (std::size_t f = older_frees.size(); f-- > 0;)
+    if (!claimed[f]) frees_by_size[older_frees[f].size].push_back(older_frees[f].tick);
+  for (const std::uint32_t index : unknown) {
+    Request& request = requests[index];
     auto found = frees_by_size.find(request.size);
     if (found == frees_by_size.end() || found->second.empty()) continue;
     const std::uint32_t tick = found->second.back();
     found->second.pop_back();
-    // The previous copy must be gone before this one is born, or they cannot share a range.
+    request.paired_by = Pairing::order;
     if (tick <= request.born) request.held_until = tick;
   }
 }
@@ -58,6 +109,7 @@ void StepObservation::clear() {
   requests.clear();
   older_frees.clear();
   live.clear();
+  previous_leftovers.clear();
   ticks = 0;
 }
 

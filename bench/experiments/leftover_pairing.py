@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Which previous copy does each leftover pair with? (docs/engine.md, "pairing is an estimate")
+
+A leftover is a request a step makes and does not free (a gradient, freed by the next step's zero_grad). Its previous
+copy is the block the step before made at the same position among the allocations of its size (steps repeat their
+requests in order), and the step frees that copy before, or while, it makes the new one. The plan holds the previous
+copy's range from the step's start until that free (StepObservation::pair_leftovers), so the tick must be the copy's.
+For every step after the first this prints, per trace, how many leftovers have a previous copy freed in the step, and
+how many of them each rule pairs with the wrong free (a copy freed after the new one is born cannot share its range:
+counted apart, left unpaired by both rules):
+  - order: leftovers in allocation order against frees of older blocks of their size in free order (the rule before
+    pairing by identity; still the fallback where identity is unknown);
+  - identity: the free of the block that was the leftover's previous copy, known by its address (here its trace id)
+    from the step before; the order rule over what is left where the step before has no copy at that position.
+The rules are re-written here from src/engine/step_plan.cpp; tests/engine_step_plan_test.cpp checks the C++ one.
+    python3 bench/experiments/leftover_pairing.py ../shared/traces/*.trace
+"""
+import sys
+from collections import defaultdict
+
+
+def rounded(size):
+    return (int(size) + 255) // 256 * 256
+
+
+def read_steps(path):
+    steps, size, current = [], {}, None
+    for line in open(path):
+        if line.startswith('# step'):
+            words = line.split()
+            current = [] if words[3] == 'begin' else None
+            if current is not None:
+                steps.append(current)
+            continue
+        if line.startswith('#'):
+            continue
+        event = line.split()
+        if event[0] == 'a':
+            size[event[1]] = rounded(event[2])
+        if current is not None:
+            current.append((event[0], event[1]))
+    return steps, size
+
+
+def observe(step, size):
+    """requests [(id, size, born)], leftovers {id: request index}, older frees [(id, size, tick)]."""
+    requests, live, older = [], {}, []
+    for tick, (kind, ident) in enumerate(step):
+        if kind == 'a':
+            live[ident] = len(requests)
+            requests.append((ident, size[ident], tick))
+        elif ident in live:
+            del live[ident]
+        else:
+            older.append((ident, size[ident], tick))
+    return requests, live, older
+
+
+def ranks(requests):
+    """Each request's position among the step's allocations of its size."""
+    seen, out = defaultdict(int), []
+    for _, s, _ in requests:
+        out.append(seen[s])
+        seen[s] += 1
+    return out
+
+
+def order_rule(requests, leftovers, older, claimed=None, only=None):
+    frees = defaultdict(list)
+    for ident, s, tick in older:
+        if claimed is None or ident not in claimed:
+            frees[s].append((tick, ident))
+    paired = {}
+    for index in sorted(leftovers.values()):
+        if only is not None and index not in only:
+            continue
+        ident, s, born = requests[index]
+        if frees[s]:
+            tick, freed = frees[s].pop(0)
+            if tick <= born:
+                paired[index] = freed
+    return paired
+
+
+def identity_rule(requests, leftovers, older, previous):
+    rank = ranks(requests)
+    freed_at = {ident: tick for ident, _, tick in older}
+    paired, unknown = {}, set()
+    for index in leftovers.values():
+        ident, s, born = requests[index]
+        copy = previous.get((s, rank[index]))
+        if copy is None:
+            unknown.add(index)
+        elif copy in freed_at and freed_at[copy] <= born:
+            paired[index] = copy
+    paired.update(order_rule(requests, leftovers, older, claimed=set(paired.values()), only=unknown))
+    return paired, len(unknown)
+
+
+def analyse(path):
+    steps, size = read_steps(path)
+    previous_requests = previous_leftovers = None
+    name = path.split('/')[-1]
+    for number, step in enumerate(steps):
+        requests, leftovers, older = observe(step, size)
+        if previous_requests is not None:
+            prank = ranks(previous_requests)
+            previous = {(previous_requests[i][1], prank[i]): previous_requests[i][0] for i in previous_leftovers.values()}
+            rank = ranks(requests)
+            freed_at = {ident: tick for ident, _, tick in older}
+            truth, late = {}, 0
+            for index in leftovers.values():
+                copy = previous.get((requests[index][1], rank[index]))
+                if copy in freed_at and freed_at[copy] <= requests[index][2]:
+                    truth[index] = copy
+                elif copy in freed_at:
+                    late += 1  # freed after the new copy is born: no range can serve both, left unpaired
+            order = order_rule(requests, leftovers, older)
+            identity, unknown = identity_rule(requests, leftovers, older, previous)
+            wrong = lambda paired: sum(1 for i, c in truth.items() if paired.get(i) != c)
+            print(f"| {name} | {number} | {len(leftovers)} | {len(truth)} | {late} | {wrong(order)} | {wrong(identity)} | "
+                  f"{unknown} |")
+        previous_requests, previous_leftovers = requests, leftovers
+
+
+print("| trace | step | leftovers | with a previous copy freed before its birth | freed after it | order rule: wrong | identity: wrong | "
+      "identity unknown (order rule) |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
+for trace in sys.argv[1:]:
+    analyse(trace)
