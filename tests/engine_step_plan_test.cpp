@@ -123,6 +123,75 @@ TEST(EngineStepPlan, PairsLeftoversWithTheFreesOfTheirPreviousCopies) {
   EXPECT_EQ(step.requests[0].pinned, 0u);
 }
 
+// Gradients are made in backward order and freed, by the next step's zero_grad, in forward order: the copy a
+// leftover pairs with is the one its position among its size names in the step before, known by address.
+TEST(EngineStepPlan, PairsLeftoversByIdentityWhenTheyAreBornInReverseOfTheirCopiesFrees) {
+  // The step before: three gradients of one size, born g2, g1, g0 (backward order), at addresses 0xC, 0xB, 0xA.
+  StepObservation before;
+  before.allocated(0xC000, 2 * MiB);
+  before.allocated(0xB000, 2 * MiB);
+  before.allocated(0xA000, 2 * MiB);
+  StepObservation step;
+  step.previous_leftovers = before.leftover_positions();
+  ASSERT_EQ(step.previous_leftovers.at(2 * MiB), (std::vector<std::uint64_t>{0xC000, 0xB000, 0xA000}));
+  step.freed(0xA000, 2 * MiB);        // tick 0: zero_grad in forward order: g0 first
+  step.freed(0xB000, 2 * MiB);        // tick 1: g1
+  step.freed(0xC000, 2 * MiB);        // tick 2: g2
+  step.allocated(0x100000, 1 * MiB);  // tick 3: an activation
+  step.freed(0x100000, 1 * MiB);      // tick 4
+  step.allocated(0x200000, 2 * MiB);  // tick 5: g2's new copy (first of its size, as in the step before)
+  step.allocated(0x400000, 2 * MiB);  // tick 6: g1's
+  step.allocated(0x600000, 2 * MiB);  // tick 7: g0's
+  step.pair_leftovers();
+  const std::uint32_t expected[] = {2, 1, 0};  // the tick each one's own previous copy was freed
+  for (std::size_t i = 1; i <= 3; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(step.requests[i].paired_by, StepObservation::Pairing::identity);
+    EXPECT_EQ(step.requests[i].held_until, expected[i - 1])
+        << "the order rule would pair g2 with g0's free at tick 0 (ticks 0, 1, 2)";
+  }
+  // A known previous copy that the step does not free (optimizer state, kept): unpaired, not an order guess.
+  StepObservation kept;
+  kept.previous_leftovers = before.leftover_positions();
+  kept.freed(0x1000, 2 * MiB);  // an older block of the size, not a previous copy
+  kept.allocated(0x200000, 2 * MiB);
+  kept.pair_leftovers();
+  EXPECT_EQ(kept.requests[0].paired_by, StepObservation::Pairing::identity);
+  EXPECT_EQ(kept.requests[0].held_until, kept.ticks) << "its copy, 0xC000, is still live: held the whole step";
+}
+
+// Identity unknown (the first observed step, a step after a change of shapes): the order rule, over the frees no
+// leftover claimed by identity.
+TEST(EngineStepPlan, PairsByOrderWhereThePreviousCopyIsUnknown) {
+  StepObservation first;  // no step before
+  first.freed(0xA000, 2 * MiB);        // tick 0
+  first.freed(0xB000, 2 * MiB);        // tick 1
+  first.allocated(0x200000, 2 * MiB);  // tick 2
+  first.allocated(0x400000, 2 * MiB);  // tick 3
+  first.pair_leftovers();
+  EXPECT_EQ(first.requests[0].paired_by, StepObservation::Pairing::order);
+  EXPECT_EQ(first.requests[0].held_until, 0u) << "in allocation order against free order";
+  EXPECT_EQ(first.requests[1].held_until, 1u);
+  // Partly known: the step before left one block of the size (0xB000, its first); the second request of the size
+  // has no copy at its position there (a new shape), and takes by order the free identity did not claim.
+  StepObservation before;
+  before.allocated(0xB000, 2 * MiB);
+  StepObservation step;
+  step.previous_leftovers = before.leftover_positions();
+  step.freed(0xA000, 2 * MiB);        // tick 0
+  step.freed(0xB000, 2 * MiB);        // tick 1: the first request's previous copy
+  step.allocated(0x200000, 2 * MiB);  // tick 2
+  step.allocated(0x400000, 2 * MiB);  // tick 3
+  step.pair_leftovers();
+  EXPECT_EQ(step.requests[0].paired_by, StepObservation::Pairing::identity);
+  EXPECT_EQ(step.requests[0].held_until, 1u) << "by identity: 0xB000's free, not the first free of its size";
+  EXPECT_EQ(step.requests[1].paired_by, StepObservation::Pairing::order);
+  EXPECT_EQ(step.requests[1].held_until, 0u) << "by order, among the frees left: 0xA000's";
+  // clear() forgets the step before: the next pairing is by order again.
+  step.clear();
+  EXPECT_TRUE(step.previous_leftovers.empty());
+}
+
 TEST(EngineStepPlan, GrowthRequestsTakeNoPlaceInThePlan) {
   StepObservation step;
   const std::uint64_t base = 0x100000;
