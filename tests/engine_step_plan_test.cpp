@@ -439,7 +439,8 @@ class Loop {
 
   /// `failed`: null when every request must succeed; else requests may fail under the limit (cleanly, changing
   /// nothing: the checker says so) and are counted there.
-  void step(const StepShape& shape, std::uint16_t tag = 1, std::uint64_t* failed = nullptr) {
+  /// `boundary` false: the caller ends the step (PlanFollower::begin_boundary, the pack, finish_boundary).
+  void step(const StepShape& shape, std::uint16_t tag = 1, std::uint64_t* failed = nullptr, bool boundary = true) {
     std::vector<std::pair<std::size_t, std::uint64_t>> pending;  // (free after request, addr)
     std::vector<std::uint64_t> leftovers;
     for (std::size_t i = 0; i < shape.sizes.size(); ++i) {
@@ -473,7 +474,7 @@ class Loop {
     }
     previous_ = leftovers;
     ASSERT_NO_FATAL_FAILURE(check_.walk());
-    follower_.step_boundary();
+    if (boundary) follower_.step_boundary();
   }
 
   void finish() { free_all(previous_); }
@@ -1163,6 +1164,59 @@ TEST(EngineEmptyingPages, APageThatDoesNotEmptyOnlyMakesThePlannedRequestsOverIt
       << "the step is given up at its first fallback over a live page (PlanFollower::fall_back): best fit after";
   for (int s = 0; s < 3; ++s) ASSERT_NO_FATAL_FAILURE(loop.step(shape)) << "step " << s << " after";
   EXPECT_LE(heap.counters().peak_mapped, 28 * MiB);
+  loop.finish();
+  ASSERT_NO_FATAL_FAILURE(check.walk());
+}
+
+// A transition packed while a page holding only paired leftovers is live (no shared trace reaches one with the
+// emptying-pages rule on). At 20 MiB, with the previous gradients freed after the first activation, the steady plan
+// after step 1 misses the limit and a transition fits, packed around the gradients' page as an obstacle until its
+// last pair's free. Its entries must keep clear of every obstacle over the obstacle's ticks (the page's included),
+// its tick-by-tick peak must be under the limit, and the transition step, followed, must never place a block over
+// one still live (the checker) nor map past the limit (Loop checks after every request). Requests may fail there:
+// best fit alone cannot meet every one at 20 MiB either.
+TEST(EngineEmptyingPages, ATransitionPackedWhileAnEmptyingPageIsLiveKeepsClearOfItAndUnderTheLimit) {
+  PlannedHeap planned(20 * MiB);
+  auto& [sim, heap, follower, check, loop] = planned;
+  const std::uint64_t weights = heap.allocate(8 * MiB, 0);
+  ASSERT_NE(weights, 0u);
+  ASSERT_NO_FATAL_FAILURE(check.allocated(weights, 8 * MiB));
+  StepShape shape = gradients_in_a_page_shape();
+  shape.free_prev_at = 1;
+  follower.step_boundary();
+  std::uint64_t failed = 0;
+  ASSERT_NO_FATAL_FAILURE(loop.step(shape, 1, &failed));  // step 0: learned, its plan unfit
+  ASSERT_NO_FATAL_FAILURE(loop.step(shape, 1, &failed, /*boundary=*/false));
+  std::unique_ptr<PackJob> job = follower.begin_boundary();
+  ASSERT_NE(job, nullptr);
+  job->pack();
+  ASSERT_FALSE(job->emptying.empty()) << "the gradients' page must be an emptying page, or this tests nothing";
+  ASSERT_FALSE(job->cost.fits);
+  ASSERT_TRUE(job->transition.fits) << "a transition must be packed and fit, or this tests nothing";
+  const StepPlan& transition = job->transition.plan;
+  const StepObservation& step = job->as_obstacles;
+  ASSERT_EQ(transition.entries.size(), step.requests.size());
+  for (const std::uint64_t page : job->emptying) {
+    const auto found = std::find_if(job->obstacles.begin(), job->obstacles.end(),
+                                    [page](const Obstacle& o) { return o.addr == page; });
+    ASSERT_NE(found, job->obstacles.end()) << "an emptying page is an obstacle of the transition";
+    EXPECT_LT(found->until, step.ticks) << "until its last pair's free";
+  }
+  for (std::size_t i = 0; i < transition.entries.size(); ++i) {
+    const StepPlan::Entry& e = transition.entries[i];
+    if (e.addr == 0) continue;
+    for (const Obstacle& o : job->obstacles) {
+      const bool meets = e.addr < o.addr + o.size && o.addr < e.addr + e.size;
+      EXPECT_FALSE(meets && step.requests[i].born < o.until)
+          << "entry " << i << " born at tick " << step.requests[i].born << " over an obstacle live until " << o.until;
+    }
+  }
+  EXPECT_LE(job->transition.peak_granules * heap.granules().granule(), heap.options().limit);
+  const std::uint64_t transitions = follower.stats().transitions;
+  follower.finish_boundary(std::move(job));
+  ASSERT_EQ(follower.stats().transitions, transitions + 1) << "the transition step begins";
+  for (int s = 0; s < 3; ++s) ASSERT_NO_FATAL_FAILURE(loop.step(shape, 1, &failed)) << "step " << s << " after";
+  EXPECT_LE(heap.counters().peak_mapped, 20 * MiB);
   loop.finish();
   ASSERT_NO_FATAL_FAILURE(check.walk());
 }
