@@ -173,7 +173,8 @@ TEST(EngineStepPlan, PairsByOrderWhereThePreviousCopyIsUnknown) {
   EXPECT_EQ(first.requests[0].held_until, 0u) << "in allocation order against free order";
   EXPECT_EQ(first.requests[1].held_until, 1u);
   // Partly known: the step before left one block of the size (0xB000, its first); the second request of the size
-  // has no copy at its position there (a new shape), and takes by order the free identity did not claim.
+  // has no copy at its position there (a new shape). The step is not the one before repeated: the whole of it is
+  // paired by order (a mix paired MobileNetV2's step 1 worse: 154 fallbacks at 1.01 x instead of 32).
   StepObservation before;
   before.allocated(0xB000, 2 * MiB);
   StepObservation step;
@@ -182,11 +183,18 @@ TEST(EngineStepPlan, PairsByOrderWhereThePreviousCopyIsUnknown) {
   step.freed(0xB000, 2 * MiB);        // tick 1: the first request's previous copy
   step.allocated(0x200000, 2 * MiB);  // tick 2
   step.allocated(0x400000, 2 * MiB);  // tick 3
+  StepObservation known = step;
+  known.requests.pop_back();          // without the second request, every copy is known
+  known.live.erase(0x400000);
+  known.ticks = 3;
   step.pair_leftovers();
-  EXPECT_EQ(step.requests[0].paired_by, StepObservation::Pairing::identity);
-  EXPECT_EQ(step.requests[0].held_until, 1u) << "by identity: 0xB000's free, not the first free of its size";
+  EXPECT_EQ(step.requests[0].paired_by, StepObservation::Pairing::order);
+  EXPECT_EQ(step.requests[0].held_until, 0u);
   EXPECT_EQ(step.requests[1].paired_by, StepObservation::Pairing::order);
-  EXPECT_EQ(step.requests[1].held_until, 0u) << "by order, among the frees left: 0xA000's";
+  EXPECT_EQ(step.requests[1].held_until, 1u);
+  known.pair_leftovers();
+  EXPECT_EQ(known.requests[0].paired_by, StepObservation::Pairing::identity);
+  EXPECT_EQ(known.requests[0].held_until, 1u) << "by identity: 0xB000's free, not the first free of its size";
   // clear() forgets the step before: the next pairing is by order again.
   step.clear();
   EXPECT_TRUE(step.previous_leftovers.empty());

@@ -11,7 +11,7 @@ counted apart, left unpaired by both rules):
   - order: leftovers in allocation order against frees of older blocks of their size in free order (the rule before
     pairing by identity; still the fallback where identity is unknown);
   - identity: the free of the block that was the leftover's previous copy, known by its address (here its trace id)
-    from the step before; the order rule over what is left where the step before has no copy at that position.
+    from the step before; where the step before has no copy at some leftover's position, the whole step by order.
 The rules are re-written here from src/engine/step_plan.cpp; tests/engine_step_plan_test.cpp checks the C++ one.
     python3 bench/experiments/leftover_pairing.py ../shared/traces/*.trace
 """
@@ -83,18 +83,14 @@ def order_rule(requests, leftovers, older, claimed=None, only=None):
 
 
 def identity_rule(requests, leftovers, older, previous):
+    """By identity when every leftover's previous copy is known; else the whole step by order."""
     rank = ranks(requests)
     freed_at = {ident: tick for ident, _, tick in older}
-    paired, unknown = {}, set()
-    for index in leftovers.values():
-        ident, s, born = requests[index]
-        copy = previous.get((s, rank[index]))
-        if copy is None:
-            unknown.add(index)
-        elif copy in freed_at and freed_at[copy] <= born:
-            paired[index] = copy
-    paired.update(order_rule(requests, leftovers, older, claimed=set(paired.values()), only=unknown))
-    return paired, len(unknown)
+    copies = {index: previous.get((requests[index][1], rank[index])) for index in leftovers.values()}
+    unknown = sum(1 for copy in copies.values() if copy is None)
+    if unknown:
+        return order_rule(requests, leftovers, older), unknown
+    return {i: c for i, c in copies.items() if c in freed_at and freed_at[c] <= requests[i][2]}, 0
 
 
 def analyse(path):
@@ -124,7 +120,7 @@ def analyse(path):
 
 
 print("| trace | step | leftovers | with a previous copy freed before its birth | freed after it | order rule: wrong | identity: wrong | "
-      "identity unknown (order rule) |")
+      "leftovers of unknown identity (then the step by order) |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|")
 for trace in sys.argv[1:]:
     analyse(trace)

@@ -49,40 +49,45 @@ void StepObservation::pair_leftovers() {
   std::vector<std::pair<std::uint32_t, std::uint64_t>> leftovers;  // (request, address), in allocation order
   for (const auto& [addr, index] : live) leftovers.emplace_back(index, addr);
   std::sort(leftovers.begin(), leftovers.end());
-  // By identity: the free of the block that was the previous step's request at the same position among its size.
-  std::unordered_map<std::uint64_t, std::size_t> free_of;  // address -> index in older_frees
-  for (std::size_t f = 0; f < older_frees.size(); ++f) free_of.emplace(older_frees[f].addr, f);
-  std::vector<bool> claimed(older_frees.size(), false);
-  const std::vector<std::uint32_t> position =
-      previous_leftovers.empty() ? std::vector<std::uint32_t>{} : positions_by_size(requests);
-  std::vector<std::uint32_t> unknown;  // leftovers whose previous copy is not known: the order rule pairs them
+  // Each leftover's previous copy: the block that was the step before's request at its position among its size.
+  std::vector<std::uint64_t> copies;
+  if (!previous_leftovers.empty()) {
+    const std::vector<std::uint32_t> position = positions_by_size(requests);
+    copies.reserve(leftovers.size());
+    for (const auto& [index, addr] : leftovers) {
+      const auto of_size = previous_leftovers.find(requests[index].size);
+      const std::uint64_t copy = of_size == previous_leftovers.end() || position[index] >= of_size->second.size()
+                                     ? 0
+                                     : of_size->second[position[index]];
+      if (copy == 0) {  // unknown: the step is not the one before repeated (a change of shapes)
+        copies.clear();
+        break;
+      }
+      copies.push_back(copy);
+    }
+  }
+  if (!copies.empty()) {  // by identity: the free of that address
+    std::unordered_map<std::uint64_t, std::uint32_t> freed_at;  // older block's address -> its free's tick
+    for (const OlderFree& f : older_frees) freed_at.emplace(f.addr, f.tick);
+    for (std::size_t k = 0; k < leftovers.size(); ++k) {
+      Request& request = requests[leftovers[k].first];
+      request.pinned = leftovers[k].second;
+      request.held_until = ticks;  // unpaired unless its copy is freed in the step
+      request.paired_by = Pairing::identity;
+      const auto found = freed_at.find(copies[k]);
+      // The previous copy must be gone before this one is born, or they cannot share a range.
+      if (found != freed_at.end() && found->second <= request.born) request.held_until = found->second;
+    }
+    return;
+  }
+  // By order: leftovers in allocation order take the frees of older blocks of their size in free order.
+  std::unordered_map<std::uint64_t, std::vector<std::uint32_t>> frees_by_size;  // ticks, latest first
+  for (auto it = older_frees.rbegin(); it != older_frees.rend(); ++it) frees_by_size[it->size].push_back(it->tick);
   for (const auto& [index, addr] : leftovers) {
     Request& request = requests[index];
     request.pinned = addr;
     request.held_until = ticks;
     request.paired_by = Pairing::none;
-    const auto of_size = previous_leftovers.find(request.size);
-    const std::uint64_t copy = of_size == previous_leftovers.end() || position[index] >= of_size->second.size()
-                                   ? 0
-                                   : of_size->second[position[index]];
-    if (copy == 0) {
-      unknown.push_back(index);
-      continue;
-    }
-    request.paired_by = Pairing::identity;
-    const auto found = free_of.find(copy);
-    if (found == free_of.end()) continue;  // the previous copy outlives this step too: unpaired
-    claimed[found->second] = true;
-    // The previous copy must be gone before this one is born, or they cannot share a range.
-    if (older_frees[found->second].tick <= request.born) request.held_until = older_frees[found->second].tick;
-  }
-  if (unknown.empty()) return;
-  // By order: frees of older blocks of the leftover's size not claimed above, in free order.
-  std::unordered_map<std::uint64_t, std::vector<std::uint32_t>> frees_by_size;  // ticks, latest first
-  for (std::size_t f = older_frees.size(); f-- > 0;)
-    if (!claimed[f]) frees_by_size[older_frees[f].size].push_back(older_frees[f].tick);
-  for (const std::uint32_t index : unknown) {
-    Request& request = requests[index];
     auto found = frees_by_size.find(request.size);
     if (found == frees_by_size.end() || found->second.empty()) continue;
     const std::uint32_t tick = found->second.back();
