@@ -230,12 +230,10 @@ std::uint64_t PlanFollower::fall_back(std::uint64_t bytes, std::uint16_t tag, st
 }
 
 // A page that emptied went back to the large class, and a planned block may start where it began (GPT at 617
-// granules: a 4 MiB entry, which read as the page still live and gave up every other step); a live small block at
-// that address says the page is still there.
-bool PlanFollower::page_still_live(std::uint64_t page) const {
-  BlockView block{};
-  return heap_.live_block(page, block) && block.small;
-}
+// granules: a 4 MiB entry, which read as the page still live and gave up every other step). Nor does a live small
+// block at the page's address say the page is there: its first block may be freed while others on it stay live. The
+// heap's page map does.
+bool PlanFollower::page_still_live(std::uint64_t page) const { return heap_.small_page_at(page); }
 
 // Runs inside the device's noexcept try_allocate, after the heap placed the block: out of host memory for the
 // observation, the step goes unobserved instead.
