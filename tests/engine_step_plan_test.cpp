@@ -1222,40 +1222,52 @@ TEST(EngineEmptyingPages, APageWhoseFirstBlockWasFreedButOthersLiveIsStillLive) 
   ASSERT_NO_FATAL_FAILURE(check.walk());
 }
 
-// A transition packed while a page holding only paired leftovers is live (no shared trace reaches one with the
-// emptying-pages rule on). At 20 MiB, with the previous gradients freed after the first activation, the steady plan
-// after step 1 misses the limit and a transition fits, packed around the gradients' page as an obstacle until its
-// last pair's free. Its entries must keep clear of every obstacle over the obstacle's ticks (the page's included),
-// its tick-by-tick peak must be under the limit, and the transition step, followed, must never place a block over
-// one still live (the checker) nor map past the limit (Loop checks after every request). Requests may fail there:
-// best fit alone cannot meet every one at 20 MiB either.
+// A transition packed while pages holding only paired leftovers are live (no shared trace reaches one with the
+// emptying-pages rule on). gradients_in_a_page_shape with 32 gradients (four pages), the previous ones freed after
+// the first activation, at 28 MiB: every request is met by best fit, the steady plan after step 1 misses the limit
+// (costed with the gradients' pages where they are) and a transition fits, packed around those pages as obstacles
+// until their last pair's free. Its entries keep clear of every obstacle over the obstacle's ticks and its
+// tick-by-tick peak is under the limit; the transition step is followed to its end (every request at its planned
+// address, none abandoned or failed) with some entry laid over an emptying page after it empties, never over a
+// block still live (the checker) nor past the limit (Loop checks after every request).
 TEST(EngineEmptyingPages, ATransitionPackedWhileAnEmptyingPageIsLiveKeepsClearOfItAndUnderTheLimit) {
-  PlannedHeap planned(20 * MiB);
+  PlannedHeap planned(28 * MiB);
   auto& [sim, heap, follower, check, loop] = planned;
   const std::uint64_t weights = heap.allocate(8 * MiB, 0);
   ASSERT_NE(weights, 0u);
   ASSERT_NO_FATAL_FAILURE(check.allocated(weights, 8 * MiB));
   StepShape shape = gradients_in_a_page_shape();
+  for (int i = 0; i < 24; ++i) {  // 24 more gradients: four pages in all
+    shape.sizes.push_back(240 * KiB);
+    shape.life.push_back(0);
+  }
   shape.free_prev_at = 1;
   follower.step_boundary();
-  std::uint64_t failed = 0;
-  ASSERT_NO_FATAL_FAILURE(loop.step(shape, 1, &failed));  // step 0: learned, its plan unfit
-  ASSERT_NO_FATAL_FAILURE(loop.step(shape, 1, &failed, /*boundary=*/false));
+  ASSERT_NO_FATAL_FAILURE(loop.step(shape));  // step 0: learned, its plan unfit; every request met
+  ASSERT_NO_FATAL_FAILURE(loop.step(shape, 1, nullptr, /*boundary=*/false));
   std::unique_ptr<PackJob> job = follower.begin_boundary();
   ASSERT_NE(job, nullptr);
   job->pack();
-  ASSERT_FALSE(job->emptying.empty()) << "the gradients' page must be an emptying page, or this tests nothing";
+  ASSERT_FALSE(job->emptying.empty()) << "the gradients' pages must be emptying pages, or this tests nothing";
   ASSERT_FALSE(job->cost.fits);
   ASSERT_TRUE(job->transition.fits) << "a transition must be packed and fit, or this tests nothing";
   const StepPlan& transition = job->transition.plan;
   const StepObservation& step = job->as_obstacles;
   ASSERT_EQ(transition.entries.size(), step.requests.size());
+  bool over_an_emptied_page = false;
   for (const std::uint64_t page : job->emptying) {
     const auto found = std::find_if(job->obstacles.begin(), job->obstacles.end(),
                                     [page](const Obstacle& o) { return o.addr == page; });
     ASSERT_NE(found, job->obstacles.end()) << "an emptying page is an obstacle of the transition";
     EXPECT_LT(found->until, step.ticks) << "until its last pair's free";
+    for (std::size_t i = 0; i < transition.entries.size(); ++i) {
+      const StepPlan::Entry& e = transition.entries[i];
+      if (e.addr != 0 && e.addr < found->addr + found->size && found->addr < e.addr + e.size &&
+          step.requests[i].born >= found->until)
+        over_an_emptied_page = true;
+    }
   }
+  EXPECT_TRUE(over_an_emptied_page) << "some entry must use an emptying page after it empties, or this tests nothing";
   for (std::size_t i = 0; i < transition.entries.size(); ++i) {
     const StepPlan::Entry& e = transition.entries[i];
     if (e.addr == 0) continue;
@@ -1269,8 +1281,15 @@ TEST(EngineEmptyingPages, ATransitionPackedWhileAnEmptyingPageIsLiveKeepsClearOf
   const std::uint64_t transitions = follower.stats().transitions;
   follower.finish_boundary(std::move(job));
   ASSERT_EQ(follower.stats().transitions, transitions + 1) << "the transition step begins";
-  for (int s = 0; s < 3; ++s) ASSERT_NO_FATAL_FAILURE(loop.step(shape, 1, &failed)) << "step " << s << " after";
-  EXPECT_LE(heap.counters().peak_mapped, 20 * MiB);
+  const StepPlanStats before = follower.stats();
+  ASSERT_NO_FATAL_FAILURE(loop.step(shape));  // the transition step: every request met (no failure allowed)
+  const StepPlanStats after = follower.stats();
+  EXPECT_EQ(after.transitions_abandoned, before.transitions_abandoned) << "followed to its end";
+  EXPECT_EQ(after.transition_followed - before.transition_followed, shape.sizes.size());
+  EXPECT_EQ(after.followed - before.followed, shape.sizes.size()) << "every request at its planned address";
+  EXPECT_EQ(after.fallbacks(), before.fallbacks());
+  for (int s = 0; s < 3; ++s) ASSERT_NO_FATAL_FAILURE(loop.step(shape)) << "step " << s << " after";
+  EXPECT_LE(heap.counters().peak_mapped, 28 * MiB);
   loop.finish();
   ASSERT_NO_FATAL_FAILURE(check.walk());
 }
