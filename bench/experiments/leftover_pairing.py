@@ -13,6 +13,13 @@ counted apart, left unpaired by both rules):
   - identity: the free of the block that was the leftover's previous copy, known by its address (here its trace id)
     from the step before; where the step before has no copy at some leftover's position, the whole step by order.
 The rules are re-written here from src/engine/step_plan.cpp; tests/engine_step_plan_test.cpp checks the C++ one.
+That first table's "true" copy is found by the identity rule's own premise (same position among its size), so its
+"identity: wrong" is 0 by construction wherever every copy is known. The second table does not lean on it: the tick a
+rule pairs a leftover of step n with (its held_until: the plan of step n+1 holds the leftover's range from the step's
+start until that tick; unpaired, the whole step) against the tick step n+1 actually frees that same block (by its
+trace id). exact: the same tick; early: predicted before the real free (the plan lays a request over a range still
+live: an `occupied` fallback); late: predicted after it (the range is held longer than needed: space lost, no
+fallback); not freed: the block outlives step n+1 (optimizer state) or the trace ends first.
     python3 bench/experiments/leftover_pairing.py ../shared/traces/*.trace
 """
 import sys
@@ -119,8 +126,46 @@ def analyse(path):
         previous_requests, previous_leftovers = requests, leftovers
 
 
+def predicted_against_next_step(path):
+    """Per rule, (exact, early, late, not freed) of held_until predicted in step n against step n+1's real frees."""
+    steps, size = read_steps(path)
+    observed = [observe(step, size) for step in steps]
+    name = path.split('/')[-1]
+    for number in range(1, len(steps) - 1):
+        previous_requests, previous_leftovers, _ = observed[number - 1]
+        prank = ranks(previous_requests)
+        previous = {(previous_requests[i][1], prank[i]): previous_requests[i][0] for i in previous_leftovers.values()}
+        requests, leftovers, older = observed[number]
+        ticks = len(steps[number])
+        freed_at = {ident: tick for ident, _, tick in older}
+        freed_next = {ident: tick for ident, _, tick in observed[number + 1][2]}
+        cells = []
+        for paired in (order_rule(requests, leftovers, older), identity_rule(requests, leftovers, older, previous)[0]):
+            exact = early = late = kept = 0
+            for index in leftovers.values():
+                actual = freed_next.get(requests[index][0])
+                if actual is None:
+                    kept += 1
+                    continue
+                predicted = freed_at[paired[index]] if index in paired else ticks
+                if predicted == actual:
+                    exact += 1
+                elif predicted < actual:
+                    early += 1
+                else:
+                    late += 1
+            cells.append(f"{exact} | {early} | {late}")
+        print(f"| {name} | {number} -> {number + 1} | {len(leftovers)} | {kept} | {cells[0]} | {cells[1]} |")
+
+
 print("| trace | step | leftovers | with a previous copy freed before its birth | freed after it | order rule: wrong | identity: wrong | "
       "leftovers of unknown identity (then the step by order) |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|")
 for trace in sys.argv[1:]:
     analyse(trace)
+print()
+print("| trace | step n -> n+1 | leftovers of step n | not freed in step n+1 | order: exact | order: early | order: late | "
+      "identity: exact | identity: early | identity: late |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+for trace in sys.argv[1:]:
+    predicted_against_next_step(trace)
