@@ -40,10 +40,10 @@ void expect_steady_plan(const nlohmann::json& row, std::uint64_t limit, std::uin
   ASSERT_EQ(row["maps_by_step"].size(), 13u);
   EXPECT_EQ(last_steps(row["maps_by_step"], 10), 0u) << "the repeated steps map nothing";
   EXPECT_EQ(last_steps(row["unmaps_by_step"], 10), 0u);
-  // But those given up at a fallback over a page still live (PlanFollower::fall_back; GPT at 617 granules: best fit
-  // places the rest of such a step, and maps nothing either).
+  // None given up at a fallback over a page still live (PlanFollower::fall_back): GPT at 617 granules gave up 5 of
+  // its 13 steps while a planned block starting where an emptied page began read as the page still live.
   const std::uint64_t given_up = plan["steps_given_up"].get<std::uint64_t>();
-  ASSERT_LE(given_up, 5u) << "at most every other step is given up";
+  EXPECT_EQ(given_up, 0u) << "no step given up to best fit";
   EXPECT_GT(plan["followed"].get<std::uint64_t>(), (10 - given_up) * requests_per_step)
       << "the repeated steps follow the plan";
 }

@@ -110,6 +110,9 @@ class Heap {
 
   /// The live block at addr (false when addr is not one).
   bool live_block(std::uint64_t addr, BlockView& view) const;
+  /// Whether a small page starts at addr. A page is no entry of the live-block map (its small blocks are), and it
+  /// stays until its last small block is freed, whichever of them went first.
+  bool small_page_at(std::uint64_t addr) const { return pages_.find(addr) != kNoBlock; }
   /// Sets a live block's requested bytes and tag (a parked block has 0 and 0; a reused one its new request).
   void relabel(std::uint64_t addr, std::uint64_t requested, std::uint16_t tag);
   /// Splits the live block at addr after `keep` bytes (a multiple of kQuantum, below its size): the rest becomes

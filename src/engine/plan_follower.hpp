@@ -122,6 +122,7 @@ class PlanFollower {
  private:
   std::uint64_t fall_back(std::uint64_t bytes, std::uint16_t tag, std::uint64_t StepPlanStats::*reason);
   std::uint64_t place_above_plan(std::uint64_t bytes, std::uint16_t tag);
+  bool page_still_live(std::uint64_t page) const;  // an emptying page (emptying_pages_) not emptied yet
   void observe(std::uint64_t addr, std::uint64_t size) noexcept;
   /// Until the next boundary: a step too long to be one, or one whose observation ran out of host memory.
   void stop_observing() noexcept {

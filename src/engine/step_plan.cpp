@@ -15,28 +15,84 @@ void StepObservation::allocated(std::uint64_t addr, std::uint64_t size) {
 void StepObservation::freed(std::uint64_t addr, std::uint64_t size) {
   const auto found = live.find(addr);
   if (found == live.end()) {
-    older_frees.push_back(OlderFree{size, ticks++});
+    older_frees.push_back(OlderFree{size, ticks++, addr});
     return;
   }
   requests[found->second].died = ticks++;
   live.erase(found);
 }
 
+namespace {
+// Each request's position among the step's allocations of its size.
+std::vector<std::uint32_t> positions_by_size(const std::vector<StepObservation::Request>& requests) {
+  std::unordered_map<std::uint64_t, std::uint32_t> seen;
+  std::vector<std::uint32_t> positions;
+  positions.reserve(requests.size());
+  for (const StepObservation::Request& request : requests) positions.push_back(seen[request.size]++);
+  return positions;
+}
+}  // namespace
+
+StepObservation::LeftoverPositions StepObservation::leftover_positions() const {
+  LeftoverPositions positions;
+  if (live.empty()) return positions;
+  const std::vector<std::uint32_t> position = positions_by_size(requests);
+  for (const auto& [addr, index] : live) {
+    std::vector<std::uint64_t>& of_size = positions[requests[index].size];
+    if (of_size.size() <= position[index]) of_size.resize(position[index] + 1, 0);
+    of_size[position[index]] = addr;
+  }
+  return positions;
+}
+
 void StepObservation::pair_leftovers() {
-  std::unordered_map<std::uint64_t, std::vector<std::uint32_t>> frees_by_size;  // ticks, latest first
-  for (auto it = older_frees.rbegin(); it != older_frees.rend(); ++it) frees_by_size[it->size].push_back(it->tick);
   std::vector<std::pair<std::uint32_t, std::uint64_t>> leftovers;  // (request, address), in allocation order
   for (const auto& [addr, index] : live) leftovers.emplace_back(index, addr);
   std::sort(leftovers.begin(), leftovers.end());
+  // Each leftover's previous copy: the block that was the step before's request at its position among its size.
+  std::vector<std::uint64_t> copies;
+  if (!previous_leftovers.empty()) {
+    const std::vector<std::uint32_t> position = positions_by_size(requests);
+    copies.reserve(leftovers.size());
+    for (const auto& [index, addr] : leftovers) {
+      const auto of_size = previous_leftovers.find(requests[index].size);
+      const std::uint64_t copy = of_size == previous_leftovers.end() || position[index] >= of_size->second.size()
+                                     ? 0
+                                     : of_size->second[position[index]];
+      if (copy == 0) {  // unknown: the step is not the one before repeated (a change of shapes)
+        copies.clear();
+        break;
+      }
+      copies.push_back(copy);
+    }
+  }
+  if (!copies.empty()) {  // by identity: the free of that address
+    std::unordered_map<std::uint64_t, std::uint32_t> freed_at;  // older block's address -> its free's tick
+    for (const OlderFree& f : older_frees) freed_at.emplace(f.addr, f.tick);
+    for (std::size_t k = 0; k < leftovers.size(); ++k) {
+      Request& request = requests[leftovers[k].first];
+      request.pinned = leftovers[k].second;
+      request.held_until = ticks;  // unpaired unless its copy is freed in the step
+      request.paired_by = Pairing::identity;
+      const auto found = freed_at.find(copies[k]);
+      // The previous copy must be gone before this one is born, or they cannot share a range.
+      if (found != freed_at.end() && found->second <= request.born) request.held_until = found->second;
+    }
+    return;
+  }
+  // By order: leftovers in allocation order take the frees of older blocks of their size in free order.
+  std::unordered_map<std::uint64_t, std::vector<std::uint32_t>> frees_by_size;  // ticks, latest first
+  for (auto it = older_frees.rbegin(); it != older_frees.rend(); ++it) frees_by_size[it->size].push_back(it->tick);
   for (const auto& [index, addr] : leftovers) {
     Request& request = requests[index];
     request.pinned = addr;
     request.held_until = ticks;
+    request.paired_by = Pairing::none;
     auto found = frees_by_size.find(request.size);
     if (found == frees_by_size.end() || found->second.empty()) continue;
     const std::uint32_t tick = found->second.back();
     found->second.pop_back();
-    // The previous copy must be gone before this one is born, or they cannot share a range.
+    request.paired_by = Pairing::order;
     if (tick <= request.born) request.held_until = tick;
   }
 }
@@ -58,6 +114,7 @@ void StepObservation::clear() {
   requests.clear();
   older_frees.clear();
   live.clear();
+  previous_leftovers.clear();
   ticks = 0;
 }
 

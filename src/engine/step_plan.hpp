@@ -33,6 +33,12 @@ struct Obstacle {
 /// live at the start of the step. pack_step's caller sets held_until and pinned (step_plan.cpp, plan_follower.cpp).
 struct StepObservation {
   static constexpr std::uint32_t kOutlives = UINT32_MAX;
+  /// Which rule gave a leftover its held_until (pair_leftovers).
+  enum class Pairing : std::uint8_t {
+    none,      // not a leftover (freed in the step), or not paired yet
+    identity,  // its previous copy known by address: the step before's leftover at its position among its size
+    order,     // identity unknown: the next free of an older block of its size, in free order
+  };
   struct Request {
     std::uint64_t size = 0;  // rounded (Heap::round)
     std::uint32_t born = 0;
@@ -40,36 +46,53 @@ struct StepObservation {
     std::uint32_t held_until = 0;  // outliving requests: the previous step's copy lives [0, held_until)
     std::uint64_t pinned = 0;      // outliving requests: the address both copies share (0: the packer chooses)
     bool growth = false;  // outlives the step with no copy freed in it (a kept batch): not planned (Entry::addr 0)
+    Pairing paired_by = Pairing::none;
   };
   struct OlderFree {
     std::uint64_t size = 0;
     std::uint32_t tick = 0;
+    std::uint64_t addr = 0;
   };
+  /// Where the step before left its leftovers: for each size, by position among that step's allocations of the
+  /// size, the leftover's address (0: the request at that position was freed in its step). Empty when unknown (the
+  /// first observed step, or one after a step that went unobserved). Set by the caller at each boundary from
+  /// leftover_positions() of the step just ended (PlanFollower::begin_boundary); clear() forgets it.
+  using LeftoverPositions = std::unordered_map<std::uint64_t, std::vector<std::uint64_t>>;
   std::vector<Request> requests;
   std::vector<OlderFree> older_frees;
   std::uint32_t ticks = 0;
   std::unordered_map<std::uint64_t, std::uint32_t> live;
+  LeftoverPositions previous_leftovers;
 
   void allocated(std::uint64_t addr, std::uint64_t size);
   /// A free of a block of `size` rounded bytes. A block older than the step joins older_frees.
   void freed(std::uint64_t addr, std::uint64_t size);
-  /// Pairs each request the step did not free with a free, in this step, of an older block of the same size
-  /// (the previous step's copy of it, freed at the same point of every step), in order: sets held_until to that
-  /// free's tick and pins the request where its block lies now, so both copies share one range. A request
-  /// without a pair (the first observed step, whose leftovers are gradients and optimizer state alike) keeps its
-  /// range for the whole step: held_until = ticks.
-  /// held_until is an estimate, and the steady state relies on it: leftovers are matched to frees of their size in
-  /// allocation order against free order, while gradients are made in backward order and freed in forward order, so
-  /// on the shared traces the paired tick is not the real previous copy's for most leftovers (150 of 162 on
-  /// ResNet-50, 74 of 76 on GPT, by the review of branch packer2). Safety does not rest on it (a planned range still
-  /// live falls back: Heap::allocate_at places only inside free blocks); what a wrong tick costs is fallbacks
-  /// (`occupied`: ResNet-50's 31 every other repeated step at 1.01 x) and, for a plan packed for emptying pages, a
-  /// step given up to best fit (PlanFollower::fall_back).
+  /// This step's leftovers by size and position among the step's allocations of their size: the next step's
+  /// previous_leftovers.
+  LeftoverPositions leftover_positions() const;
+  /// Pairs each request the step did not free (a leftover) with the free, in this step, of its previous copy, and
+  /// pins the request where its block lies now, so both copies share one range: held_until is that free's tick.
+  /// Steps repeat their requests in order, so the previous copy of the i-th request of a size is the block that was
+  /// the i-th request of that size in the step before; where previous_leftovers holds that block's address, the
+  /// pair is the free of that address (Pairing::identity), and a copy not freed in the step, or freed only after
+  /// the new one is born (the two cannot share a range), leaves the request unpaired. Where it does not for some
+  /// leftover (the first observed step, a step after a change of shapes), the whole step is paired by the order rule
+  /// (Pairing::order): leftovers in allocation order take the frees of older blocks of their size in free order (a
+  /// mix, identity where known and order for the rest, paired MobileNetV2's step 1 worse: 154 `occupied` fallbacks
+  /// at 1.01 x over its 13 steps instead of 32). That
+  /// rule pairs gradients (made in backward order, freed in forward order) with the wrong copy: on the shared
+  /// traces' third step it was wrong for 149 of the 161 ResNet-50 leftovers whose copy is freed before they are
+  /// born and 74 of GPT's 76, by identity 0 (bench/experiments/leftover_pairing.py). An unpaired request (no copy
+  /// freed in the step: gradients and optimizer state of the first observed step alike) keeps its range for the
+  /// whole step: held_until = ticks. Safety does not rest on the pairing (a planned range still live falls back:
+  /// Heap::allocate_at places only inside free blocks); a wrong tick costs fallbacks and, for a plan packed for
+  /// emptying pages, a step given up to best fit (PlanFollower::fall_back).
   void pair_leftovers();
   /// The other way to carry leftovers into the plan: each stays where it is, an obstacle only until the tick its
   /// pair is freed (the whole step when unpaired), and its next copy is placed by the packer like any request,
   /// with [0, held_until) reserved for the copy after it (0 when unpaired). Returns those obstacles.
   std::vector<Obstacle> leftovers_as_obstacles();
+  /// Forgets the step, previous_leftovers included.
   void clear();
 };
 
