@@ -1,0 +1,65 @@
+#pragma once
+// The whole-run bound of step-aware placement: every request of a trace, from its first event through a step,
+// packed offline at once with exact lifetimes, by the engine's own packer (step_plan.hpp) and search
+// (plan_search.hpp), as one long "step" with nothing before it. What an allocator that knew the entire run in
+// advance (a plan saved from an earlier run of the same job) could reach, in the engine's model:
+//  - every block rounded as the heap rounds it (Heap::round, 256 bytes), placed at a 256-byte-aligned address;
+//  - the device's limit counts mapped 2 MiB granules (Heap::allocate_at: mapped bytes + the granules a block
+//    needs against the limit), so a packing needs the granules its entries cover, united;
+//  - no small pages: a planned request of at most 1 MiB is placed by Heap::allocate_at like any other, inside a
+//    free large block at its planned address, so the pages best fit carves small requests from are not part of
+//    a plan's count (they would only add granules);
+//  - the mapping only grows: a granule an entry covers stays mapped to the end (zero unmaps, the target's steady
+//    state). The max load below is the bound that no placement, with or without unmapping, can beat.
+// Invariant: the packing returned is a valid StepPlan of the observation (pack_step's and improve_plan's own).
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "engine/step_plan.hpp"
+#include "plimsoll/trace.hpp"
+
+namespace plimsoll::bench {
+
+inline constexpr std::uint64_t kRunGranule = 2ull << 20;
+
+/// The end (an index into trace.events, exclusive) of the events through step `through` (an index into
+/// trace.steps), or of the whole trace when none is given. Throws InvalidArgument naming the trace, how many steps
+/// it has and the fix when `through` is past its last step.
+std::size_t run_end(const Trace& trace, std::optional<std::size_t> through);
+
+/// Events [0, end) as one observation: each allocation a request from its tick to its free's, or to the end
+/// (outliving, with nothing held before it: held_until 0, never pinned, never growth, so every request is planned).
+engine::StepObservation observe_run(const Trace& trace, std::size_t end);
+
+/// The granules (`granule` bytes, counted from `base`, a multiple of it) that the plan's entries cover, united.
+std::uint64_t covered_granules(const engine::StepPlan& plan, std::uint64_t base, std::uint64_t granule);
+
+struct RunBound {
+  std::size_t requests = 0;
+  std::uint64_t max_load = 0;           // the most rounded bytes live at one tick: no packing holds less
+  std::uint64_t max_load_granules = 0;  // max_load in granules, rounded up: the lower bound
+  std::uint64_t greedy_granules = 0;    // the best greedy packing's covered granules
+  std::string greedy_name;              // which packing that was
+  std::uint64_t granules = 0;           // after the search: what the best packing found needs
+  std::uint64_t footprint = 0;          // that packing's address span, bytes
+  double search_ms = 0;
+  engine::StepPlan plan;                // that packing (entries in request order)
+};
+
+/// Progress on long runs: one line per stage ("packing 3 of 10: ..."), for stderr.
+using RunProgress = std::function<void(const std::string&)>;
+
+/// Packs the observation every greedy way the step bound uses (by size, lifetime and size x lifetime, best and
+/// first fit; granule-aware by size and by area) and improves the one covering the fewest granules with the
+/// bounded search (granule-scored, `search_work` units; 0: none).
+RunBound pack_run(const engine::StepObservation& run, std::uint64_t search_work, const RunProgress& progress = {});
+
+/// The limit replay's options give a trace with this peak of live bytes: ceil(over_live x peak) for
+/// --limit-over-live, peak + plus_mib MiB for --limit-plus-mib (exactly one above 0), in whole granules: how many
+/// the heap may map (Heap::allocate_at refuses a granule that would pass the limit).
+std::uint64_t limit_bytes(std::uint64_t peak_live, double over_live, double plus_mib);
+
+}  // namespace plimsoll::bench
