@@ -99,6 +99,7 @@ RunBound pack_run(const engine::StepObservation& run, std::uint64_t search_work,
     engine::StepPlan plan = engine::pack_step(run, {}, kBase, span, all[k].options);
     if (plan.entries.empty()) continue;
     const std::uint64_t granules = covered_granules(plan, kBase, kRunGranule);
+    say(fmt::format("  {} granules, footprint {} bytes", granules, plan.footprint));
     if (bound.plan.entries.empty() || granules < bound.greedy_granules ||
         (granules == bound.greedy_granules && plan.footprint < bound.plan.footprint)) {
       bound.greedy_granules = granules;
