@@ -79,7 +79,7 @@ std::uint64_t covered_granules(const engine::StepPlan& plan, std::uint64_t base,
   return count;
 }
 
-RunBound pack_run(const engine::StepObservation& run, std::uint64_t search_work, const RunProgress& progress) {
+RunBound pack_run(const engine::StepObservation& run, const RunSearch& search, const RunProgress& progress) {
   const auto say = [&](const std::string& line) {
     if (progress) progress(line);
   };
@@ -109,20 +109,28 @@ RunBound pack_run(const engine::StepObservation& run, std::uint64_t search_work,
   }
   bound.granules = bound.greedy_granules;
   bound.footprint = bound.plan.footprint;
-  if (search_work == 0 || bound.plan.entries.empty()) return bound;
-  say(fmt::format("searching from {} granules ({}), {} work units", bound.greedy_granules, bound.greedy_name,
-                  search_work));
+  if (search.work == 0 || bound.plan.entries.empty() || bound.granules <= bound.max_load_granules) return bound;
   const std::vector<bool> paid(span / kRunGranule, false);  // nothing is mapped before the run
+  const engine::StepPlan greedy = bound.plan;
   const auto started = std::chrono::steady_clock::now();
-  engine::StepPlan searched = engine::improve_plan(
-      run, {}, kBase, span, bound.plan, {.budget = search_work, .granule = kRunGranule, .paid = &paid});
-  bound.search_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-  const std::uint64_t granules = covered_granules(searched, kBase, kRunGranule);
-  if (granules <= bound.granules) {
-    bound.granules = granules;
-    bound.footprint = searched.footprint;
-    bound.plan = std::move(searched);
+  for (std::uint64_t seed = 0; seed < search.seeds && bound.granules > bound.max_load_granules; ++seed) {
+    say(fmt::format("search {} of {} from {} granules ({}), {} work units", seed + 1, search.seeds,
+                    bound.greedy_granules, bound.greedy_name, search.work));
+    engine::StepPlan searched = engine::improve_plan(run, {}, kBase, span, greedy,
+                                                     {.budget = search.work,
+                                                      .granule = kRunGranule,
+                                                      .paid = &paid,
+                                                      .seed = 0x5eed + seed,
+                                                      .patience = search.patience});
+    const std::uint64_t granules = covered_granules(searched, kBase, kRunGranule);
+    say(fmt::format("  {} granules", granules));
+    if (granules < bound.granules || (granules == bound.granules && searched.footprint < bound.footprint)) {
+      bound.granules = granules;
+      bound.footprint = searched.footprint;
+      bound.plan = std::move(searched);
+    }
   }
+  bound.search_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   return bound;
 }
 

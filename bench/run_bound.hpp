@@ -54,8 +54,15 @@ using RunProgress = std::function<void(const std::string&)>;
 
 /// Packs the observation every greedy way the step bound uses (by size, lifetime and size x lifetime, best and
 /// first fit; granule-aware by size and by area) and improves the one covering the fewest granules with the
-/// bounded search (granule-scored, `search_work` units; 0: none).
-RunBound pack_run(const engine::StepObservation& run, std::uint64_t search_work, const RunProgress& progress = {});
+/// bounded search (granule-scored; work 0: none).
+/// `seeds` searches (seeds 0x5eed, 0x5eed + 1, ...), each from the best greedy packing with `search_work` units and
+/// `patience` (SearchOptions), keep the plan covering the fewest granules.
+struct RunSearch {
+  std::uint64_t work = 50'000'000;
+  std::uint64_t seeds = 1;
+  std::uint64_t patience = 5'000;
+};
+RunBound pack_run(const engine::StepObservation& run, const RunSearch& search, const RunProgress& progress = {});
 
 /// The limit replay's options give a trace with this peak of live bytes: ceil(over_live x peak) for
 /// --limit-over-live, peak + plus_mib MiB for --limit-plus-mib (exactly one above 0), in whole granules: how many

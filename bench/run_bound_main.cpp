@@ -2,7 +2,8 @@
 // request from the trace's first event through a step (default: the whole trace) offline with exact lifetimes
 // (bench/run_bound.hpp: the engine's packer and search, its 256-byte rounding and 2 MiB granules) and prints the
 // granules the best packing found needs against the limit, and the max load (no placement needs fewer granules).
-//   plimsoll_run_bound [--through-step N] [--limit-over-live X | --limit-plus-mib M] [--search-work W] TRACE...
+//   plimsoll_run_bound [--through-step N] [--limit-over-live X | --limit-plus-mib M] [--search-work W]
+//                      [--search-seeds S] [--search-patience P] TRACE...
 // The limit is read as replay reads it (of the whole trace's peak live bytes, as requested); with neither option,
 // the issue-16 target's: 1.01 x peak live over 1 GiB live, peak live + 4 MiB under. Progress goes to stderr.
 #include <cstdint>
@@ -32,7 +33,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> traces;
   std::optional<std::size_t> through;
   double over_live = 0, plus_mib = 0;
-  std::uint64_t search_work = 50'000'000;
+  plimsoll::bench::RunSearch search;
   app.add_option("traces", traces, "Trace files")->required();
   app.add_option("--through-step", through, "Pack events from the first through this step's end (an index into "
                                              "the trace's steps; default: the whole trace)");
@@ -41,7 +42,14 @@ int main(int argc, char** argv) {
   app.add_option("--limit-plus-mib", plus_mib, "Limit: the trace's peak live bytes + M MiB")
       ->check(CLI::PositiveNumber)
       ->excludes(over);
-  app.add_option("--search-work", search_work, "The search's budget in work units (0: greedy packings alone)")
+  app.add_option("--search-work", search.work, "Each search's budget in work units (0: greedy packings alone)")
+      ->capture_default_str();
+  app.add_option("--search-seeds", search.seeds, "Searches from the best greedy packing, one seed each; the best kept")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--search-patience", search.patience, "A search stops after this many moves in a row that lower "
+                                                        "nothing")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
@@ -60,7 +68,7 @@ int main(int argc, char** argv) {
       const std::uint64_t limit_granules = limit / plimsoll::bench::kRunGranule;
       const plimsoll::engine::StepObservation run = plimsoll::bench::observe_run(trace, end);
       const plimsoll::bench::RunBound b = plimsoll::bench::pack_run(
-          run, search_work, [&](const std::string& line) { std::fprintf(stderr, "%s: %s\n", name.c_str(), line.c_str()); });
+          run, search, [&](const std::string& line) { std::fprintf(stderr, "%s: %s\n", name.c_str(), line.c_str()); });
       const std::string through_text = through ? fmt::format("step {}", *through) : "whole";
       const std::int64_t over_by = static_cast<std::int64_t>(b.granules) - static_cast<std::int64_t>(limit_granules);
       fmt::print("| {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {:.0f} | {} | {} |\n", name, through_text,

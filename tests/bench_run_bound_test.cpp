@@ -20,7 +20,7 @@ plimsoll::Trace parse(const std::string& text) { return plimsoll::parse_trace(te
 plimsoll::bench::RunBound bound_of(const plimsoll::Trace& trace, std::optional<std::size_t> through = {},
                                    std::uint64_t search_work = 1'000'000) {
   return plimsoll::bench::pack_run(plimsoll::bench::observe_run(trace, plimsoll::bench::run_end(trace, through)),
-                                   search_work);
+                                   {.work = search_work});
 }
 
 // Every two requests whose lifetimes meet lie apart in the plan: the packing is one any allocator could follow.
