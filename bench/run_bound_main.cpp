@@ -29,6 +29,13 @@ std::string mib(std::uint64_t bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const CLI::Validator above_zero(
+      [](const std::string& text) {
+        double value = 0;
+        return CLI::detail::lexical_cast(text, value) && value > 0 ? std::string()
+                                                                   : "must be a number above 0, e.g. 1.01 or 4";
+      },
+      "X>0");
   CLI::App app{"The whole-run bound: a trace's requests through a step, packed offline, against a limit"};
   std::vector<std::string> traces;
   std::optional<std::size_t> through;
@@ -38,9 +45,9 @@ int main(int argc, char** argv) {
   app.add_option("--through-step", through, "Pack events from the first through this step's end (an index into "
                                              "the trace's steps; default: the whole trace)");
   CLI::Option* over = app.add_option("--limit-over-live", over_live, "Limit: X times the trace's peak live bytes")
-                          ->check(CLI::PositiveNumber);
+                          ->check(above_zero);
   app.add_option("--limit-plus-mib", plus_mib, "Limit: the trace's peak live bytes + M MiB")
-      ->check(CLI::PositiveNumber)
+      ->check(above_zero)
       ->excludes(over);
   app.add_option("--search-work", search.work, "Each search's budget in work units (0: greedy packings alone)")
       ->capture_default_str();
@@ -53,12 +60,19 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
+    // Every trace read and checked before any is packed: a bad last trace must not cost the others' minutes.
+    std::vector<plimsoll::Trace> loaded;
+    std::vector<std::size_t> ends;
+    for (const std::string& path : traces) {
+      loaded.push_back(plimsoll::read_trace(path));
+      ends.push_back(plimsoll::bench::run_end(loaded.back(), through));
+    }
     fmt::print("| trace | through | events | requests | peak live | limit | limit granules | max load (lower bound) "
                "| best greedy granules | searched granules | search ms | fits | over the limit by |\n");
     fmt::print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n");
-    for (const std::string& path : traces) {
-      const plimsoll::Trace trace = plimsoll::read_trace(path);
-      const std::size_t end = plimsoll::bench::run_end(trace, through);
+    for (std::size_t t = 0; t < loaded.size(); ++t) {
+      const plimsoll::Trace& trace = loaded[t];
+      const std::size_t end = ends[t];
       const std::string name = std::filesystem::path(trace.origin).filename().string();
       const bool target_rule = over_live == 0 && plus_mib == 0;
       const bool large = trace.peak_live_bytes > (1ull << 30);
