@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -94,12 +95,14 @@ RunBound pack_run(const engine::StepObservation& run, const RunSearch& search, c
   constexpr std::uint64_t kBase = 1ull << 40;
   const std::uint64_t span = (sum / kRunGranule + 2) * kRunGranule;
   const std::vector<NamedPacking> all = packings();
+  std::vector<std::pair<engine::StepPlan, std::uint64_t>> starts;  // greedy packings and their granules
   for (std::size_t k = 0; k < all.size(); ++k) {
     say(fmt::format("packing {} of {} ({}), {} requests", k + 1, all.size(), all[k].name, run.requests.size()));
     engine::StepPlan plan = engine::pack_step(run, {}, kBase, span, all[k].options);
     if (plan.entries.empty()) continue;
     const std::uint64_t granules = covered_granules(plan, kBase, kRunGranule);
     say(fmt::format("  {} granules, footprint {} bytes", granules, plan.footprint));
+    if (search.all_starts) starts.emplace_back(plan, granules);
     if (bound.plan.entries.empty() || granules < bound.greedy_granules ||
         (granules == bound.greedy_granules && plan.footprint < bound.plan.footprint)) {
       bound.greedy_granules = granules;
@@ -111,23 +114,25 @@ RunBound pack_run(const engine::StepObservation& run, const RunSearch& search, c
   bound.footprint = bound.plan.footprint;
   if (search.work == 0 || bound.plan.entries.empty() || bound.granules <= bound.max_load_granules) return bound;
   const std::vector<bool> paid(span / kRunGranule, false);  // nothing is mapped before the run
-  const engine::StepPlan greedy = bound.plan;
+  if (!search.all_starts) starts.emplace_back(bound.plan, bound.greedy_granules);
   const auto started = std::chrono::steady_clock::now();
-  for (std::uint64_t seed = 0; seed < search.seeds && bound.granules > bound.max_load_granules; ++seed) {
-    say(fmt::format("search {} of {} from {} granules ({}), {} work units", seed + 1, search.seeds,
-                    bound.greedy_granules, bound.greedy_name, search.work));
-    engine::StepPlan searched = engine::improve_plan(run, {}, kBase, span, greedy,
-                                                     {.budget = search.work,
-                                                      .granule = kRunGranule,
-                                                      .paid = &paid,
-                                                      .seed = 0x5eed + seed,
-                                                      .patience = search.patience});
-    const std::uint64_t granules = covered_granules(searched, kBase, kRunGranule);
-    say(fmt::format("  {} granules", granules));
-    if (granules < bound.granules || (granules == bound.granules && searched.footprint < bound.footprint)) {
-      bound.granules = granules;
-      bound.footprint = searched.footprint;
-      bound.plan = std::move(searched);
+  for (std::size_t from = 0; from < starts.size(); ++from) {
+    for (std::uint64_t seed = 0; seed < search.seeds && bound.granules > bound.max_load_granules; ++seed) {
+      say(fmt::format("search {} of {} from start {} of {} ({} granules), {} work units", seed + 1, search.seeds,
+                      from + 1, starts.size(), starts[from].second, search.work));
+      engine::StepPlan searched = engine::improve_plan(run, {}, kBase, span, starts[from].first,
+                                                       {.budget = search.work,
+                                                        .granule = kRunGranule,
+                                                        .paid = &paid,
+                                                        .seed = 0x5eed + seed,
+                                                        .patience = search.patience});
+      const std::uint64_t granules = covered_granules(searched, kBase, kRunGranule);
+      say(fmt::format("  {} granules", granules));
+      if (granules < bound.granules || (granules == bound.granules && searched.footprint < bound.footprint)) {
+        bound.granules = granules;
+        bound.footprint = searched.footprint;
+        bound.plan = std::move(searched);
+      }
     }
   }
   bound.search_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();

@@ -55,12 +55,13 @@ using RunProgress = std::function<void(const std::string&)>;
 /// Packs the observation every greedy way the step bound uses (by size, lifetime and size x lifetime, best and
 /// first fit; granule-aware by size and by area) and improves the one covering the fewest granules with the
 /// bounded search (granule-scored; work 0: none).
-/// `seeds` searches (seeds 0x5eed, 0x5eed + 1, ...), each from the best greedy packing with `search_work` units and
-/// `patience` (SearchOptions), keep the plan covering the fewest granules.
+/// `seeds` searches (seeds 0x5eed, 0x5eed + 1, ...), each from the best greedy packing (from every one with
+/// all_starts), with `work` units and `patience` (SearchOptions); the plan covering the fewest granules is kept.
 struct RunSearch {
   std::uint64_t work = 50'000'000;
   std::uint64_t seeds = 1;
   std::uint64_t patience = 5'000;
+  bool all_starts = false;  // search from every greedy packing, not only the one covering the fewest granules
 };
 RunBound pack_run(const engine::StepObservation& run, const RunSearch& search, const RunProgress& progress = {});
 

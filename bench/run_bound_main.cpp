@@ -3,7 +3,7 @@
 // (bench/run_bound.hpp: the engine's packer and search, its 256-byte rounding and 2 MiB granules) and prints the
 // granules the best packing found needs against the limit, and the max load (no placement needs fewer granules).
 //   plimsoll_run_bound [--through-step N] [--limit-over-live X | --limit-plus-mib M] [--search-work W]
-//                      [--search-seeds S] [--search-patience P] TRACE...
+//                      [--search-seeds S] [--search-patience P] [--search-all-starts] TRACE...
 // The limit is read as replay reads it (of the whole trace's peak live bytes, as requested); with neither option,
 // the issue-16 target's: 1.01 x peak live over 1 GiB live, peak live + 4 MiB under. Progress goes to stderr.
 #include <cstdint>
@@ -58,6 +58,9 @@ int main(int argc, char** argv) {
                                                         "nothing")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_flag("--search-all-starts", search.all_starts,
+               "Search from every greedy packing (each with every seed), not only the one covering the fewest "
+               "granules");
   CLI11_PARSE(app, argc, argv);
   try {
     // Every trace read and checked before any is packed: a bad last trace must not cost the others' minutes.
@@ -82,7 +85,8 @@ int main(int argc, char** argv) {
       const std::uint64_t limit_granules = limit / plimsoll::bench::kRunGranule;
       const plimsoll::engine::StepObservation run = plimsoll::bench::observe_run(trace, end);
       const plimsoll::bench::RunBound b = plimsoll::bench::pack_run(
-          run, search, [&](const std::string& line) { std::fprintf(stderr, "%s: %s\n", name.c_str(), line.c_str()); });
+          run, search,
+          [&](const std::string& line) { std::fprintf(stderr, "%s: %s\n", name.c_str(), line.c_str()); });
       const std::string through_text = through ? fmt::format("step {}", *through) : "whole";
       const std::int64_t over_by = static_cast<std::int64_t>(b.granules) - static_cast<std::int64_t>(limit_granules);
       fmt::print("| {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {:.0f} | {} | {} |\n", name, through_text,
