@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
       fmt::print("| {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {:.0f} | {} | {} |\n", name, through_text,
                  end, b.requests, mib(trace.peak_live_bytes), mib(limit), limit_granules, b.max_load_granules,
                  b.greedy_granules, b.greedy_name, b.granules, b.search_ms, over_by <= 0 ? "yes" : "no",
-                 over_by <= 0 ? std::string("-") : fmt::format("{} granules ({} MiB)", over_by, 2 * over_by));
+                 over_by <= 0 ? std::string("-") : fmt::format("{} granule{} ({} MiB)", over_by, over_by == 1 ? "" : "s", 2 * over_by));
       std::fflush(stdout);
     }
   } catch (const std::exception& error) {
