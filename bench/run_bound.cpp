@@ -11,44 +11,32 @@
 
 #include "engine/heap.hpp"
 #include "engine/plan_search.hpp"
+#include "greedy_packings.hpp"
 #include "plimsoll/error.hpp"
 
 namespace plimsoll::bench {
 
-namespace {
-
-struct NamedPacking {
-  engine::PackOptions options;
-  std::string name;
-};
-
-// The step bound's set (bench/step_plan_bound.cpp), granule-aware with nothing paid: every granule is new.
-std::vector<NamedPacking> packings() {
-  using engine::PackOrder;
-  const auto order_name = [](PackOrder order) {
-    return order == PackOrder::size ? "size" : order == PackOrder::lifetime ? "lifetime" : "size x lifetime";
-  };
-  std::vector<NamedPacking> all;
-  for (const PackOrder order : {PackOrder::size, PackOrder::lifetime, PackOrder::area})
-    for (const bool best_fit : {true, false})
-      for (const bool slide_down : {false, true})
-        all.push_back({{order, best_fit, slide_down},
-                       fmt::format("{} by {}{}", best_fit ? "best fit" : "first fit", order_name(order),
-                                   slide_down ? ", slid down" : "")});
-  for (const PackOrder order : {PackOrder::size, PackOrder::area})
-    all.push_back({{order, true, false, kRunGranule}, fmt::format("granule-aware by {}", order_name(order))});
-  return all;
+std::optional<std::size_t> step_index(std::optional<std::int64_t> given) {
+  if (!given) return std::nullopt;
+  if (*given < 0) {
+    throw InvalidArgument(fmt::format("--through-step {}: a step index is 0 or more (0: the first step); give one, "
+                                      "or leave it out to pack the whole trace",
+                                      *given));
+  }
+  return static_cast<std::size_t>(*given);
 }
-
-}  // namespace
 
 std::size_t run_end(const Trace& trace, std::optional<std::size_t> through) {
   if (!through) return trace.events.size();
   if (*through >= trace.steps.size()) {
-    throw InvalidArgument(fmt::format("{}: has {} steps (indices 0..{}), no step {}; pass a smaller --through-step, "
-                                      "or leave it out to pack the whole trace",
-                                      trace.origin, trace.steps.size(),
-                                      trace.steps.empty() ? 0 : trace.steps.size() - 1, *through));
+    const std::size_t n = trace.steps.size();
+    const std::string has = n == 0   ? std::string("has no step markers ('# step N begin' / '# step N end')")
+                            : n == 1 ? std::string("has 1 step (index 0)")
+                                     : fmt::format("has {} steps (indices 0..{})", n, n - 1);
+    throw InvalidArgument(fmt::format("{}: {}, no step {}; {}", trace.origin, has, *through,
+                                      n == 0 ? "leave out --through-step to pack the whole trace"
+                                             : "pass a smaller --through-step, or leave it out to pack the whole "
+                                               "trace"));
   }
   return trace.steps[*through].end;
 }
@@ -92,9 +80,9 @@ RunBound pack_run(const engine::StepObservation& run, const RunSearch& search, c
   // Room for any packing: one that put every request above the last never needs more than their sum.
   std::uint64_t sum = 0;
   for (const auto& request : run.requests) sum += request.size;
-  constexpr std::uint64_t kBase = 1ull << 40;
+  constexpr std::uint64_t kBase = kRunBase;
   const std::uint64_t span = (sum / kRunGranule + 2) * kRunGranule;
-  const std::vector<NamedPacking> all = packings();
+  const std::vector<NamedPacking> all = greedy_packings(kRunGranule);
   std::vector<std::pair<engine::StepPlan, std::uint64_t>> starts;  // greedy packings and their granules
   for (std::size_t k = 0; k < all.size(); ++k) {
     say(fmt::format("packing {} of {} ({}), {} requests", k + 1, all.size(), all[k].name, run.requests.size()));
@@ -150,6 +138,86 @@ std::uint64_t limit_bytes(std::uint64_t peak_live, double over_live, double plus
     throw InvalidArgument("the limit passes 2^64 bytes; give a smaller --limit-over-live or --limit-plus-mib");
   }
   return static_cast<std::uint64_t>(std::ceil(limit));
+}
+
+std::uint64_t run_limit(std::uint64_t peak_live, double over_live, double plus_mib) {
+  if (over_live == 0 && plus_mib == 0) {  // the issue-16 target: 1.01 x peak live over 1 GiB live, + 4 MiB under
+    const bool large = peak_live > (1ull << 30);
+    return limit_bytes(peak_live, large ? 1.01 : 0, large ? 0 : 4);
+  }
+  return limit_bytes(peak_live, over_live, plus_mib);
+}
+
+std::vector<PreparedRun> prepare_runs(std::vector<Trace> traces, std::optional<std::int64_t> through, double over_live,
+                                      double plus_mib) {
+  const std::optional<std::size_t> step = step_index(through);
+  std::vector<PreparedRun> runs;
+  for (Trace& trace : traces) {
+    PreparedRun run;
+    run.end = run_end(trace, step);
+    try {
+      run.limit = run_limit(trace.peak_live_bytes, over_live, plus_mib);
+    } catch (const InvalidArgument& error) {
+      throw InvalidArgument(fmt::format("{}: {}", trace.origin, error.what()));
+    }
+    run.step0_end = trace.steps.empty() ? 0 : std::min(trace.steps[0].end, run.end);
+    run.trace = std::move(trace);
+    runs.push_back(std::move(run));
+  }
+  return runs;
+}
+
+std::uint32_t tick_at(const Trace& trace, std::size_t end) {
+  std::uint32_t ticks = 0;
+  for (std::size_t i = 0; i < end && i < trace.events.size(); ++i) {
+    const TraceEvent::Kind kind = trace.events[i].kind;
+    if (kind == TraceEvent::Kind::allocate || kind == TraceEvent::Kind::free) ++ticks;
+  }
+  return ticks;
+}
+
+MappedPeaks mapped_peaks(const engine::StepObservation& run, const engine::StepPlan& plan, std::uint64_t base,
+                         std::uint64_t granule, std::uint32_t unmap_until) {
+  MappedPeaks peaks;
+  if (plan.entries.size() != run.requests.size()) return peaks;
+  // One event per tick (StepObservation gives each allocation and free its own): births and deaths by tick.
+  std::vector<std::int64_t> at_tick(run.ticks, 0);  // request index + 1, negated for a death; 0: no event
+  std::uint64_t top = 0;
+  for (std::size_t r = 0; r < run.requests.size(); ++r) {
+    const auto& request = run.requests[r];
+    if (plan.entries[r].addr == 0 || request.size == 0) continue;
+    at_tick[request.born] = static_cast<std::int64_t>(r) + 1;
+    if (request.died != engine::StepObservation::kOutlives) at_tick[request.died] = -static_cast<std::int64_t>(r) - 1;
+    top = std::max(top, plan.entries[r].addr + plan.entries[r].size - base);
+  }
+  std::vector<std::uint32_t> users(top / granule + 1, 0);  // live entries covering each granule
+  std::vector<bool> mapped(users.size(), false);            // kept mapped from unmap_until on
+  std::uint64_t live = 0, kept = 0;
+  for (std::uint32_t tick = 0; tick < run.ticks; ++tick) {
+    if (tick == unmap_until) {  // unmapping stops: what live entries cover now stays mapped
+      for (std::size_t g = 0; g < users.size(); ++g) mapped[g] = users[g] > 0;
+      kept = live;
+    }
+    const std::int64_t event = at_tick[tick];
+    if (event == 0) continue;  // a free of nothing planned
+    const std::size_t r = static_cast<std::size_t>((event > 0 ? event : -event) - 1);
+    const std::uint64_t first = (plan.entries[r].addr - base) / granule;
+    const std::uint64_t last = (plan.entries[r].addr - base + plan.entries[r].size + granule - 1) / granule;
+    for (std::uint64_t g = first; g < last; ++g) {
+      if (event > 0) {
+        if (users[g]++ == 0) ++live;
+        if (tick >= unmap_until && !mapped[g]) {
+          mapped[g] = true;
+          ++kept;
+        }
+      } else if (--users[g] == 0) {
+        --live;
+      }
+    }
+    peaks.unmapping = std::max(peaks.unmapping, live);
+    peaks.unmap_until = std::max(peaks.unmap_until, tick >= unmap_until ? kept : live);
+  }
+  return peaks;
 }
 
 }  // namespace plimsoll::bench

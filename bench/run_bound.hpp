@@ -9,14 +9,18 @@
 //  - no small pages: a planned request of at most 1 MiB is placed by Heap::allocate_at like any other, inside a
 //    free large block at its planned address, so the pages best fit carves small requests from are not part of
 //    a plan's count (they would only add granules);
-//  - the mapping only grows: a granule an entry covers stays mapped to the end (zero unmaps, the target's steady
-//    state). The max load below is the bound that no placement, with or without unmapping, can beat.
+//  - the granule count (RunBound::granules) is of a mapping that only grows: every granule an entry ever covers
+//    stays mapped to the end, i.e. no unmap at all, from event 0 on (stricter than the target, which allows maps
+//    and unmaps in step 0). mapped_peaks gives the same plan's count when unmaps are allowed: always (a follower
+//    that unmaps a granule once no live entry covers it), or through step 0 only (the target's rule). The max load
+//    is the bound that no placement, with or without unmapping, can beat.
 // Invariant: the packing returned is a valid StepPlan of the observation (pack_step's and improve_plan's own).
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/step_plan.hpp"
 #include "plimsoll/trace.hpp"
@@ -24,6 +28,10 @@
 namespace plimsoll::bench {
 
 inline constexpr std::uint64_t kRunGranule = 2ull << 20;
+
+/// --through-step as given (a signed number, so that -1 is not read as 2^64 - 1): the step index, or none. Throws
+/// InvalidArgument naming the value and the fix when it is negative.
+std::optional<std::size_t> step_index(std::optional<std::int64_t> given);
 
 /// The end (an index into trace.events, exclusive) of the events through step `through` (an index into
 /// trace.steps), or of the whole trace when none is given. Throws InvalidArgument naming the trace, how many steps
@@ -69,5 +77,39 @@ RunBound pack_run(const engine::StepObservation& run, const RunSearch& search, c
 /// --limit-over-live, peak + plus_mib MiB for --limit-plus-mib (exactly one above 0), in whole granules: how many
 /// the heap may map (Heap::allocate_at refuses a granule that would pass the limit).
 std::uint64_t limit_bytes(std::uint64_t peak_live, double over_live, double plus_mib);
+
+/// The limit a trace is packed against: limit_bytes with the options given, or with neither (both 0) the issue-16
+/// target's: 1.01 x peak live over 1 GiB live, peak live + 4 MiB under.
+std::uint64_t run_limit(std::uint64_t peak_live, double over_live, double plus_mib);
+
+/// A trace read and checked, ready to pack: its end (run_end), its limit (run_limit) and where step 0 ends (an
+/// index into its events; 0 without steps).
+struct PreparedRun {
+  Trace trace;
+  std::size_t end = 0;
+  std::uint64_t limit = 0;
+  std::size_t step0_end = 0;
+};
+
+/// Every trace checked (the step index, the step, the limit) before any is packed: a bad last trace must not cost
+/// the others' minutes. Throws InvalidArgument naming the trace and the fix.
+std::vector<PreparedRun> prepare_runs(std::vector<Trace> traces, std::optional<std::int64_t> through, double over_live,
+                                      double plus_mib);
+
+/// The tick (StepObservation's count of allocations and frees) at which events [0, end) have all happened.
+std::uint32_t tick_at(const Trace& trace, std::size_t end);
+
+/// A plan's peak of mapped granules when the follower may unmap a granule once no live entry covers it:
+/// `unmapping`, always (the peak over time of the granules live entries cover); `unmap_until`, only before tick
+/// `unmap_until` (from then on nothing is unmapped: the mapping only grows). unmap_until 0 gives covered_granules.
+struct MappedPeaks {
+  std::uint64_t unmapping = 0;
+  std::uint64_t unmap_until = 0;
+};
+MappedPeaks mapped_peaks(const engine::StepObservation& run, const engine::StepPlan& plan, std::uint64_t base,
+                         std::uint64_t granule, std::uint32_t unmap_until);
+
+/// The base address pack_run packs at (plans' entries are absolute addresses from it).
+inline constexpr std::uint64_t kRunBase = 1ull << 40;
 
 }  // namespace plimsoll::bench

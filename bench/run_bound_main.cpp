@@ -1,17 +1,20 @@
 // plimsoll_run_bound: can any placement of a run, knowing the entire trace, stay within a limit? Packs every
 // request from the trace's first event through a step (default: the whole trace) offline with exact lifetimes
 // (bench/run_bound.hpp: the engine's packer and search, its 256-byte rounding and 2 MiB granules) and prints the
-// granules the best packing found needs against the limit, and the max load (no placement needs fewer granules).
+// granules the best packing found needs against the limit with no unmaps, the same plan's peak if the follower
+// unmaps as it frees (always, and through step 0 only), and the max load (no placement needs fewer granules).
 //   plimsoll_run_bound [--through-step N] [--limit-over-live X | --limit-plus-mib M] [--search-work W]
 //                      [--search-seeds S] [--search-patience P] [--search-all-starts] TRACE...
-// The limit is read as replay reads it (of the whole trace's peak live bytes, as requested); with neither option,
-// the issue-16 target's: 1.01 x peak live over 1 GiB live, peak live + 4 MiB under. Progress goes to stderr.
+// The limit is of the whole trace's peak live bytes, as requested: --limit-over-live as replay reads it,
+// --limit-plus-mib as bench/run_step_plan.sh computes its limit (replay has no such option); with neither, the
+// issue-16 target's: 1.01 x peak live over 1 GiB live, peak live + 4 MiB under (run_limit). Progress goes to stderr.
 #include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -38,7 +41,7 @@ int main(int argc, char** argv) {
       "X>0");
   CLI::App app{"The whole-run bound: a trace's requests through a step, packed offline, against a limit"};
   std::vector<std::string> traces;
-  std::optional<std::size_t> through;
+  std::optional<std::int64_t> through;  // signed: -1 is refused, not read as 2^64 - 1
   double over_live = 0, plus_mib = 0;
   plimsoll::bench::RunSearch search;
   app.add_option("traces", traces, "Trace files")->required();
@@ -63,36 +66,34 @@ int main(int argc, char** argv) {
                "granules");
   CLI11_PARSE(app, argc, argv);
   try {
-    // Every trace read and checked before any is packed: a bad last trace must not cost the others' minutes.
-    std::vector<plimsoll::Trace> loaded;
-    std::vector<std::size_t> ends;
-    for (const std::string& path : traces) {
-      loaded.push_back(plimsoll::read_trace(path));
-      ends.push_back(plimsoll::bench::run_end(loaded.back(), through));
-    }
+    std::vector<plimsoll::Trace> read;
+    for (const std::string& path : traces) read.push_back(plimsoll::read_trace(path));
+    const std::vector<plimsoll::bench::PreparedRun> runs =
+        plimsoll::bench::prepare_runs(std::move(read), through, over_live, plus_mib);
     fmt::print("| trace | through | events | requests | peak live | limit | limit granules | max load (lower bound) "
-               "| best greedy granules | searched granules | search ms | fits | over the limit by |\n");
-    fmt::print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n");
-    for (std::size_t t = 0; t < loaded.size(); ++t) {
-      const plimsoll::Trace& trace = loaded[t];
-      const std::size_t end = ends[t];
+               "| best greedy granules | searched granules (no unmaps) | unmapping through step 0 only "
+               "| unmapping always | search ms | fits with no unmaps | over the limit by |\n");
+    fmt::print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n");
+    for (const plimsoll::bench::PreparedRun& prepared : runs) {
+      const plimsoll::Trace& trace = prepared.trace;
       const std::string name = std::filesystem::path(trace.origin).filename().string();
-      const bool target_rule = over_live == 0 && plus_mib == 0;
-      const bool large = trace.peak_live_bytes > (1ull << 30);
-      const std::uint64_t limit = plimsoll::bench::limit_bytes(
-          trace.peak_live_bytes, target_rule ? (large ? 1.01 : 0) : over_live,
-          target_rule ? (large ? 0 : 4) : plus_mib);
-      const std::uint64_t limit_granules = limit / plimsoll::bench::kRunGranule;
-      const plimsoll::engine::StepObservation run = plimsoll::bench::observe_run(trace, end);
+      const std::uint64_t limit_granules = prepared.limit / plimsoll::bench::kRunGranule;
+      const plimsoll::engine::StepObservation run = plimsoll::bench::observe_run(trace, prepared.end);
       const plimsoll::bench::RunBound b = plimsoll::bench::pack_run(
           run, search,
           [&](const std::string& line) { std::fprintf(stderr, "%s: %s\n", name.c_str(), line.c_str()); });
+      const plimsoll::bench::MappedPeaks peaks =
+          plimsoll::bench::mapped_peaks(run, b.plan, plimsoll::bench::kRunBase, plimsoll::bench::kRunGranule,
+                                        plimsoll::bench::tick_at(trace, prepared.step0_end));
       const std::string through_text = through ? fmt::format("step {}", *through) : "whole";
       const std::int64_t over_by = static_cast<std::int64_t>(b.granules) - static_cast<std::int64_t>(limit_granules);
-      fmt::print("| {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {:.0f} | {} | {} |\n", name, through_text,
-                 end, b.requests, mib(trace.peak_live_bytes), mib(limit), limit_granules, b.max_load_granules,
-                 b.greedy_granules, b.greedy_name, b.granules, b.search_ms, over_by <= 0 ? "yes" : "no",
-                 over_by <= 0 ? std::string("-") : fmt::format("{} granule{} ({} MiB)", over_by, over_by == 1 ? "" : "s", 2 * over_by));
+      const std::string over_text =
+          over_by <= 0 ? std::string("-")
+                       : fmt::format("{} granule{} ({} MiB)", over_by, over_by == 1 ? "" : "s", 2 * over_by);
+      fmt::print("| {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} | {:.0f} | {} | {} |\n", name,
+                 through_text, prepared.end, b.requests, mib(trace.peak_live_bytes), mib(prepared.limit),
+                 limit_granules, b.max_load_granules, b.greedy_granules, b.greedy_name, b.granules,
+                 peaks.unmap_until, peaks.unmapping, b.search_ms, over_by <= 0 ? "yes" : "no", over_text);
       std::fflush(stdout);
     }
   } catch (const std::exception& error) {
