@@ -4,7 +4,9 @@
 // granules the best packing found needs against the limit with no unmaps, the same plan's peak if the follower
 // unmaps as it frees (always, and through step 0 only), and the max load (no placement needs fewer granules).
 //   plimsoll_run_bound [--through-step N] [--limit-over-live X | --limit-plus-mib M] [--search-work W]
-//                      [--search-seeds S] [--search-patience P] [--search-all-starts] TRACE...
+//                      [--search-seeds S] [--search-patience P] [--search-all-starts] [--follow-on-heap] TRACE...
+// --follow-on-heap: each plan followed on a simulated heap at the limit (follow_on_heap), with no unmaps and
+// unmapping after every free; a second table.
 // The limit is of the whole trace's peak live bytes, as requested: --limit-over-live as replay reads it,
 // --limit-plus-mib as bench/run_step_plan.sh computes its limit (replay has no such option); with neither, the
 // issue-16 target's: 1.01 x peak live over 1 GiB live, peak live + 4 MiB under (run_limit). Progress goes to stderr.
@@ -64,6 +66,10 @@ int main(int argc, char** argv) {
   app.add_flag("--search-all-starts", search.all_starts,
                "Search from every greedy packing (each with every seed), not only the one covering the fewest "
                "granules");
+  bool follow = false;
+  app.add_flag("--follow-on-heap", follow,
+               "Follow each plan on a simulated engine::Heap at the limit (Heap::allocate_at at every planned "
+               "address), with no unmaps and unmapping after every free; print what it placed and mapped");
   CLI11_PARSE(app, argc, argv);
   try {
     std::vector<plimsoll::Trace> read;
@@ -74,6 +80,7 @@ int main(int argc, char** argv) {
                "| best greedy granules | searched granules (no unmaps) | unmapping through step 0 only "
                "| unmapping always | search ms | fits with no unmaps | over the limit by |\n");
     fmt::print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n");
+    std::vector<std::string> followed_rows;
     for (const plimsoll::bench::PreparedRun& prepared : runs) {
       const plimsoll::Trace& trace = prepared.trace;
       const std::string name = std::filesystem::path(trace.origin).filename().string();
@@ -95,6 +102,22 @@ int main(int argc, char** argv) {
                  limit_granules, b.max_load_granules, b.greedy_granules, b.greedy_name, b.granules,
                  peaks.unmap_until, peaks.unmapping, b.search_ms, over_by <= 0 ? "yes" : "no", over_text);
       std::fflush(stdout);
+      if (follow) {
+        const auto row = [&](bool unmap) {
+          const plimsoll::bench::Followed f =
+              plimsoll::bench::follow_on_heap(trace, prepared.end, b.plan, prepared.limit, unmap);
+          return fmt::format("{} of {} | {} | {} / {}{}", f.placed, f.requests, f.peak_granules, f.maps, f.unmaps,
+                             f.self_check.empty() ? "" : " (self check: " + f.self_check + ")");
+        };
+        followed_rows.push_back(fmt::format("| {} | {} | {} | {} | {} |", name, through_text, limit_granules,
+                                            row(false), row(true)));
+      }
+    }
+    if (follow) {
+      fmt::print("\n| trace | through | limit granules | placed, no unmaps | peak mapped granules | maps / unmaps "
+                 "| placed, unmapping after every free | peak mapped granules | maps / unmaps |\n");
+      fmt::print("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
+      for (const std::string& line : followed_rows) fmt::print("{}\n", line);
     }
   } catch (const std::exception& error) {
     std::fprintf(stderr, "error: %s\n", error.what());

@@ -282,37 +282,6 @@ TEST(RunBound, MappedPeaksCountWhatAFollowerThatUnmapsHolds) {
   EXPECT_EQ(plimsoll::bench::tick_at(trace, 2), 2u);
 }
 
-// Follows a plan on a real heap (a SimBacking under engine::Heap at the limit): every request placed at its
-// planned address by Heap::allocate_at. Returns the heap's peak of mapped granules (the counter the limit sees);
-// with `unmap`, cached granules are released after every free, as a follower that unmaps as it frees would.
-std::uint64_t follow_on_heap(const plimsoll::Trace& trace, std::size_t end, const plimsoll::engine::StepPlan& plan,
-                             std::uint64_t limit, bool unmap) {
-  plimsoll::backings::SimBacking sim(64ull << 30);
-  plimsoll::engine::HeapOptions options;
-  options.limit = limit;
-  plimsoll::engine::Heap heap(sim, options);
-  std::vector<std::uint64_t> addr_of(trace.slots, 0);
-  std::size_t request = 0, placed = 0;
-  for (std::size_t i = 0; i < end; ++i) {
-    const plimsoll::TraceEvent& e = trace.events[i];
-    if (e.kind == plimsoll::TraceEvent::Kind::allocate) {
-      const plimsoll::engine::StepPlan::Entry& entry = plan.entries[request++];
-      addr_of[e.slot] = heap.allocate_at(heap.base() + (entry.addr - plimsoll::bench::kRunBase), e.bytes, 1);
-      EXPECT_NE(addr_of[e.slot], 0u) << "request " << request - 1 << " (event " << i << ") not placed, failure "
-                                     << static_cast<int>(heap.last_failure());
-      if (addr_of[e.slot] != 0) ++placed;
-    } else if (e.kind == plimsoll::TraceEvent::Kind::free && addr_of[e.slot] != 0) {
-      plimsoll::engine::Heap::Freed freed;
-      EXPECT_TRUE(heap.deallocate(addr_of[e.slot], freed));
-      addr_of[e.slot] = 0;
-      if (unmap) (void)heap.release_cached();
-    }
-  }
-  EXPECT_EQ(placed, request);
-  EXPECT_EQ(heap.self_check(), "");
-  return heap.counters().peak_mapped / kRunGranule;
-}
-
 // A real trace through step 1 (GPT, 1,329 requests): the packing is valid, and a heap at the target's limit that
 // follows it places every request and maps exactly the granules the tool says (no unmaps), or the unmapping figure.
 TEST(RunBound, ARealTracesPlanIsFollowedOnAHeapAtTheLimit) {
@@ -324,13 +293,21 @@ TEST(RunBound, ARealTracesPlanIsFollowedOnAHeapAtTheLimit) {
   expect_valid(run, b.plan);
   const std::uint64_t limit = plimsoll::bench::run_limit(trace.peak_live_bytes, 0, 0);
   EXPECT_LE(b.granules, limit / kRunGranule);
-  EXPECT_EQ(follow_on_heap(trace, end, b.plan, limit, false), b.granules);
+  const plimsoll::bench::Followed kept = plimsoll::bench::follow_on_heap(trace, end, b.plan, limit, false);
+  EXPECT_EQ(kept.requests, 1329u);
+  EXPECT_EQ(kept.placed, kept.requests);
+  EXPECT_EQ(kept.peak_granules, b.granules);
+  EXPECT_EQ(kept.unmaps, 0u);
+  EXPECT_EQ(kept.self_check, "");
   const plimsoll::bench::MappedPeaks peaks = plimsoll::bench::mapped_peaks(
       run, b.plan, plimsoll::bench::kRunBase, kRunGranule, plimsoll::bench::tick_at(trace, trace.steps[0].end));
   EXPECT_LE(peaks.unmapping, peaks.unmap_until);
   EXPECT_LE(peaks.unmap_until, b.granules);
   EXPECT_GE(peaks.unmapping, b.max_load_granules);
-  EXPECT_EQ(follow_on_heap(trace, end, b.plan, limit, true), peaks.unmapping);
+  const plimsoll::bench::Followed unmapping = plimsoll::bench::follow_on_heap(trace, end, b.plan, limit, true);
+  EXPECT_EQ(unmapping.placed, unmapping.requests);
+  EXPECT_EQ(unmapping.peak_granules, peaks.unmapping);
+  EXPECT_EQ(unmapping.self_check, "");
 }
 
 }  // namespace
