@@ -23,6 +23,7 @@
 #include "engine/heap.hpp"
 #include "engine/plan_search.hpp"
 #include "engine/step_plan.hpp"
+#include "greedy_packings.hpp"
 #include "plimsoll/trace.hpp"
 
 namespace {
@@ -39,18 +40,6 @@ struct Bound {
   std::uint64_t trace_peak = 0;         // of the whole trace, as requested
   std::uint64_t trace_rounded_peak = 0; // of the whole trace, each block rounded as the heap rounds it
 };
-
-// Every order, with best fit and first fit, with and without the slide-down pass; and granule-aware by size and by
-// size x lifetime (nothing paid for: every granule is new).
-std::vector<plimsoll::engine::PackOptions> packings() {
-  using plimsoll::engine::PackOrder;
-  std::vector<plimsoll::engine::PackOptions> all;
-  for (const PackOrder order : {PackOrder::size, PackOrder::lifetime, PackOrder::area})
-    for (const bool best_fit : {true, false})
-      for (const bool slide_down : {false, true}) all.push_back({order, best_fit, slide_down});
-  for (const PackOrder order : {PackOrder::size, PackOrder::area}) all.push_back({order, true, false, kGranule});
-  return all;
-}
 
 // The trace's peak of live bytes with every block rounded as the heap rounds it (Heap::round).
 std::uint64_t rounded_peak(const plimsoll::Trace& trace) {
@@ -100,7 +89,8 @@ Bound bound_of(const plimsoll::Trace& trace, std::size_t step_index, std::uint64
   Bound bound;
   constexpr std::uint64_t kBase = 1ull << 40, kSpan = 1ull << 44;
   plimsoll::engine::StepPlan best;
-  for (const plimsoll::engine::PackOptions& options : packings()) {
+  for (const plimsoll::bench::NamedPacking& packing : plimsoll::bench::greedy_packings(kGranule)) {
+    const plimsoll::engine::PackOptions& options = packing.options;
     plimsoll::engine::StepPlan plan = plimsoll::engine::pack_step(observed, {}, kBase, kSpan, options);
     if (best.entries.empty() || plan.footprint < best.footprint) best = std::move(plan);
   }
