@@ -596,7 +596,7 @@ void Allocator::record_stream(void* ptr, Stream stream) {
     throw InvalidArgument("record_stream of " + hex(addr) + " on " + impl_->description.name +
                           ", which is not a live allocation of this device; pass a pointer allocate() returned, "
                           "before freeing it");
-  if (impl_->streams != nullptr) impl_->streams->record_stream(addr, stream.handle);
+  if (impl_->streams != nullptr && !impl_->streams->record_stream(addr, stream.handle)) throw std::bad_alloc();
 }
 
 void Allocator::deallocate(void* ptr) {

@@ -1,6 +1,7 @@
 #include "integrations/torch_cuda/torch_device.hpp"
 
 #include <exception>
+#include <new>
 
 #include <fmt/format.h>
 
@@ -28,6 +29,27 @@ bool torch_free(Allocator& allocator, void* ptr, void* stream, std::string& why)
   try {
     allocator.deallocate(ptr, Stream{stream});
     return true;
+  } catch (const std::exception& error) {
+    try {
+      why = error.what();
+    } catch (...) {
+    }
+  } catch (...) {
+  }
+  return false;
+}
+
+bool torch_record_stream(Allocator& allocator, void* ptr, void* stream, std::string& why) noexcept {
+  try {
+    allocator.record_stream(ptr, Stream{stream});
+    return true;
+  } catch (const std::bad_alloc&) {
+    why.clear();
+    try {
+      why = "record_stream: out of host memory; the block's streams are as before (synchronize the stream before "
+            "freeing it)";
+    } catch (...) {
+    }
   } catch (const std::exception& error) {
     try {
       why = error.what();
