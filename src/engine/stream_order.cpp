@@ -4,18 +4,11 @@
 #include <cstddef>
 #include <new>
 
+#include "util/room_ahead.hpp"
+
 namespace plimsoll::engine {
 
 using backings::EventState;
-
-namespace {
-// Room for one more element, growing geometrically (reserve(size() + 1) would reallocate on every call). Throws
-// std::bad_alloc with the vector unchanged.
-template <class T>
-void make_room_for_one(std::vector<T>& list) {
-  if (list.size() == list.capacity()) list.reserve(std::max<std::size_t>(8, 2 * list.capacity()));
-}
-}  // namespace
 
 StreamOrder::StreamOrder(Heap& heap, backings::StreamEvents& events) : heap_(heap), events_(events) {}
 
@@ -61,8 +54,7 @@ EventHandle StreamOrder::take_event() noexcept {
   // inside the noexcept try_allocate) never allocates. Out of host memory: no event, which every caller already
   // survives (the device is synchronized instead).
   try {
-    if (free_events_.capacity() < counters_.events_created + 1)
-      free_events_.reserve(std::max<std::size_t>(8, 2 * free_events_.capacity()));  // capacity >= events_created
+    util::reserve_ahead(free_events_, counters_.events_created + 1);  // capacity >= events_created
   } catch (const std::bad_alloc&) {
     return nullptr;
   }
@@ -100,7 +92,7 @@ void StreamOrder::park(const BlockView& block, StreamHandle stream) {
   if (q.batches.empty() || q.batches.back().event != nullptr)
     q.batches.push_back(Batch{.sequence = next_sequence_++, .event = nullptr, .blocks = {}});
   Batch& batch = q.batches.back();
-  make_room_for_one(batch.blocks);
+  util::make_room_for(batch.blocks);
   parked_.emplace(block.addr, ParkedBlock{.size = block.size, .stream = stream, .sequence = batch.sequence,
                                           .small = block.small});
   try {
@@ -120,7 +112,7 @@ void StreamOrder::park(const BlockView& block, StreamHandle stream) {
 void StreamOrder::park_cross(const BlockView& block, StreamHandle stream, const std::vector<StreamHandle>& streams) {
   CrossParked entry{.addr = block.addr, .sequence = 0, .events = {}};
   entry.events.reserve(streams.size() + 1);
-  make_room_for_one(cross_);
+  util::make_room_for(cross_);
   // Strong guarantee: out of host memory, nothing inserted. Made before any event is taken.
   const auto [parked, inserted] = parked_.emplace(block.addr, ParkedBlock{.size = block.size, .stream = stream,
                                                                           .sequence = 0, .small = block.small,
@@ -163,7 +155,7 @@ std::uint64_t StreamOrder::reuse(std::uint64_t size, bool small, StreamHandle st
     // first, so out of host memory the block is left parked as it was and the request goes to the heap.
     Batch& batch = *find_batch(*q, sequence);
     try {
-      make_room_for_one(batch.blocks);
+      util::make_room_for(batch.blocks);
     } catch (const std::bad_alloc&) {
       return 0;
     }
