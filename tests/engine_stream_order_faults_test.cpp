@@ -50,6 +50,15 @@ struct ParkedBehindAnEvent {
   void* on_b = nullptr;
 };
 
+// A fake device and two of its streams, nothing allocated yet: the record_stream tests' start.
+struct TwoStreams {
+  TwoStreams() : allocator(fake_cuda_allocator(driver, 64 * MiB)), a(driver.create_stream()), side(driver.create_stream()) {}
+  fake_cuda::Driver driver;
+  std::unique_ptr<Allocator> allocator;
+  fake_cuda::Stream& a;
+  fake_cuda::Stream& side;
+};
+
 // Every allocation a park makes fails in turn (a new stream's queue, its batch, the batch's list, the parked record,
 // the size-ordered set): each failure leaves the block live, counted once under its tag, and freeable again.
 TEST(EngineStreamOrderFaults, AParkOutOfHostMemoryLeavesTheBlockLiveAndItsFreeRepeatable) {
@@ -146,10 +155,8 @@ TEST(EngineStreamOrderFaults, GivingAnEventBackToThePoolOutOfHostMemoryDoesNotTe
 // fallback the second stream would be lost and the block parked for reuse on `a` alone.
 TEST(EngineStreamOrderFaults, ARecordStreamOutOfHostMemoryMakesTheFreeWaitForTheWholeDevice) {
   SKIP_UNLESS_NEW_CAN_FAIL();
-  fake_cuda::Driver driver;
-  auto allocator = fake_cuda_allocator(driver, 64 * MiB);
-  fake_cuda::Stream& a = driver.create_stream();
-  fake_cuda::Stream& side = driver.create_stream();
+  TwoStreams device;
+  auto& [driver, allocator, a, side] = device;
   const Tag tag = intern_tag("record-stream-faults");
   int failures = 0;
   for (int news = 0; news < 16; ++news) {
@@ -181,10 +188,8 @@ TEST(EngineStreamOrderFaults, ARecordStreamOutOfHostMemoryMakesTheFreeWaitForThe
 // behind for the next block at that address (which is then parked on its own stream, with no synchronization).
 TEST(EngineStreamOrderFaults, AFailedSecondRecordLeavesNoRecordForTheNextBlockThere) {
   SKIP_UNLESS_NEW_CAN_FAIL();
-  fake_cuda::Driver driver;
-  auto allocator = fake_cuda_allocator(driver, 64 * MiB);
-  fake_cuda::Stream& a = driver.create_stream();
-  fake_cuda::Stream& b = driver.create_stream();
+  TwoStreams device;
+  auto& [driver, allocator, a, b] = device;
   fake_cuda::Stream& c = driver.create_stream();
   void* p = allocator->allocate(4 * MiB, on(a));
   allocator->record_stream(p, on(b));
@@ -211,10 +216,8 @@ TEST(EngineStreamOrderFaults, AFailedSecondRecordLeavesNoRecordForTheNextBlockTh
 // before (its free an ordinary park on its own stream). A free without a stream gives its slot back.
 TEST(EngineStreamOrderFaults, ARecordStreamBeyondTheFallbackRoomThrowsWithNothingChanged) {
   SKIP_UNLESS_NEW_CAN_FAIL();
-  fake_cuda::Driver driver;
-  auto allocator = fake_cuda_allocator(driver, 64 * MiB);
-  fake_cuda::Stream& a = driver.create_stream();
-  fake_cuda::Stream& side = driver.create_stream();
+  TwoStreams device;
+  auto& [driver, allocator, a, side] = device;
   constexpr std::uint64_t kBlock = MiB / 2;  // 65 of them fit the fake device
   std::vector<void*> noted;
   for (int i = 0; i < 64; ++i) noted.push_back(allocator->allocate(kBlock, on(a)));

@@ -10,17 +10,28 @@
 
 namespace plimsoll::torch_cuda {
 
-void* torch_malloc(Allocator& allocator, std::size_t bytes, void* stream, std::string& why) noexcept {
+namespace {
+/// Inside a catch handler: the exception's message into `why`, unless even that copy fails (out of host memory).
+void keep_reason(std::string& why) noexcept {
   try {
-    // allocate() (not try_allocate) so that plimsoll's full report (what is held, by whom, the fix) is kept. It
-    // waits for parked frees before it gives up.
-    return allocator.allocate(bytes, Stream{stream});
+    throw;
   } catch (const std::exception& error) {
     try {
       why = error.what();
     } catch (...) {
     }
   } catch (...) {
+  }
+}
+}  // namespace
+
+void* torch_malloc(Allocator& allocator, std::size_t bytes, void* stream, std::string& why) noexcept {
+  try {
+    // allocate() (not try_allocate) so that plimsoll's full report (what is held, by whom, the fix) is kept. It
+    // waits for parked frees before it gives up.
+    return allocator.allocate(bytes, Stream{stream});
+  } catch (...) {
+    keep_reason(why);
   }
   return nullptr;
 }
@@ -29,12 +40,8 @@ bool torch_free(Allocator& allocator, void* ptr, void* stream, std::string& why)
   try {
     allocator.deallocate(ptr, Stream{stream});
     return true;
-  } catch (const std::exception& error) {
-    try {
-      why = error.what();
-    } catch (...) {
-    }
   } catch (...) {
+    keep_reason(why);
   }
   return false;
 }
@@ -44,18 +51,14 @@ bool torch_record_stream(Allocator& allocator, void* ptr, void* stream, std::str
     allocator.record_stream(ptr, Stream{stream});
     return true;
   } catch (const std::bad_alloc&) {
-    why.clear();
     try {
       why = "record_stream: out of host memory; the block's streams are as before (synchronize the stream before "
             "freeing it)";
     } catch (...) {
-    }
-  } catch (const std::exception& error) {
-    try {
-      why = error.what();
-    } catch (...) {
+      why.clear();
     }
   } catch (...) {
+    keep_reason(why);
   }
   return false;
 }
