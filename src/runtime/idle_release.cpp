@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -50,10 +51,21 @@ struct IdleRelease::State {
   std::vector<Watched> watched;
   std::uint64_t released_bytes = 0;
   std::uint64_t releases = 0;
-  std::condition_variable_any wake;
+  // A thread waiting on it at a fork() is in the child's copy as a waiter that never leaves: the child could not
+  // destroy it (pthread_cond_destroy waits for the waiters) nor trust its internal mutex, which that thread may have
+  // held. So a child leaves its parent's behind, leaked on purpose (leave_parents_wake), and makes its own.
+  std::unique_ptr<std::condition_variable_any> wake = std::make_unique<std::condition_variable_any>();
   bool stopping = false;
   std::thread thread;
   pid_t thread_process = 0;  // the process the thread runs in: a fork()'s child has none to join
+
+  /// In a fork()'s child of a process whose thread ran: detaches that thread (not here to join) and leaves its wake
+  /// behind. With the lock held.
+  bool in_child_of_thread() const { return thread.joinable() && thread_process != ::getpid(); }
+  void leave_parents_wake() noexcept {
+    thread.detach();
+    (void)wake.release();  // NOLINT: leaked on purpose, see `wake`
+  }
 };
 
 IdleRelease::IdleRelease(std::vector<Allocator*> devices, IdleReleaseOptions options)
@@ -101,15 +113,15 @@ std::uint64_t IdleRelease::poll(std::chrono::steady_clock::time_point now) {
 void IdleRelease::start() {
   std::lock_guard guard(state_->lock);
   if (state_->stopping) return;
-  if (state_->thread.joinable()) {
-    if (state_->thread_process == ::getpid()) return;
-    state_->thread.detach();  // a fork()'s child: the parent's thread is not here to join
-  }
+  if (state_->thread.joinable() && !state_->in_child_of_thread()) return;
+  auto own_wake = std::make_unique<std::condition_variable_any>();  // before anything changes: may throw
+  if (state_->in_child_of_thread()) state_->leave_parents_wake();
+  if (state_->wake == nullptr) state_->wake = std::move(own_wake);
   state_->thread_process = ::getpid();
   state_->thread = std::thread([this] {
     std::unique_lock lock(state_->lock);
     while (!state_->stopping) {
-      state_->wake.wait_for(lock, options_.check_every, [this] { return state_->stopping; });
+      state_->wake->wait_for(lock, options_.check_every, [this] { return state_->stopping; });
       if (state_->stopping) break;
       lock.unlock();  // poll takes the lock itself
       poll(std::chrono::steady_clock::now());
@@ -122,11 +134,13 @@ void IdleRelease::stop() {
   {
     std::lock_guard lock(state_->lock);
     state_->stopping = true;
+    // A fork()'s child: the parent's thread is not here to wake or join (joining would wait forever).
+    if (state_->in_child_of_thread()) state_->leave_parents_wake();
   }
-  state_->wake.notify_all();
-  if (!state_->thread.joinable()) return;
-  if (state_->thread_process == ::getpid()) state_->thread.join();
-  else state_->thread.detach();  // a fork()'s child: the parent's thread is not here, joining it would wait forever
+  // The wake, if any, is this process's own, and its thread (if any) was started here: the lock is not needed, since
+  // `wake` changes only in start() and here, and start() does nothing once stopping.
+  if (state_->wake != nullptr) state_->wake->notify_all();
+  if (state_->thread.joinable()) state_->thread.join();
 }
 
 std::uint64_t IdleRelease::released_bytes() const {
