@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
 #include <utility>
@@ -59,11 +60,12 @@ struct IdleRelease::State {
   std::thread thread;
   pid_t thread_process = 0;  // the process the thread runs in: a fork()'s child has none to join
 
-  /// In a fork()'s child of a process whose thread ran: detaches that thread (not here to join) and leaves its wake
-  /// behind. With the lock held.
+  /// In a fork()'s child of a process whose thread ran: leaves that thread's handle (not here to join; a detach would
+  /// act on a thread of another process, which ThreadSanitizer refuses) and its wake behind. With the lock held.
   bool in_child_of_thread() const { return thread.joinable() && thread_process != ::getpid(); }
   void leave_parents_wake() noexcept {
-    thread.detach();
+    if (auto* left = new (std::nothrow) std::thread; left != nullptr) *left = std::move(thread);  // NOLINT: leaked
+    else thread.detach();  // out of host memory: the one other way to give the handle up
     (void)wake.release();  // NOLINT: leaked on purpose, see `wake`
   }
 };
