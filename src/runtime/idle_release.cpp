@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -16,8 +17,16 @@
 #include "plimsoll/allocator.hpp"
 #include "plimsoll/error.hpp"
 #include "plimsoll/stats.hpp"
+#include "runtime/idle_release_seam.hpp"
 
 namespace plimsoll {
+namespace {
+std::atomic<void (*)(std::condition_variable_any&)> notified_seam{nullptr};
+}  // namespace
+
+void runtime::set_idle_release_notified_seam(void (*seam)(std::condition_variable_any&)) noexcept {
+  notified_seam.store(seam, std::memory_order_release);
+}
 
 void IdleReleaseOptions::validate() const {
   if (idle_after.count() <= 0 || check_every.count() <= 0) {
@@ -138,10 +147,14 @@ void IdleRelease::stop() {
     state_->stopping = true;
     // A fork()'s child: the parent's thread is not here to wake or join (joining would wait forever).
     if (state_->in_child_of_thread()) state_->leave_parents_wake();
+    // Notified under the lock: notify_all holds the wake's internal mutex, and the fork handlers take only this lock,
+    // so a fork() between would give the child that mutex held, and its stop() (or destructor) would hang there.
+    if (state_->wake != nullptr) {
+      state_->wake->notify_all();
+      if (auto* seam = notified_seam.exchange(nullptr, std::memory_order_acq_rel)) [[unlikely]] seam(*state_->wake);
+    }
   }
-  // The wake, if any, is this process's own, and its thread (if any) was started here: the lock is not needed, since
-  // `wake` changes only in start() and here, and start() does nothing once stopping.
-  if (state_->wake != nullptr) state_->wake->notify_all();
+  // Its thread (if any) was started in this process; it stops at once, since start() does nothing once stopping.
   if (state_->thread.joinable()) state_->thread.join();
 }
 
