@@ -20,16 +20,8 @@
 #include "fork_child.hpp"
 #include "plimsoll/idle_release.hpp"
 #include "runtime/idle_release_seam.hpp"
+#include "sanitized.hpp"  // PLIMSOLL_TEST_UNDER_TSAN
 
-// ThreadSanitizer refuses a thread started in the child of a multi-threaded fork (exit 66): under it the child does
-// not start a thread of its own (the plain builds run that part).
-#if defined(__SANITIZE_THREAD__)
-#define PLIMSOLL_TEST_UNDER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define PLIMSOLL_TEST_UNDER_TSAN 1
-#endif
-#endif
 
 namespace plimsoll {
 namespace {

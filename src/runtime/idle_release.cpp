@@ -7,7 +7,6 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
-#include <new>
 #include <string>
 #include <thread>
 #include <utility>
@@ -61,21 +60,34 @@ struct IdleRelease::State {
   std::vector<Watched> watched;
   std::uint64_t released_bytes = 0;
   std::uint64_t releases = 0;
-  // A thread waiting on it at a fork() is in the child's copy as a waiter that never leaves: the child could not
-  // destroy it (pthread_cond_destroy waits for the waiters) nor trust its internal mutex, which that thread may have
-  // held. So a child leaves its parent's behind, leaked on purpose (leave_parents_wake), and makes its own.
-  std::unique_ptr<std::condition_variable_any> wake = std::make_unique<std::condition_variable_any>();
+  // What the background thread waits on between looks. A thread waiting on it at a fork() is in the child's copy as a
+  // waiter that never leaves: the child could not destroy it (pthread_cond_destroy waits for the waiters) nor trust
+  // its internal mutex, which that thread may have held. So a child leaves its parent's behind (leave_parents_wake)
+  // and makes its own; a left one keeps the parent's thread handle too, and stays reachable (LeakSanitizer checks a
+  // child that exits normally) through left_behind, a list threaded through the left wakes themselves: nothing is
+  // allocated, and a process holds one per IdleRelease its parent (or an ancestor) ran a thread of.
+  struct Wake {
+    std::condition_variable_any condition;
+    std::thread parents_thread;  // not here to join; a detach would act on a thread of another process (TSan refuses)
+    Wake* left_before = nullptr;
+  };
+  static inline std::atomic<Wake*> left_behind{nullptr};
+
+  std::unique_ptr<Wake> wake = std::make_unique<Wake>();
   bool stopping = false;
   std::thread thread;
   pid_t thread_process = 0;  // the process the thread runs in: a fork()'s child has none to join
 
-  /// In a fork()'s child of a process whose thread ran: leaves that thread's handle (not here to join; a detach would
-  /// act on a thread of another process, which ThreadSanitizer refuses) and its wake behind. With the lock held.
+  /// In a fork()'s child of a process whose thread ran: leaves that thread's handle and its wake behind. With the
+  /// lock held. The thread was started with a wake, and only this takes the wake away, so `wake` is set here.
   bool in_child_of_thread() const { return thread.joinable() && thread_process != ::getpid(); }
   void leave_parents_wake() noexcept {
-    if (auto* left = new (std::nothrow) std::thread; left != nullptr) *left = std::move(thread);  // NOLINT: leaked
-    else thread.detach();  // out of host memory: the one other way to give the handle up
-    (void)wake.release();  // NOLINT: leaked on purpose, see `wake`
+    Wake* left = wake.release();
+    left->parents_thread = std::move(thread);
+    left->left_before = left_behind.load(std::memory_order_relaxed);
+    while (!left_behind.compare_exchange_weak(left->left_before, left, std::memory_order_release,
+                                              std::memory_order_relaxed)) {
+    }
   }
 };
 
@@ -125,14 +137,14 @@ void IdleRelease::start() {
   std::lock_guard guard(state_->lock);
   if (state_->stopping) return;
   if (state_->thread.joinable() && !state_->in_child_of_thread()) return;
-  auto own_wake = std::make_unique<std::condition_variable_any>();  // before anything changes: may throw
+  auto own_wake = std::make_unique<State::Wake>();  // before anything changes: may throw
   if (state_->in_child_of_thread()) state_->leave_parents_wake();
   if (state_->wake == nullptr) state_->wake = std::move(own_wake);
   state_->thread_process = ::getpid();
   state_->thread = std::thread([this] {
     std::unique_lock lock(state_->lock);
     while (!state_->stopping) {
-      state_->wake->wait_for(lock, options_.check_every, [this] { return state_->stopping; });
+      state_->wake->condition.wait_for(lock, options_.check_every, [this] { return state_->stopping; });
       if (state_->stopping) break;
       lock.unlock();  // poll takes the lock itself
       poll(std::chrono::steady_clock::now());
@@ -150,8 +162,10 @@ void IdleRelease::stop() {
     // Notified under the lock: notify_all holds the wake's internal mutex, and the fork handlers take only this lock,
     // so a fork() between would give the child that mutex held, and its stop() (or destructor) would hang there.
     if (state_->wake != nullptr) {
-      state_->wake->notify_all();
-      if (auto* seam = notified_seam.exchange(nullptr, std::memory_order_acq_rel)) [[unlikely]] seam(*state_->wake);
+      state_->wake->condition.notify_all();
+      if (auto* seam = notified_seam.exchange(nullptr, std::memory_order_acq_rel)) [[unlikely]] {
+        seam(state_->wake->condition);
+      }
     }
   }
   // Its thread (if any) was started in this process; it stops at once, since start() does nothing once stopping.
