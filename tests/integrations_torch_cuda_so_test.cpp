@@ -128,6 +128,11 @@ TEST(TorchCudaSo, MallocWithoutACudaDeviceReturnsNullAndSaysWhyOnce) {
   EXPECT_EQ(record_stream(&local, -1, nullptr), -1) << "no device holds it";
   EXPECT_THAT(last_error(), HasSubstr("no device of plimsoll's holds a live allocation"));
   EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr("cannot record_stream"));
+  // PyTorch passes an empty tensor's null pointer on, as it does to free: nothing to order, nothing said.
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(record_stream(nullptr, -1, nullptr), 0);
+  EXPECT_EQ(record_stream(nullptr, 0, nullptr), 0);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
   // Not dlclosed: the runtime it created lives until the process exits, as under PyTorch.
 }
 

@@ -23,7 +23,8 @@ void plimsoll_torch_free(void* ptr, ssize_t size, int device, plimsoll_cuda_stre
 /* The live `ptr` (from plimsoll_torch_malloc on cuda:`device`; `device` -1: whichever device holds it) is also
  * used on `stream` (torch's record_stream, e.g. through the C++ CUDAPluggableAllocator::set_record_stream_fn, whose
  * hook passes no device): once freed, no other stream reuses it before the work queued on `stream` up to the free
- * has completed. 0, or -1 with the reason on stderr and in
+ * has completed. A NULL `ptr` (PyTorch passes an empty tensor's) is no block: 0, nothing done, nothing said.
+ * 0, or -1 with the reason on stderr and in
  * plimsoll_torch_cuda_last_error(): not a live block of that device, or out of host memory beyond the fallback's
  * fixed room (plimsoll otherwise survives that by synchronizing the device at the block's free); after -1 the
  * block's streams are as they were: synchronize `stream` before freeing it. */

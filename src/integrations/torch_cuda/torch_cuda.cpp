@@ -219,7 +219,8 @@ void say_unexpected(const char* action, int device) noexcept {
     throw;
   } catch (const std::exception& error) {
     try {
-      say(std::string("cannot ") + action + " cuda:" + std::to_string(device) + ": " + error.what());
+      const std::string where = device < 0 ? "the device holding it" : "cuda:" + std::to_string(device);
+      say(std::string("cannot ") + action + " " + where + ": " + error.what());
       return;
     } catch (...) {
     }
@@ -229,7 +230,8 @@ void say_unexpected(const char* action, int device) noexcept {
     t_last_error = "unexpected failure (out of host memory?)";
   } catch (...) {
   }
-  std::fprintf(stderr, "plimsoll: cannot %s cuda:%d: unexpected failure\n", action, device);
+  if (device < 0) std::fprintf(stderr, "plimsoll: cannot %s the device holding it: unexpected failure\n", action);
+  else std::fprintf(stderr, "plimsoll: cannot %s cuda:%d: unexpected failure\n", action, device);
 }
 }  // namespace
 
@@ -283,6 +285,7 @@ extern "C" PLIMSOLL_TORCH_CUDA_EXPORT const char* plimsoll_torch_cuda_last_error
 // block safe out of host memory (its free then waits for the device), and what is left is a return value.
 extern "C" PLIMSOLL_TORCH_CUDA_EXPORT int plimsoll_torch_record_stream(void* ptr, int device,
                                                                        plimsoll_cuda_stream stream) {
+  if (ptr == nullptr) return 0;  // an empty tensor's (PyTorch passes its null pointer on): nothing to order
   try {
     DeviceState* state = device < 0 ? plimsoll::torch_cuda::device_owning(ptr)
                                     : plimsoll::torch_cuda::existing_device(device);
