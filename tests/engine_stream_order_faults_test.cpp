@@ -176,11 +176,14 @@ TEST(EngineStreamOrderFaults, ARecordStreamOutOfHostMemoryMakesTheFreeWaitForThe
     ++failures;
     EXPECT_EQ(driver.counters().ctx_synchronize, synchronized + 1) << "allocation " << news << " of the record failed";
     const Stats after = allocator->stats();
+    EXPECT_EQ(after.unrecorded_streams, static_cast<std::uint64_t>(failures)) << "one noted block per failed record";
+    EXPECT_EQ(after.stream_fallbacks, static_cast<std::uint64_t>(failures)) << "its free's device synchronization";
     EXPECT_EQ(after.parked_bytes, 0U) << "freed at once after the device synchronized";
     EXPECT_EQ(after.live_allocations, 0U);
     EXPECT_EQ(tag_in_use(after, "record-stream-faults"), 0U);
   }
   EXPECT_GE(failures, 2) << "the record's node and its list: each failed once";
+  EXPECT_EQ(allocator->stats().stream_fallbacks, static_cast<std::uint64_t>(failures)) << "the recorded one: none";
   EXPECT_EQ(allocator->stats().live_allocations, 0U);
 }
 
@@ -246,6 +249,8 @@ TEST(EngineStreamOrderFaults, ARecordStreamBeyondTheFallbackRoomThrowsWithNothin
   EXPECT_EQ(driver.counters().ctx_synchronize, 64U) << "one device synchronization per noted block";
   allocator->trim();
   const Stats done = allocator->stats();
+  EXPECT_EQ(done.unrecorded_streams, 65U) << "64 noted, then one more in the slot given back; not the 65th refused";
+  EXPECT_EQ(done.stream_fallbacks, 64U);
   EXPECT_EQ(done.live_allocations, 0U);
   EXPECT_EQ(done.parked_bytes, 0U);
   EXPECT_EQ(done.reserved_bytes, 0U);

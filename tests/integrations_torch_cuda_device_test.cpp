@@ -87,6 +87,8 @@ TEST(TorchCudaDevice, StatsUsePyTorchsNamesEmptyCacheAndResetPeakWork) {
   EXPECT_EQ(stats["allocated_bytes.all.current"], 4 * MiB);
   EXPECT_EQ(stats["allocated_bytes.all.peak"], 14 * MiB);
   EXPECT_EQ(stats["parked_bytes"], 10 * MiB);
+  EXPECT_EQ(stats["stream_fallbacks"], 0) << "every free was stream-ordered";
+  EXPECT_EQ(stats["unrecorded_streams"], 0);
   EXPECT_EQ(stats["active_bytes.all.current"], 14 * MiB) << "parked blocks are still active on their stream";
   EXPECT_GE(stats["reserved_bytes.all.current"].get<std::uint64_t>(), 14 * MiB);
   EXPECT_EQ(stats["allocation.all.current"], 1);

@@ -837,6 +837,8 @@ Stats Allocator::stats() const {
       s.frees = s.frees - p.released + p.parks;
       s.live_allocations -= p.parked_blocks;
       s.parked_bytes = p.parked_bytes;
+      s.stream_fallbacks = p.fallbacks;
+      s.unrecorded_streams = p.unrecorded_streams;
     }
     s.tags = impl_->tag_stats(front.tags);
     if (impl_->plan != nullptr) s.step_plan = impl_->plan->stats();

@@ -32,7 +32,7 @@ struct StreamOrderCounters {
   std::uint64_t reuses = 0;    // allocations served from a parked block
   std::uint64_t released = 0;  // parked blocks (split parts included) freed into the heap
   std::uint64_t events_created = 0;
-  std::uint64_t fallbacks = 0;  // device synchronizations because no event could be had
+  std::uint64_t fallbacks = 0;  // device synchronizations: no event could be had, or an unrecorded block's free
   std::uint64_t unrecorded_streams = 0;  // record_stream calls out of host memory, kept in the fixed slots
 };
 

@@ -68,12 +68,13 @@ std::string stats_json(const Allocator& allocator, int device) {
   return fmt::format(
       "{{\"device\":\"cuda:{}\",\"in_use_bytes\":{},\"peak_in_use_bytes\":{},\"reserved_bytes\":{},"
       "\"peak_reserved_bytes\":{},\"parked_bytes\":{},\"limit_bytes\":{},\"allocations\":{},\"frees\":{},"
-      "\"ooms\":{},\"live_allocations\":{},\"maps\":{},\"unmaps\":{},"
+      "\"ooms\":{},\"live_allocations\":{},\"maps\":{},\"unmaps\":{},\"stream_fallbacks\":{},\"unrecorded_streams\":{},"
       "\"allocated_bytes.all.current\":{},\"allocated_bytes.all.peak\":{},\"allocation.all.allocated\":{},"
       "\"reserved_bytes.all.current\":{},\"reserved_bytes.all.peak\":{},\"active_bytes.all.current\":{},"
       "\"requested_bytes.all.current\":{},\"allocation.all.current\":{},\"num_ooms\":{}}}",
       device, s.in_use_bytes, s.peak_in_use_bytes, s.reserved_bytes, s.peak_reserved_bytes, s.parked_bytes,
-      s.limit_bytes, s.allocations, s.frees, s.ooms, s.live_allocations, s.maps, s.unmaps, s.in_use_bytes,
+      s.limit_bytes, s.allocations, s.frees, s.ooms, s.live_allocations, s.maps, s.unmaps, s.stream_fallbacks,
+      s.unrecorded_streams, s.in_use_bytes,
       s.peak_in_use_bytes, s.allocations, s.reserved_bytes, s.peak_reserved_bytes, s.in_use_bytes + s.parked_bytes,
       s.requested_bytes, s.live_allocations, s.ooms);
 }
