@@ -12,23 +12,15 @@
 #include <vector>
 
 #include "fork_child.hpp"
+#include "idle_release_waiting.hpp"
 #include "plimsoll/idle_release.hpp"
 #include "sanitized.hpp"  // PLIMSOLL_TEST_UNDER_TSAN
 
 namespace plimsoll {
 namespace {
 
-std::unique_ptr<IdleRelease> started() {
-  IdleReleaseOptions options;
-  options.idle_after = std::chrono::hours(1);
-  options.check_every = std::chrono::hours(1);
-  auto release = std::make_unique<IdleRelease>(std::vector<Allocator*>{}, options);
-  release->start();
-  return release;
-}
-
 TEST(EngineIdleReleaseChildExit, AChildThatLeftItsParentsThreadExitsNormallyWithoutALeak) {
-  auto release = started();
+  auto release = idle_release_test::started_and_waiting();
   std::fflush(nullptr);  // the child's exit() flushes its copies of the buffers: nothing to print twice
   const std::string problem = fork_test::run_in_child([&]() -> int {
     release.reset();  // leaves the parent's thread handle and wake behind
@@ -43,10 +35,10 @@ TEST(EngineIdleReleaseChildExit, AGrandchildLeavesBothAncestorsThreadsAndExitsNo
 #ifdef PLIMSOLL_TEST_UNDER_TSAN
   GTEST_SKIP() << "ThreadSanitizer refuses a thread started in the child of a multi-threaded fork";
 #endif
-  auto release = started();
+  auto release = idle_release_test::started_and_waiting();
   std::fflush(nullptr);
   const std::string problem = fork_test::run_in_child([&]() -> int {
-    auto own = started();  // the child's own thread, then a grandchild of it
+    auto own = idle_release_test::started_and_waiting();  // the child's own thread, then a grandchild of it
     std::fflush(nullptr);
     const std::string inner = fork_test::run_in_child([&]() -> int {
       own.reset();

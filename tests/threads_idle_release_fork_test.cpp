@@ -9,8 +9,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -18,6 +16,7 @@
 
 #include "engine/outer_fork_lock.hpp"
 #include "fork_child.hpp"
+#include "idle_release_waiting.hpp"
 #include "plimsoll/idle_release.hpp"
 #include "runtime/idle_release_seam.hpp"
 #include "sanitized.hpp"  // PLIMSOLL_TEST_UNDER_TSAN
@@ -26,44 +25,8 @@
 namespace plimsoll {
 namespace {
 
-// Whether every thread of this process but the caller is asleep (state S in /proc: the IdleRelease thread blocked in
-// its wait, not on its way there).
-bool other_threads_sleep() {
-  const std::string self = std::to_string(::gettid());
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-    if (task.path().filename() == self) continue;
-    std::ifstream stat(task.path() / "stat");
-    std::string text;
-    std::getline(stat, text);  // one line
-    const std::size_t name_end = text.rfind(')');
-    if (name_end == std::string::npos || name_end + 2 >= text.size()) continue;  // the task ended meanwhile
-    if (text[name_end + 2] != 'S') return false;
-  }
-  return true;
-}
-
-std::atomic<int> g_outer_locks_taken{0};
-void count_lock(engine::OuterForkLock&) { g_outer_locks_taken.fetch_add(1); }
-
-// An IdleRelease whose started thread has reached its wait: it took the lock (OuterForkLock's seam counts it) and
-// then released it inside condition_variable_any::wait_for, and sleeps there.
-std::unique_ptr<IdleRelease> started_and_waiting() {
-  IdleReleaseOptions options;
-  options.idle_after = std::chrono::hours(1);
-  options.check_every = std::chrono::hours(1);  // the thread waits for the whole test
-  auto release = std::make_unique<IdleRelease>(std::vector<Allocator*>{}, options);
-  g_outer_locks_taken = 0;
-  engine::OuterForkLock::set_held_seam(&count_lock);
-  release->start();
-  while (g_outer_locks_taken.load() == 0) std::this_thread::yield();
-  engine::OuterForkLock::set_held_seam(nullptr);
-  (void)release->releases();  // the thread released the lock: it is inside wait_for
-  while (!other_threads_sleep()) std::this_thread::yield();  // and blocked in it (a waiter of the wake)
-  return release;
-}
-
 TEST(ThreadsIdleReleaseFork, AChildDestroysAnIdleReleaseWhoseThreadWaitedAtTheFork) {
-  auto release = started_and_waiting();
+  auto release = idle_release_test::started_and_waiting();
   const std::string problem = fork_test::run_in_child([&] {
     release.reset();  // stop(), then the destructor: hung here in pthread_cond_destroy before
     return 0;
@@ -73,7 +36,7 @@ TEST(ThreadsIdleReleaseFork, AChildDestroysAnIdleReleaseWhoseThreadWaitedAtTheFo
 }
 
 TEST(ThreadsIdleReleaseFork, AChildStartsAThreadOfItsOwnAndStopsIt) {
-  auto release = started_and_waiting();
+  auto release = idle_release_test::started_and_waiting();
   const std::string problem = fork_test::run_in_child([&] {
 #ifndef PLIMSOLL_TEST_UNDER_TSAN
     release->start();  // a thread of its own, on a wake of its own
