@@ -476,6 +476,24 @@ TEST(CudaRegionBacking, ReserveAllocatesEverythingAndMapOnlyKeepsBooks) {
   EXPECT_EQ(counters.ctx_push, counters.ctx_pop);
 }
 
+// A refused cuMemAlloc is out of memory to the heap; a failure other than out of memory is kept for the report, as
+// the VMM and pinned-host backings keep theirs (CudaLeafLocks: the same error note, the same fork order).
+TEST(CudaRegionBacking, DriverFailuresOtherThanOutOfMemoryAreKeptForTheReport) {
+  fake_cuda::Driver driver(with_capacity(64 * MiB));
+  CudaRegionBacking backing(driver.api(), 0);
+  EXPECT_EQ(backing.reserve(128 * MiB), 0U) << "the device cannot hold it";
+  EXPECT_EQ(backing.last_driver_error(), "") << "out of memory is reported as such, not kept";
+  driver.fail(fake_cuda::Call::mem_alloc, 1, cu::kErrorInvalidValue);
+  EXPECT_EQ(backing.reserve(8 * MiB), 0U);
+  EXPECT_THAT(backing.last_driver_error(), HasSubstr("cuMemAlloc of 8.00 MiB failed"));
+  EXPECT_THAT(backing.last_driver_error(), HasSubstr("CUDA_ERROR_INVALID_VALUE"));
+  EXPECT_EQ(driver.used_bytes(), 0U);
+  const std::uintptr_t base = backing.reserve(8 * MiB);
+  ASSERT_NE(base, 0U) << "the next reserve works";
+  backing.unreserve(base, 8 * MiB);
+  EXPECT_EQ(driver.used_bytes(), 0U);
+}
+
 TEST(CudaRegionBacking, MisalignedAllocationIsRedoneWithSlack) {
   fake_cuda::Options options;
   options.misalign_plain_allocations = true;

@@ -5,21 +5,19 @@
 // lasts: checked first). Before that rule the planned entries around the extra tensor fell back one by one and the
 // job ran out of memory at event 2,877 at 617 granules of 2 MiB, and at event 4,179 at 618 when given up only while
 // a page was live (docs/engine.md, "Against the target").
+#include <cstdint>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.hpp"
+#include "extra_tensor_trace.hpp"
 
 namespace {
 
 constexpr std::uint64_t kGranule = 2ull << 20;
-
-const std::string kGpt = std::string(PLIMSOLL_TRACES_DIR) + "/gpt-6-512-b8.trace";
 
 nlohmann::json replay(const std::string& trace, std::uint64_t granules, const std::string& extra = "") {
   const plimsoll::testing::CliRun run = plimsoll::testing::run_plimsoll(
@@ -29,21 +27,9 @@ nlohmann::json replay(const std::string& trace, std::uint64_t granules, const st
   return nlohmann::json::parse(plimsoll::testing::lines_of(run.out).at(0));
 }
 
-std::string gpt_with_an_extra_tensor_in_step_2() {
-  std::ifstream in(kGpt);
-  std::stringstream out;
-  for (std::string line; std::getline(in, line);) {
-    if (line == "# step 2 end") out << "f 900000001\n";
-    out << line << "\n";
-    if (line == "# step 2 begin") out << "a 900000001 3145728\n";
-  }
-  const std::string trace = ::testing::TempDir() + "cli-transition-extra-tensor.trace";
-  std::ofstream(trace) << out.str();
-  return trace;
-}
-
 TEST(CliTransition, AStepThatDoesNotMatchItsPlanFallsBackWithinTheLimit) {
-  const std::string trace = gpt_with_an_extra_tensor_in_step_2();
+  const std::string trace =
+      plimsoll::testing_support::gpt_with_an_extra_tensor_in_step_2("cli-transition-extra-tensor.trace");
   for (const std::uint64_t granules : {617u, 618u, 619u, 620u}) {
     SCOPED_TRACE(granules);
     ASSERT_FALSE(replay(trace, granules, " --no-step-plan")["oom"].get<bool>()) << "best fit alone lasts";

@@ -12,6 +12,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "fake_cuda_device.hpp"
 #include "failing_operator_new.hpp"
@@ -47,6 +48,15 @@ struct ParkedBehindAnEvent {
   fake_cuda::Stream& b;
   void* parked = nullptr;
   void* on_b = nullptr;
+};
+
+// A fake device and two of its streams, nothing allocated yet: the record_stream tests' start.
+struct TwoStreams {
+  TwoStreams() : allocator(fake_cuda_allocator(driver, 64 * MiB)), a(driver.create_stream()), side(driver.create_stream()) {}
+  fake_cuda::Driver driver;
+  std::unique_ptr<Allocator> allocator;
+  fake_cuda::Stream& a;
+  fake_cuda::Stream& side;
 };
 
 // Every allocation a park makes fails in turn (a new stream's queue, its batch, the batch's list, the parked record,
@@ -137,6 +147,113 @@ TEST(EngineStreamOrderFaults, GivingAnEventBackToThePoolOutOfHostMemoryDoesNotTe
   allocator->deallocate(on_b, on(b));
   allocator->trim();
   EXPECT_EQ(allocator->stats().live_allocations, 0U);
+}
+
+// record_stream out of host memory (PyTorch calls it from code that expects no failure): every allocation it makes
+// fails in turn (the record's node, its list). Nothing is thrown; the block is noted in the fixed fallback room, and
+// its free waits for the whole device (one cuCtxSynchronize) and frees it at once, its books right. Without the
+// fallback the second stream would be lost and the block parked for reuse on `a` alone.
+TEST(EngineStreamOrderFaults, ARecordStreamOutOfHostMemoryMakesTheFreeWaitForTheWholeDevice) {
+  SKIP_UNLESS_NEW_CAN_FAIL();
+  TwoStreams device;
+  auto& [driver, allocator, a, side] = device;
+  const Tag tag = intern_tag("record-stream-faults");
+  int failures = 0;
+  for (int news = 0; news < 16; ++news) {
+    void* p = allocator->allocate(4 * MiB, on(a), tag);
+    t_news_before_failure = news;
+    ASSERT_NO_THROW(allocator->record_stream(p, on(side)));
+    const bool failed = t_news_before_failure < 0;
+    t_news_before_failure = -1;
+    const std::uint64_t synchronized = driver.counters().ctx_synchronize;
+    allocator->deallocate(p, on(a));
+    if (!failed) {  // recorded: parked behind events on both streams, no device synchronization
+      EXPECT_EQ(driver.counters().ctx_synchronize, synchronized);
+      EXPECT_EQ(allocator->stats().parked_bytes, 4 * MiB);
+      allocator->trim();  // the streams are idle: the parked block goes back
+      break;
+    }
+    ++failures;
+    EXPECT_EQ(driver.counters().ctx_synchronize, synchronized + 1) << "allocation " << news << " of the record failed";
+    const Stats after = allocator->stats();
+    EXPECT_EQ(after.unrecorded_streams, static_cast<std::uint64_t>(failures)) << "one noted block per failed record";
+    EXPECT_EQ(after.stream_fallbacks, static_cast<std::uint64_t>(failures)) << "its free's device synchronization";
+    EXPECT_EQ(after.parked_bytes, 0U) << "freed at once after the device synchronized";
+    EXPECT_EQ(after.live_allocations, 0U);
+    EXPECT_EQ(tag_in_use(after, "record-stream-faults"), 0U);
+  }
+  EXPECT_GE(failures, 2) << "the record's node and its list: each failed once";
+  EXPECT_EQ(allocator->stats().stream_fallbacks, static_cast<std::uint64_t>(failures)) << "the recorded one: none";
+  EXPECT_EQ(allocator->stats().live_allocations, 0U);
+}
+
+// A record that fails for a block with a stream recorded already: the fallback covers both, and no record is left
+// behind for the next block at that address (which is then parked on its own stream, with no synchronization).
+TEST(EngineStreamOrderFaults, AFailedSecondRecordLeavesNoRecordForTheNextBlockThere) {
+  SKIP_UNLESS_NEW_CAN_FAIL();
+  TwoStreams device;
+  auto& [driver, allocator, a, b] = device;
+  fake_cuda::Stream& c = driver.create_stream();
+  void* p = allocator->allocate(4 * MiB, on(a));
+  allocator->record_stream(p, on(b));
+  {
+    const ScopedFailures failing;
+    allocator->record_stream(p, on(c));
+  }
+  allocator->deallocate(p, on(a));
+  EXPECT_EQ(driver.counters().ctx_synchronize, 1U);
+  EXPECT_EQ(allocator->stats().parked_bytes, 0U);
+  void* next = allocator->allocate(4 * MiB, on(a));
+  ASSERT_EQ(next, p) << "freed into the heap at once: the same block again";
+  a.hold();
+  a.launch();
+  allocator->deallocate(next, on(a));
+  EXPECT_EQ(driver.counters().ctx_synchronize, 1U) << "a stale record or fallback slot made this free wait too";
+  EXPECT_EQ(allocator->stats().parked_bytes, 4 * MiB) << "an ordinary park on its own stream";
+  a.release();
+  allocator->trim();
+  EXPECT_EQ(allocator->stats().parked_bytes, 0U);
+}
+
+// Only when the fallback's fixed room is full too does record_stream fail: std::bad_alloc, the block's streams as
+// before (its free an ordinary park on its own stream). A free without a stream gives its slot back.
+TEST(EngineStreamOrderFaults, ARecordStreamBeyondTheFallbackRoomThrowsWithNothingChanged) {
+  SKIP_UNLESS_NEW_CAN_FAIL();
+  TwoStreams device;
+  auto& [driver, allocator, a, side] = device;
+  constexpr std::uint64_t kBlock = MiB / 2;  // 65 of them fit the fake device
+  std::vector<void*> noted;
+  for (int i = 0; i < 64; ++i) noted.push_back(allocator->allocate(kBlock, on(a)));
+  void* extra = allocator->allocate(kBlock, on(a));
+  {
+    const ScopedFailures failing;
+    for (void* p : noted) ASSERT_NO_THROW(allocator->record_stream(p, on(side)));
+    EXPECT_THROW(allocator->record_stream(extra, on(side)), std::bad_alloc) << "the 65th: no room left";
+  }
+  a.hold();
+  a.launch();
+  allocator->deallocate(extra, on(a));
+  EXPECT_EQ(driver.counters().ctx_synchronize, 0U) << "nothing was noted for it";
+  EXPECT_EQ(allocator->stats().parked_bytes, kBlock);
+  a.release();
+  allocator->deallocate(noted.back());  // no stream: its slot is given back
+  noted.pop_back();
+  extra = allocator->allocate(kBlock, on(a));
+  {
+    const ScopedFailures failing;
+    EXPECT_NO_THROW(allocator->record_stream(extra, on(side))) << "the slot of the block freed without a stream is "
+                                                                   "free again";
+  }
+  for (void* p : noted) allocator->deallocate(p, on(a));
+  allocator->deallocate(extra, on(a));
+  EXPECT_EQ(driver.counters().ctx_synchronize, 64U) << "one device synchronization per noted block";
+  allocator->trim();
+  const Stats done = allocator->stats();
+  EXPECT_EQ(done.unrecorded_streams, 65U) << "64 noted, then one more in the slot given back; not the 65th refused";
+  EXPECT_EQ(done.stream_fallbacks, 64U);
+  EXPECT_EQ(done.live_allocations, 0U);
+  EXPECT_EQ(done.parked_bytes, 0U);
+  EXPECT_EQ(done.reserved_bytes, 0U);
 }
 
 }  // namespace

@@ -7,8 +7,6 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +16,7 @@
 #include "plimsoll/recording.hpp"
 #include "plimsoll/runtime.hpp"
 #include "plimsoll/trace.hpp"
+#include "extra_tensor_trace.hpp"
 #include "policy_builder.hpp"
 #include "telemetry/replay/replay.hpp"
 #include "telemetry/traces/repeat_step.hpp"
@@ -142,15 +141,7 @@ TEST(EngineTransitionFollow, TransitionsGivenUpAtEveryStepArePackedAtFewBoundari
 // planned entries around the extra tensor fell back one by one and the job ran out of memory at event 2,877.
 // Nothing passes the limit, and the job runs on. (Was CliTransition's; in process, for the rule's switch.)
 TEST(EngineTransitionFollow, ATransitionStepThatDoesNotMatchFallsBackWithinTheLimit) {
-  std::ifstream in(std::string(PLIMSOLL_TRACES_DIR) + "/gpt-6-512-b8.trace");
-  std::stringstream out;
-  for (std::string line; std::getline(in, line);) {
-    if (line == "# step 2 end") out << "f 900000001\n";
-    out << line << "\n";
-    if (line == "# step 2 begin") out << "a 900000001 3145728\n";
-  }
-  const std::string path = ::testing::TempDir() + "transition-extra-tensor.trace";
-  std::ofstream(path) << out.str();
+  const std::string path = testing_support::gpt_with_an_extra_tensor_in_step_2("transition-extra-tensor.trace");
   const Trace trace = telemetry::repeat_last_step(read_trace(path), 10);
   std::filesystem::remove(path);
   {

@@ -77,7 +77,7 @@ struct Counters {
 };
 
 /// Which call an injected failure hits.
-enum class Call { create, map, set_access, unmap, event_create, event_record, host_register };
+enum class Call { create, map, set_access, unmap, event_create, event_record, host_register, mem_alloc };
 
 class Driver;
 
@@ -286,7 +286,7 @@ class Driver {
   std::condition_variable streams_done_;  // notified when a stream completes work
   Options options_;
   Counters counters_;
-  Failure failures_[7];
+  Failure failures_[static_cast<int>(Call::mem_alloc) + 1];  // one per Call
   std::uint64_t used_ = 0;
   cu::MemHandle next_handle_ = 0x1000;
   int synchronizing_ = 0;
@@ -633,6 +633,7 @@ inline cu::Result Driver::mem_alloc(cu::DevicePtr* pointer, std::size_t bytes) {
   if (!has_context()) return kErrorInvalidContext;
   const std::lock_guard lock(mutex_);
   ++counters_.mem_alloc;
+  if (cu::Result result = cu::kSuccess; injected(Call::mem_alloc, result)) return result;
   if (pointer == nullptr || bytes == 0) return cu::kErrorInvalidValue;
   if (bytes > options_.capacity_bytes || used_ > options_.capacity_bytes - bytes) return cu::kErrorOutOfMemory;
   constexpr std::uint64_t kAlignment = 2 * kMiB;

@@ -38,6 +38,30 @@ TEST(TorchCudaDevice, SameStreamFreesAreReusedAtOnceOtherStreamsWait) {
   EXPECT_THAT(why, HasSubstr("freed already"));
 }
 
+// record_stream through the shell: a block also used on a busy side stream is reused by nobody until that stream's
+// work completed; a pointer that is not a live block is refused with the engine's reason, never an exception.
+TEST(TorchCudaDevice, RecordStreamKeepsTheBlockFromEveryoneUntilTheSideStreamIsDone) {
+  fake_cuda::Driver driver;
+  auto allocator = fake_cuda::fake_cuda_allocator(driver, 32 * MiB);
+  fake_cuda::Stream& compute = driver.create_stream();
+  fake_cuda::Stream& side = driver.create_stream();
+  std::string why;
+  void* x = torch_malloc(*allocator, 4 * MiB, compute.handle(), why);
+  ASSERT_NE(x, nullptr) << why;
+  ASSERT_TRUE(torch_record_stream(*allocator, x, side.handle(), why)) << why;
+  side.hold();
+  side.launch();
+  ASSERT_TRUE(torch_free(*allocator, x, compute.handle(), why)) << why;
+  void* again = torch_malloc(*allocator, 4 * MiB, compute.handle(), why);
+  EXPECT_NE(again, x) << "reused while the recorded side stream still used it";
+  side.release();
+  EXPECT_EQ(torch_malloc(*allocator, 4 * MiB, side.handle(), why), x);
+  EXPECT_FALSE(torch_record_stream(*allocator, static_cast<char*>(x) + 256, side.handle(), why));
+  EXPECT_THAT(why, HasSubstr("not a live allocation"));
+  EXPECT_TRUE(torch_free(*allocator, x, side.handle(), why));
+  EXPECT_TRUE(torch_free(*allocator, again, compute.handle(), why));
+}
+
 TEST(TorchCudaDevice, OutOfMemoryKeepsPlimsollsReport) {
   fake_cuda::Driver driver;
   auto allocator = fake_cuda::fake_cuda_allocator(driver, 8 * MiB);
@@ -63,6 +87,8 @@ TEST(TorchCudaDevice, StatsUsePyTorchsNamesEmptyCacheAndResetPeakWork) {
   EXPECT_EQ(stats["allocated_bytes.all.current"], 4 * MiB);
   EXPECT_EQ(stats["allocated_bytes.all.peak"], 14 * MiB);
   EXPECT_EQ(stats["parked_bytes"], 10 * MiB);
+  EXPECT_EQ(stats["stream_fallbacks"], 0) << "every free was stream-ordered";
+  EXPECT_EQ(stats["unrecorded_streams"], 0);
   EXPECT_EQ(stats["active_bytes.all.current"], 14 * MiB) << "parked blocks are still active on their stream";
   EXPECT_GE(stats["reserved_bytes.all.current"].get<std::uint64_t>(), 14 * MiB);
   EXPECT_EQ(stats["allocation.all.current"], 1);

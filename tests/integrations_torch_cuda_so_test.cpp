@@ -1,6 +1,6 @@
 // libplimsoll_torch_cuda.so as PyTorch loads it: dlopen, dlsym of the CUDAPluggableAllocator entry points.
 // Without a usable CUDA device (CI, this machine) plimsoll_torch_malloc must return NULL, say why once on
-// stderr, and not crash; and the library must export its nine C functions and nothing else.
+// stderr, and not crash; and the library must export its ten C functions and nothing else.
 #include <dlfcn.h>
 #include <sys/types.h>
 
@@ -68,7 +68,8 @@ TEST(TorchCudaSo, ExportsOnlyTheAllocatorEntryPoints) {
                                                         "plimsoll_torch_cuda_empty_cache",
                                                         "plimsoll_torch_cuda_reset_peak", "plimsoll_torch_cuda_pause",
                                                         "plimsoll_torch_cuda_resume", "plimsoll_torch_cuda_is_paused",
-                                                        "plimsoll_torch_cuda_last_error"))
+                                                        "plimsoll_torch_cuda_last_error",
+                                                        "plimsoll_torch_record_stream"))
       << symbols;
 }
 
@@ -117,6 +118,21 @@ TEST(TorchCudaSo, MallocWithoutACudaDeviceReturnsNullAndSaysWhyOnce) {
   EXPECT_EQ(resume(0), -1);
   EXPECT_EQ(is_paused(0), -1);
   EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr("cannot resume cuda:0"));
+  auto record_stream = reinterpret_cast<int (*)(void*, int, plimsoll_cuda_stream)>(
+      ::dlsym(library, "plimsoll_torch_record_stream"));
+  ASSERT_NE(record_stream, nullptr);
+  int local = 0;
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(record_stream(&local, 0, nullptr), -1) << "no device was created";
+  EXPECT_THAT(last_error(), HasSubstr("never allocated on it"));
+  EXPECT_EQ(record_stream(&local, -1, nullptr), -1) << "no device holds it";
+  EXPECT_THAT(last_error(), HasSubstr("no device of plimsoll's holds a live allocation"));
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr("cannot record_stream"));
+  // PyTorch passes an empty tensor's null pointer on, as it does to free: nothing to order, nothing said.
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(record_stream(nullptr, -1, nullptr), 0);
+  EXPECT_EQ(record_stream(nullptr, 0, nullptr), 0);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
   // Not dlclosed: the runtime it created lives until the process exits, as under PyTorch.
 }
 

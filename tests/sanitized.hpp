@@ -9,3 +9,14 @@
 #define PLIMSOLL_SANITIZED 1
 #endif
 #endif
+
+// PLIMSOLL_TEST_UNDER_TSAN is defined in builds with ThreadSanitizer: it refuses a thread started in the child of a
+// multi-threaded fork ("starting new threads after multi-threaded fork is not supported", exit 66), so fork tests
+// leave that part to the plain builds, and it does not model membarrier (the thread caches' barrier is a fence there).
+#if defined(__SANITIZE_THREAD__)
+#define PLIMSOLL_TEST_UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define PLIMSOLL_TEST_UNDER_TSAN 1
+#endif
+#endif

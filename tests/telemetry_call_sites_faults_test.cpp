@@ -72,17 +72,22 @@ std::vector<std::string> allocation_sites(const Trace& trace) {
   return named;
 }
 
-// A warmed simulated device recording call sites to a temporary trace; sites() detaches the recording, closes it and
-// reads back each allocation's site.
+// A warmed simulated device recording call sites to a temporary trace, with the fake interpreter installed and the
+// program inside it at `line`; sites() detaches the recording, closes it and reads back each allocation's site.
 struct RecordedDevice {
-  explicit RecordedDevice(const char* name)
+  RecordedDevice(const char* name, std::uint32_t line)
       : path(temp_trace(name)),
         device(testing_support::sim_device(), std::make_unique<backings::SimBacking>(4ull << 30)) {
     device.set_step_plan(false);
     warm(device);
     recording = Recording::open(path, {.call_sites = true});
     device.record_to(recording);
+    in_interpreter = true;
+    current_line = line;
   }
+  ~RecordedDevice() { in_interpreter = false; }
+  RecordedDevice(const RecordedDevice&) = delete;
+  RecordedDevice& operator=(const RecordedDevice&) = delete;
   std::vector<std::string> sites() {
     device.record_to(nullptr);
     recording->close();
@@ -90,6 +95,7 @@ struct RecordedDevice {
     std::filesystem::remove(path);
     return allocation_sites(trace);
   }
+  const SourceInstalled installed;  // first: the source outlives the device and its recording
   const std::string path;
   Allocator device;
   std::shared_ptr<Recording> recording;
@@ -98,11 +104,8 @@ struct RecordedDevice {
 // A new stack out of host memory: the allocation goes on without a call site, nothing half made in the call sites.
 TEST(TelemetryCallSitesFaults, ANewSiteOutOfHostMemoryIsLeftOutNotTerminate) {
   SKIP_UNLESS_NEW_CAN_FAIL();
-  SourceInstalled installed;
-  RecordedDevice recorded("plimsoll_sites_faults_capture_");
+  RecordedDevice recorded("plimsoll_sites_faults_capture_", 10);
   Allocator& device = recorded.device;
-  in_interpreter = true;
-  current_line = 10;
   device.deallocate(device.allocate(4096));  // one site known
   current_line = 11;
   void* p = nullptr;
@@ -127,11 +130,8 @@ TEST(TelemetryCallSitesFaults, ANewSiteOutOfHostMemoryIsLeftOutNotTerminate) {
 // with its site, and close() names the site, as it names every site not written yet.
 TEST(TelemetryCallSitesFaults, ASiteThatCannotBeNamedAtOnceIsNamedAtClose) {
   SKIP_UNLESS_NEW_CAN_FAIL();
-  SourceInstalled installed;
-  RecordedDevice recorded("plimsoll_sites_faults_name_");
+  RecordedDevice recorded("plimsoll_sites_faults_name_", 20);
   Allocator& device = recorded.device;
-  in_interpreter = true;
-  current_line = 20;
   fail_after_describe = true;
   void* p = device.try_allocate(4096);  // terminated here before: naming the new site threw
   t_fail_new = false;
@@ -145,16 +145,12 @@ TEST(TelemetryCallSitesFaults, ASiteThatCannotBeNamedAtOnceIsNamedAtClose) {
   EXPECT_EQ(named[0], "a/long/path/to/the/training/script.py:20") << "named at close()";
 }
 
-
 // The interpreter's describe() is caller code: whatever it throws inside the noexcept try_allocate (under the
 // device's lock) leaves the allocation without a call site; only std::bad_alloc was caught before (std::terminate).
 // No operator new failure: runs under a sanitizer too.
 TEST(TelemetryCallSitesFaults, AnInterpreterDescribeThatThrowsLeavesTheSiteOutNotTerminate) {
-  SourceInstalled installed;
-  RecordedDevice recorded("plimsoll_sites_faults_throw_");
+  RecordedDevice recorded("plimsoll_sites_faults_throw_", 30);
   Allocator& device = recorded.device;
-  in_interpreter = true;
-  current_line = 30;
   describe_throws = true;
   void* p = device.try_allocate(4096);  // terminated here before
   describe_throws = false;

@@ -28,18 +28,9 @@
 #include "plimsoll/runtime.hpp"
 #include "runtime/allocator_group.hpp"
 #include "runtime/runtime_access.hpp"
+#include "sanitized.hpp"  // PLIMSOLL_TEST_UNDER_TSAN
 #include "sim_device.hpp"
 
-// ThreadSanitizer refuses a thread started in the child of a multi-threaded fork ("starting new threads after
-// multi-threaded fork is not supported", exit 66): under it the child skips IdleRelease's start()/stop() of a thread
-// of its own (the plain builds run that part).
-#if defined(__SANITIZE_THREAD__)
-#define PLIMSOLL_TEST_UNDER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define PLIMSOLL_TEST_UNDER_TSAN 1
-#endif
-#endif
 
 namespace plimsoll {
 namespace {

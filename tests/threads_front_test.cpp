@@ -23,6 +23,7 @@
 #include "plimsoll/oom.hpp"
 #include "util/spin_lock.hpp"
 
+#include "sanitized.hpp"  // PLIMSOLL_TEST_UNDER_TSAN
 #include "sim_device.hpp"
 
 namespace plimsoll {
@@ -696,12 +697,8 @@ TEST(ThreadsFront, TheSummaryNamesTheBarrier) {
   const std::string kind = engine::ThreadCaches::barrier_kind();
   EXPECT_TRUE(kind == "membarrier" || kind == "seq_cst fence") << kind;
   EXPECT_THAT(with_cache.summary(), ::testing::HasSubstr("thread cache 1.00 MiB (" + kind + ")"));
-#if defined(__SANITIZE_THREAD__)
+#ifdef PLIMSOLL_TEST_UNDER_TSAN
   EXPECT_EQ(kind, "seq_cst fence");
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-  EXPECT_EQ(kind, "seq_cst fence");
-#endif
 #endif
 }
 

@@ -89,7 +89,9 @@ class Allocator {
   void deallocate(void* ptr, Stream stream);
   /// The live allocation at `ptr` is also used on `stream` (torch's record_stream): when it is freed, nobody
   /// reuses it before the work queued on `stream` up to the free has completed. Throws InvalidArgument for a
-  /// pointer that is not a live allocation. No effect on host and simulated devices.
+  /// pointer that is not a live allocation. No effect on host and simulated devices. Out of host memory it still
+  /// holds (the free then waits for the whole device instead: docs/engine.md, "Stream-ordered reuse"); only when
+  /// that fallback's fixed room is taken too, std::bad_alloc with nothing changed (the block's streams as before).
   void record_stream(void* ptr, Stream stream);
   /// Whether this device orders reuse by streams (a CUDA device whose driver has events); false on host and
   /// simulated devices, which ignore streams.

@@ -72,6 +72,10 @@ struct Stats {
   // CUDA devices: blocks the program freed on a stream whose queued work may still use them, not counted in
   // in_use_bytes. Their stream may reuse them now, every other stream once the work completed.
   std::uint64_t parked_bytes = 0;
+  // CUDA devices: device synchronizations at a free, in place of stream order: no event could be had, or the block
+  // is one of the unrecorded_streams (a record_stream that ran out of host memory, noted in a fixed array ahead).
+  std::uint64_t stream_fallbacks = 0;
+  std::uint64_t unrecorded_streams = 0;
   // Address space the device's heap reserved up front (what `top` counts as VIRT for a host device): a span
   // larger than the limit, so the heap can grow in place. It costs no memory until mapped.
   std::uint64_t address_space_bytes = 0;

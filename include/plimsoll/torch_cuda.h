@@ -1,7 +1,7 @@
 /* libplimsoll_torch_cuda.so: plimsoll as PyTorch's CUDA allocator, through
  * torch.cuda.memory.CUDAPluggableAllocator(path, "plimsoll_torch_malloc", "plimsoll_torch_free").
  * See docs/pytorch.md. C-compatible; needs no CUDA header: a cudaStream_t is passed as a plain pointer.
- * Neither function lets an exception out: failures print plimsoll's message on stderr. */
+ * No function lets an exception out: failures print plimsoll's message on stderr. */
 #ifndef PLIMSOLL_TORCH_CUDA_H
 #define PLIMSOLL_TORCH_CUDA_H
 
@@ -20,6 +20,15 @@ void* plimsoll_torch_malloc(ssize_t size, int device, plimsoll_cuda_stream strea
 /* Frees `ptr`, last used on `stream`: reused at once by allocations on `stream` (stream order), by other streams
  * once the work queued on `stream` before this call has completed. */
 void plimsoll_torch_free(void* ptr, ssize_t size, int device, plimsoll_cuda_stream stream);
+/* The live `ptr` (from plimsoll_torch_malloc on cuda:`device`; `device` -1: whichever device holds it) is also
+ * used on `stream` (torch's record_stream, e.g. through the C++ CUDAPluggableAllocator::set_record_stream_fn, whose
+ * hook passes no device): once freed, no other stream reuses it before the work queued on `stream` up to the free
+ * has completed. A NULL `ptr` (PyTorch passes an empty tensor's) is no block: 0, nothing done, nothing said.
+ * 0, or -1 with the reason on stderr and in
+ * plimsoll_torch_cuda_last_error(): not a live block of that device, or out of host memory beyond the fallback's
+ * fixed room (plimsoll otherwise survives that by synchronizing the device at the block's free); after -1 the
+ * block's streams are as they were: synchronize `stream` before freeing it. */
+int plimsoll_torch_record_stream(void* ptr, int device, plimsoll_cuda_stream stream);
 /* The device's counters as a JSON object ({"device":"cuda:0","in_use_bytes":...}), or NULL when the device was
  * never used. Valid until the calling thread's next call of this function. */
 const char* plimsoll_torch_cuda_stats_json(int device);

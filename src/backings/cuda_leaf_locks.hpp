@@ -3,7 +3,8 @@
 // engine's polls) and its last driver error (last_driver_error()). Both locks are leaves a hook may take under the
 // backing's lock, so fork() takes them from the backing's Backing::do_lock_own_for_fork, after the backing's lock
 // and its upstream's, and releases them before (docs/engine.md, "fork()", step 4). One member for every CUDA backing
-// with events and an error note (virtual memory, pinned host memory), so the order is written once.
+// with events and an error note (virtual memory, pinned host memory, the cuMemAlloc region), so the order is written
+// once.
 #include <memory>
 #include <utility>
 

@@ -26,7 +26,20 @@ CudaRegionBacking::CudaRegionBacking(const cu::Api& api, cu::Device device, std:
     : Backing("CUDA region", granularity),
       api_(checked_api(api, device)),
       context_(api_, device),
-      events_(api_.has_events() ? std::make_unique<CudaStreamEvents>(api_, context_) : nullptr) {}
+      leaves_(api_.has_events() ? std::make_unique<CudaStreamEvents>(api_, context_) : nullptr, "",
+              "reported as out of memory") {}
+
+std::string CudaRegionBacking::last_driver_error() const { return leaves_.error.last(); }
+
+bool CudaRegionBacking::allocate_or_note(cu::DevicePtr& raw, std::uint64_t bytes) {
+  const cu::Result result = api_.mem_alloc(&raw, bytes);
+  if (result == cu::kSuccess) return true;
+  if (result != cu::kErrorOutOfMemory) {
+    leaves_.error.keep(fmt::format("CUDA device {}: cuMemAlloc of {} failed: {}", context_.device(),
+                                   format_size(bytes), api_.error_name(result)));
+  }
+  return false;
+}
 
 CudaRegionBacking::~CudaRegionBacking() {
   if (allocations_.empty()) return;
@@ -39,14 +52,14 @@ std::uintptr_t CudaRegionBacking::do_reserve(std::uint64_t bytes) {
   const CudaPrimaryContext::Scope scope(context_, "allocate memory");
   const std::uint64_t granule = granularity();
   cu::DevicePtr raw = 0;
-  if (api_.mem_alloc(&raw, bytes) != cu::kSuccess) return 0;
+  if (!allocate_or_note(raw, bytes)) return 0;
   std::uintptr_t base = raw;
   // The driver aligns large allocations to 2 MiB in practice but promises only 256 bytes; the heap's granule
   // arithmetic needs the base aligned, so a misaligned allocation is redone with a granule of slack.
   if (!util::is_aligned(base, granule)) {
     api_.mem_free(raw);
     if (bytes > std::numeric_limits<std::uint64_t>::max() - granule) return 0;
-    if (api_.mem_alloc(&raw, bytes + granule) != cu::kSuccess) return 0;
+    if (!allocate_or_note(raw, bytes + granule)) return 0;
     base = util::align_up(raw, granule);
   }
   allocations_.emplace(base, raw);

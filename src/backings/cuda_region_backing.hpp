@@ -10,7 +10,7 @@
 
 #include "backings/backing.hpp"
 #include "backings/cuda_context.hpp"
-#include "backings/cuda_stream_events.hpp"
+#include "backings/cuda_leaf_locks.hpp"
 #include "backings/granules.hpp"
 #include "devices/cuda_driver.hpp"
 
@@ -25,8 +25,12 @@ class CudaRegionBacking final : public Backing {
   /// Frees what the engine left reserved (a heap normally leaves nothing).
   ~CudaRegionBacking() override;
 
+  /// The last driver failure other than out of memory (a refused reserve is reported as out of memory); "" if none.
+  std::string last_driver_error() const;
+
  private:
-  /// cuMemAlloc of the whole range, aligned to the granularity; 0 when the device cannot hold it.
+  /// cuMemAlloc of the whole range, aligned to the granularity; 0 when the device cannot hold it or the driver
+  /// refuses (that error kept in last_driver_error()).
   std::uintptr_t do_reserve(std::uint64_t bytes) override;
   /// cuMemFree after the device's streams finish.
   void do_unreserve(std::uintptr_t base, std::uint64_t bytes) noexcept override;
@@ -38,19 +42,18 @@ class CudaRegionBacking final : public Backing {
   bool do_touchable() const noexcept override { return false; }
   /// The device's events (nullptr when the driver lacks them): blocks freed on a stream wait for their own
   /// events instead of the whole device.
-  StreamEvents* do_stream_events() noexcept override { return events_.get(); }
-  /// fork(): the events' error lock (last_error() takes it without the backing's lock).
-  void do_lock_own_for_fork() noexcept override {
-    if (events_ != nullptr) events_->lock_for_fork();
-  }
-  void do_unlock_own_after_fork() noexcept override {
-    if (events_ != nullptr) events_->unlock_after_fork();
-  }
+  StreamEvents* do_stream_events() noexcept override { return leaves_.events.get(); }
+  /// fork(): the error's lock (last_driver_error() takes it without the backing's lock), then the events', in the
+  /// order every CUDA backing takes them (CudaLeafLocks).
+  void do_lock_own_for_fork() noexcept override { leaves_.lock_for_fork(); }
+  void do_unlock_own_after_fork() noexcept override { leaves_.unlock_after_fork(); }
   std::string do_describe() const override;
+  /// cuMemAlloc; false when refused, keeping any error but out of memory.
+  bool allocate_or_note(cuda_driver::DevicePtr& raw, std::uint64_t bytes);
 
   const cuda_driver::Api& api_;
   const CudaPrimaryContext context_;
-  const std::unique_ptr<CudaStreamEvents> events_;  // after context_, which it uses
+  CudaLeafLocks leaves_;  // after context_, which its events use; the error is read outside the backing's lock
   // Invariant: one entry per ledger reservation, keyed by its (aligned) base; the value is the pointer
   // cuMemAlloc returned, which cuMemFree needs (below the base when the allocation had to be padded). Guarded by
   // the backing's lock (used in hooks and the destructor only).

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "backings/granules.hpp"
+#include "util/room_ahead.hpp"
 
 namespace plimsoll::backings {
 
@@ -64,7 +65,7 @@ std::string MappingLedger::unmap_problem(std::uintptr_t addr, std::uint64_t byte
 
 void MappingLedger::make_room_for_reservation(std::uint64_t bytes) {
   const std::uint64_t words = words_for(bytes / granularity_);
-  if (reservations_.size() == reservations_.capacity()) reservations_.reserve(reservations_.size() + 1);
+  util::make_room_for(reservations_);  // geometric: one more per reservation would copy the list every time
   if (room_words_ < words) {
     room_ = std::make_unique<std::uint64_t[]>(words);  // zeroed: nothing mapped yet
     room_words_ = words;

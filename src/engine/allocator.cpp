@@ -596,7 +596,7 @@ void Allocator::record_stream(void* ptr, Stream stream) {
     throw InvalidArgument("record_stream of " + hex(addr) + " on " + impl_->description.name +
                           ", which is not a live allocation of this device; pass a pointer allocate() returned, "
                           "before freeing it");
-  if (impl_->streams != nullptr) impl_->streams->record_stream(addr, stream.handle);
+  if (impl_->streams != nullptr && !impl_->streams->record_stream(addr, stream.handle)) throw std::bad_alloc();
 }
 
 void Allocator::deallocate(void* ptr) {
@@ -837,6 +837,8 @@ Stats Allocator::stats() const {
       s.frees = s.frees - p.released + p.parks;
       s.live_allocations -= p.parked_blocks;
       s.parked_bytes = p.parked_bytes;
+      s.stream_fallbacks = p.fallbacks;
+      s.unrecorded_streams = p.unrecorded_streams;
     }
     s.tags = impl_->tag_stats(front.tags);
     if (impl_->plan != nullptr) s.step_plan = impl_->plan->stats();

@@ -47,6 +47,8 @@ class OuterForkLock {
   static void set_held_seam(void (*seam)(OuterForkLock&)) noexcept { held_seam_.store(seam, std::memory_order_release); }
   /// True from when a fork()'s preparation asks for this lock until its handlers after the fork released it.
   bool fork_asked() const noexcept { return fork_asked_.load(std::memory_order_acquire); }
+  /// Whether the calling thread holds it (a seam's check of what it runs under).
+  bool held_by_caller() const noexcept { return owner_.load(std::memory_order_relaxed) == std::this_thread::get_id(); }
 
  private:
   std::mutex mutex_;

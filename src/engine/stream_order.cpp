@@ -1,20 +1,14 @@
 #include "engine/stream_order.hpp"
 
 #include <algorithm>
+#include <cstddef>
 #include <new>
+
+#include "util/room_ahead.hpp"
 
 namespace plimsoll::engine {
 
 using backings::EventState;
-
-namespace {
-// Room for one more element, growing geometrically (reserve(size() + 1) would reallocate on every call). Throws
-// std::bad_alloc with the vector unchanged.
-template <class T>
-void make_room_for_one(std::vector<T>& list) {
-  if (list.size() == list.capacity()) list.reserve(std::max<std::size_t>(8, 2 * list.capacity()));
-}
-}  // namespace
 
 StreamOrder::StreamOrder(Heap& heap, backings::StreamEvents& events) : heap_(heap), events_(events) {}
 
@@ -60,8 +54,7 @@ EventHandle StreamOrder::take_event() noexcept {
   // inside the noexcept try_allocate) never allocates. Out of host memory: no event, which every caller already
   // survives (the device is synchronized instead).
   try {
-    if (free_events_.capacity() < counters_.events_created + 1)
-      free_events_.reserve(std::max<std::size_t>(8, 2 * free_events_.capacity()));  // capacity >= events_created
+    util::reserve_ahead(free_events_, counters_.events_created + 1);  // capacity >= events_created
   } catch (const std::bad_alloc&) {
     return nullptr;
   }
@@ -78,6 +71,12 @@ void StreamOrder::give_back_event(EventHandle event) noexcept {
 // leave it live and the free can be made again. Every step that allocates has the strong guarantee and runs before
 // the ones that cannot be undone; an empty queue or an empty open batch left behind is a valid one.
 void StreamOrder::park(const BlockView& block, StreamHandle stream) {
+  if (unrecorded_count_ != 0 && take_unrecorded(block.addr)) {  // its streams are unknown: wait for all of them
+    if (!extra_streams_.empty()) extra_streams_.erase(block.addr);
+    ++counters_.parks;
+    free_after_device_sync(block);
+    return;
+  }
   if (!extra_streams_.empty()) {
     if (const auto found = extra_streams_.find(block.addr); found != extra_streams_.end()) {
       const std::vector<StreamHandle>& streams = found->second;
@@ -93,7 +92,7 @@ void StreamOrder::park(const BlockView& block, StreamHandle stream) {
   if (q.batches.empty() || q.batches.back().event != nullptr)
     q.batches.push_back(Batch{.sequence = next_sequence_++, .event = nullptr, .blocks = {}});
   Batch& batch = q.batches.back();
-  make_room_for_one(batch.blocks);
+  util::make_room_for(batch.blocks);
   parked_.emplace(block.addr, ParkedBlock{.size = block.size, .stream = stream, .sequence = batch.sequence,
                                           .small = block.small});
   try {
@@ -113,7 +112,7 @@ void StreamOrder::park(const BlockView& block, StreamHandle stream) {
 void StreamOrder::park_cross(const BlockView& block, StreamHandle stream, const std::vector<StreamHandle>& streams) {
   CrossParked entry{.addr = block.addr, .sequence = 0, .events = {}};
   entry.events.reserve(streams.size() + 1);
-  make_room_for_one(cross_);
+  util::make_room_for(cross_);
   // Strong guarantee: out of host memory, nothing inserted. Made before any event is taken.
   const auto [parked, inserted] = parked_.emplace(block.addr, ParkedBlock{.size = block.size, .stream = stream,
                                                                           .sequence = 0, .small = block.small,
@@ -131,13 +130,9 @@ void StreamOrder::park_cross(const BlockView& block, StreamHandle stream, const 
     if (event != nullptr) entry.events.push_back(event);  // room made above
   }
   if (!recorded) {  // no event for one of its streams: wait for all of them, then the block is idle
-    ++counters_.fallbacks;
-    events_.synchronize_device();
     for (EventHandle event : entry.events) give_back_event(event);
     parked_.erase(parked);
-    Heap::Freed freed;
-    heap_.deallocate(block.addr, freed);
-    ++counters_.released;
+    free_after_device_sync(block);
     return;
   }
   cross_.push_back(std::move(entry));  // room made above
@@ -160,7 +155,7 @@ std::uint64_t StreamOrder::reuse(std::uint64_t size, bool small, StreamHandle st
     // first, so out of host memory the block is left parked as it was and the request goes to the heap.
     Batch& batch = *find_batch(*q, sequence);
     try {
-      make_room_for_one(batch.blocks);
+      util::make_room_for(batch.blocks);
     } catch (const std::bad_alloc&) {
       return 0;
     }
@@ -269,9 +264,46 @@ bool StreamOrder::pending_before(std::uint64_t sequence) const {
   return false;
 }
 
-void StreamOrder::record_stream(std::uint64_t addr, StreamHandle stream) {
-  std::vector<StreamHandle>& streams = extra_streams_[addr];
-  if (std::find(streams.begin(), streams.end(), stream) == streams.end()) streams.push_back(stream);
+void StreamOrder::free_after_device_sync(const BlockView& block) noexcept {
+  ++counters_.fallbacks;
+  events_.synchronize_device();
+  Heap::Freed freed;
+  heap_.deallocate(block.addr, freed);
+  ++counters_.released;
+}
+
+bool StreamOrder::take_unrecorded(std::uint64_t addr) noexcept {
+  const auto end = unrecorded_.begin() + static_cast<std::ptrdiff_t>(unrecorded_count_);
+  const auto found = std::find(unrecorded_.begin(), end, addr);
+  if (found == end) return false;
+  *found = unrecorded_[--unrecorded_count_];  // unordered: the last one fills the hole
+  return true;
+}
+
+// PyTorch calls record_stream from code that expects no failure, and a stream left out would let another stream
+// reuse the block while its work still runs: so a record that cannot be made (out of host memory) becomes a slot of
+// a fixed array instead, whose block's free waits for the whole device. Each step that allocates has the strong
+// guarantee, so a failed one leaves the block's books as they were.
+bool StreamOrder::record_stream(std::uint64_t addr, StreamHandle stream) noexcept {
+  const auto end = unrecorded_.begin() + static_cast<std::ptrdiff_t>(unrecorded_count_);
+  if (std::find(unrecorded_.begin(), end, addr) != end) return true;  // every stream is waited for already
+  try {
+    const auto [found, inserted] = extra_streams_.try_emplace(addr);
+    std::vector<StreamHandle>& streams = found->second;
+    if (std::find(streams.begin(), streams.end(), stream) != streams.end()) return true;
+    try {
+      streams.push_back(stream);
+    } catch (const std::bad_alloc&) {
+      if (inserted) extra_streams_.erase(found);  // no empty record left behind
+      throw;
+    }
+    return true;
+  } catch (const std::bad_alloc&) {
+    if (unrecorded_count_ == unrecorded_.size()) return false;
+    unrecorded_[unrecorded_count_++] = addr;
+    ++counters_.unrecorded_streams;
+    return true;
+  }
 }
 
 }  // namespace plimsoll::engine

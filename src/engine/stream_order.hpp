@@ -10,8 +10,11 @@
 //  - record_stream(ptr, T) adds a stream: such a block waits for an event on each of its streams, recorded at
 //    its free, and nobody takes it before they completed.
 //  - When no event can be had (the driver refuses), the device is synchronized and the block freed at once.
+//  - When record_stream cannot make its record (out of host memory), the block is noted in a fixed set made ahead
+//    (no allocation) and treated the same way at its free: the device is synchronized and the block freed at once.
 // So the heap's free space only ever holds blocks whose streams are done with them, and unmapping cached granules
 // needs no wait of its own. Not thread-safe: Allocator holds its lock around every call.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <unordered_map>
@@ -29,7 +32,8 @@ struct StreamOrderCounters {
   std::uint64_t reuses = 0;    // allocations served from a parked block
   std::uint64_t released = 0;  // parked blocks (split parts included) freed into the heap
   std::uint64_t events_created = 0;
-  std::uint64_t fallbacks = 0;  // device synchronizations because no event could be had
+  std::uint64_t fallbacks = 0;  // device synchronizations: no event could be had, or an unrecorded block's free
+  std::uint64_t unrecorded_streams = 0;  // record_stream calls out of host memory, kept in the fixed slots
 };
 
 class StreamOrder {
@@ -59,12 +63,18 @@ class StreamOrder {
   /// Whether a block parked before `sequence` (from close_batches) is still waiting.
   bool pending_before(std::uint64_t sequence) const;
 
-  /// Adds `stream` to the streams the live block at addr is used on.
-  void record_stream(std::uint64_t addr, StreamHandle stream);
+  /// Adds `stream` to the streams the live block at addr is used on. Allocates nothing that can fail it: out of host
+  /// memory the block is noted among kUnrecordedSlots blocks whose free synchronizes the device instead (as safe,
+  /// only slower). False, with nothing changed, only when its record cannot be made and every slot is taken.
+  [[nodiscard]] bool record_stream(std::uint64_t addr, StreamHandle stream) noexcept;
   /// The live block at addr is freed without streams: forget the ones recorded for it.
-  void forget_streams(std::uint64_t addr) {
+  void forget_streams(std::uint64_t addr) noexcept {
     if (!extra_streams_.empty()) extra_streams_.erase(addr);
+    if (unrecorded_count_ != 0) take_unrecorded(addr);
   }
+
+  /// Blocks whose streams record_stream could not record (out of host memory), at most this many at once.
+  static constexpr std::size_t kUnrecordedSlots = 64;
 
   const StreamOrderCounters& counters() const { return counters_; }
 
@@ -78,6 +88,10 @@ class StreamOrder {
   void release(std::uint64_t addr);
   void release_batch(StreamQueue& queue, Batch& batch);
   void park_cross(const BlockView& block, StreamHandle stream, const std::vector<StreamHandle>& streams);
+  /// Whether addr was among the unrecorded blocks (and takes it out).
+  bool take_unrecorded(std::uint64_t addr) noexcept;
+  /// Waits for the whole device, then frees the live block into the heap: it is idle on every stream.
+  void free_after_device_sync(const BlockView& block) noexcept;
 
   Heap& heap_;
   backings::StreamEvents& events_;
@@ -89,6 +103,10 @@ class StreamOrder {
   std::vector<CrossParked> cross_;
   // Streams recorded on live blocks with record_stream, beside the stream they will be freed on.
   std::unordered_map<std::uint64_t, std::vector<StreamHandle>> extra_streams_;
+  // Live blocks used on streams that record_stream could not note (out of host memory): their first
+  // unrecorded_count_ entries, unordered. A fixed array, so noting one never allocates.
+  std::array<std::uint64_t, kUnrecordedSlots> unrecorded_{};
+  std::size_t unrecorded_count_ = 0;
   // Invariant: created, in no batch or cross entry, and complete or never recorded: ready for the next record.
   // Its capacity covers every event created (counters_.events_created), so giving one back never allocates.
   std::vector<EventHandle> free_events_;

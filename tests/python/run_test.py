@@ -351,6 +351,8 @@ class Module(unittest.TestCase):
             assert report["leak"] and report["groups"][0]["site"].endswith(".py:22"), report
             # Stats' counters as docs/python.md lists them: the heap's span covers what it mapped; nothing parked.
             assert stats["address_space_bytes"] >= stats["reserved_bytes"] > 0 and stats["parked_bytes"] == 0, stats
+            # A host device has no streams: no device synchronization for them, no record_stream noted.
+            assert stats["stream_fallbacks"] == 0 and stats["unrecorded_streams"] == 0, stats
             assert plimsoll.estimate.batch("64x64x3", 32)["batch_bytes"] == 32 * 64 * 64 * 3 * 4
             import threading  # a thread started after install() serves its arrays from plimsoll too
             made = []

@@ -36,6 +36,8 @@ py::dict stats_dict(Allocator& device) {
   out["unmaps"] = stats.unmaps;
   out["live_allocations"] = stats.live_allocations;
   out["parked_bytes"] = stats.parked_bytes;
+  out["stream_fallbacks"] = stats.stream_fallbacks;
+  out["unrecorded_streams"] = stats.unrecorded_streams;
   out["address_space_bytes"] = stats.address_space_bytes;
   out["committed_bytes"] = stats.committed_bytes;
   out["resident_bytes"] = stats.resident_bytes;

@@ -158,6 +158,15 @@ DeviceState* existing_device(int device) {
   const auto found = s.devices.find(device);
   return found == s.devices.end() ? nullptr : &found->second;
 }
+
+/// The device whose allocation `ptr` is (PyTorch's record_stream hook passes no device); nullptr when none.
+DeviceState* device_owning(const void* ptr) {
+  State& s = state();
+  const std::lock_guard lock(s.mutex);
+  for (auto& [device, entry] : s.devices)
+    if (entry.allocator->owns(ptr)) return &entry;
+  return nullptr;
+}
 }  // namespace
 }  // namespace plimsoll::torch_cuda
 
@@ -210,7 +219,8 @@ void say_unexpected(const char* action, int device) noexcept {
     throw;
   } catch (const std::exception& error) {
     try {
-      say(std::string("cannot ") + action + " cuda:" + std::to_string(device) + ": " + error.what());
+      const std::string where = device < 0 ? "the device holding it" : "cuda:" + std::to_string(device);
+      say(std::string("cannot ") + action + " " + where + ": " + error.what());
       return;
     } catch (...) {
     }
@@ -220,7 +230,8 @@ void say_unexpected(const char* action, int device) noexcept {
     t_last_error = "unexpected failure (out of host memory?)";
   } catch (...) {
   }
-  std::fprintf(stderr, "plimsoll: cannot %s cuda:%d: unexpected failure\n", action, device);
+  if (device < 0) std::fprintf(stderr, "plimsoll: cannot %s the device holding it: unexpected failure\n", action);
+  else std::fprintf(stderr, "plimsoll: cannot %s cuda:%d: unexpected failure\n", action, device);
 }
 }  // namespace
 
@@ -269,3 +280,29 @@ extern "C" PLIMSOLL_TORCH_CUDA_EXPORT int plimsoll_torch_cuda_is_paused(int devi
 }
 
 extern "C" PLIMSOLL_TORCH_CUDA_EXPORT const char* plimsoll_torch_cuda_last_error(void) { return t_last_error.c_str(); }
+
+// PyTorch calls record_stream from C++ that expects no failure: nothing is thrown across, the engine keeps the
+// block safe out of host memory (its free then waits for the device), and what is left is a return value.
+extern "C" PLIMSOLL_TORCH_CUDA_EXPORT int plimsoll_torch_record_stream(void* ptr, int device,
+                                                                       plimsoll_cuda_stream stream) {
+  if (ptr == nullptr) return 0;  // an empty tensor's (PyTorch passes its null pointer on): nothing to order
+  try {
+    DeviceState* state = device < 0 ? plimsoll::torch_cuda::device_owning(ptr)
+                                    : plimsoll::torch_cuda::existing_device(device);
+    if (state == nullptr) {
+      say(device < 0 ? "cannot record_stream: no device of plimsoll's holds a live allocation at that pointer; pass a "
+                       "pointer plimsoll_torch_malloc returned, before freeing it"
+                     : "cannot record_stream on cuda:" + std::to_string(device) +
+                           ": plimsoll never allocated on it in this process; pass the device plimsoll_torch_malloc "
+                           "allocated on, or -1 to find it");
+      return -1;
+    }
+    std::string why;
+    if (plimsoll::torch_cuda::torch_record_stream(*state->allocator, ptr, stream, why)) return 0;
+    say(why);
+    return -1;
+  } catch (...) {
+    say_unexpected("record_stream on", device);
+    return -1;
+  }
+}

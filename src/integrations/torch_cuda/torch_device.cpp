@@ -1,6 +1,7 @@
 #include "integrations/torch_cuda/torch_device.hpp"
 
 #include <exception>
+#include <new>
 
 #include <fmt/format.h>
 
@@ -9,17 +10,28 @@
 
 namespace plimsoll::torch_cuda {
 
-void* torch_malloc(Allocator& allocator, std::size_t bytes, void* stream, std::string& why) noexcept {
+namespace {
+/// Inside a catch handler: the exception's message into `why`, unless even that copy fails (out of host memory).
+void keep_reason(std::string& why) noexcept {
   try {
-    // allocate() (not try_allocate) so that plimsoll's full report (what is held, by whom, the fix) is kept. It
-    // waits for parked frees before it gives up.
-    return allocator.allocate(bytes, Stream{stream});
+    throw;
   } catch (const std::exception& error) {
     try {
       why = error.what();
     } catch (...) {
     }
   } catch (...) {
+  }
+}
+}  // namespace
+
+void* torch_malloc(Allocator& allocator, std::size_t bytes, void* stream, std::string& why) noexcept {
+  try {
+    // allocate() (not try_allocate) so that plimsoll's full report (what is held, by whom, the fix) is kept. It
+    // waits for parked frees before it gives up.
+    return allocator.allocate(bytes, Stream{stream});
+  } catch (...) {
+    keep_reason(why);
   }
   return nullptr;
 }
@@ -28,12 +40,25 @@ bool torch_free(Allocator& allocator, void* ptr, void* stream, std::string& why)
   try {
     allocator.deallocate(ptr, Stream{stream});
     return true;
-  } catch (const std::exception& error) {
+  } catch (...) {
+    keep_reason(why);
+  }
+  return false;
+}
+
+bool torch_record_stream(Allocator& allocator, void* ptr, void* stream, std::string& why) noexcept {
+  try {
+    allocator.record_stream(ptr, Stream{stream});
+    return true;
+  } catch (const std::bad_alloc&) {
     try {
-      why = error.what();
+      why = "record_stream: out of host memory; the block's streams are as before (synchronize the stream before "
+            "freeing it)";
     } catch (...) {
+      why.clear();
     }
   } catch (...) {
+    keep_reason(why);
   }
   return false;
 }
@@ -43,12 +68,13 @@ std::string stats_json(const Allocator& allocator, int device) {
   return fmt::format(
       "{{\"device\":\"cuda:{}\",\"in_use_bytes\":{},\"peak_in_use_bytes\":{},\"reserved_bytes\":{},"
       "\"peak_reserved_bytes\":{},\"parked_bytes\":{},\"limit_bytes\":{},\"allocations\":{},\"frees\":{},"
-      "\"ooms\":{},\"live_allocations\":{},\"maps\":{},\"unmaps\":{},"
+      "\"ooms\":{},\"live_allocations\":{},\"maps\":{},\"unmaps\":{},\"stream_fallbacks\":{},\"unrecorded_streams\":{},"
       "\"allocated_bytes.all.current\":{},\"allocated_bytes.all.peak\":{},\"allocation.all.allocated\":{},"
       "\"reserved_bytes.all.current\":{},\"reserved_bytes.all.peak\":{},\"active_bytes.all.current\":{},"
       "\"requested_bytes.all.current\":{},\"allocation.all.current\":{},\"num_ooms\":{}}}",
       device, s.in_use_bytes, s.peak_in_use_bytes, s.reserved_bytes, s.peak_reserved_bytes, s.parked_bytes,
-      s.limit_bytes, s.allocations, s.frees, s.ooms, s.live_allocations, s.maps, s.unmaps, s.in_use_bytes,
+      s.limit_bytes, s.allocations, s.frees, s.ooms, s.live_allocations, s.maps, s.unmaps, s.stream_fallbacks,
+      s.unrecorded_streams, s.in_use_bytes,
       s.peak_in_use_bytes, s.allocations, s.reserved_bytes, s.peak_reserved_bytes, s.in_use_bytes + s.parked_bytes,
       s.requested_bytes, s.live_allocations, s.ooms);
 }

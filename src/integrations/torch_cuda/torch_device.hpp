@@ -16,6 +16,10 @@ namespace plimsoll::torch_cuda {
 void* torch_malloc(Allocator& allocator, std::size_t bytes, void* stream, std::string& why) noexcept;
 /// Frees `ptr` on `stream`; false with the reason in `why` (not a live block: freed twice, never allocated here).
 bool torch_free(Allocator& allocator, void* ptr, void* stream, std::string& why) noexcept;
+/// Allocator::record_stream for PyTorch's record_stream hook: false with the reason in `why` (not a live block of
+/// this device; or out of host memory with the fallback's room taken too: the block's streams unchanged). Never
+/// throws.
+bool torch_record_stream(Allocator& allocator, void* ptr, void* stream, std::string& why) noexcept;
 /// The device's counters as one JSON object: plimsoll's names and the keys of torch.cuda.memory_stats() that
 /// have a plimsoll counterpart ("allocated_bytes.all.current", "reserved_bytes.all.peak", ...).
 std::string stats_json(const Allocator& allocator, int device);
