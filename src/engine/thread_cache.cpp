@@ -81,13 +81,17 @@ class TagCounts {
     bump((*chunk)[tag & 0xFF].bytes, bytes);
     bump((*chunk)[tag & 0xFF].live, live);
   }
-  void sum_into(std::vector<FrontTagCount>& out) const {
+  /// Adds every tag's counts into `out`, and their sums over all tags into `all` (the cache's handed-out bytes and
+  /// blocks, which the hot paths do not keep apart from the tags').
+  void sum_into(std::vector<FrontTagCount>& out, FrontTagCount& all) const {
     for (std::size_t c = 0; c < chunks_.size(); ++c) {
       const Chunk* chunk = chunks_[c].load(std::memory_order_acquire);
       if (chunk == nullptr) continue;
       for (std::size_t t = 0; t < chunk->size(); ++t) {
         const std::uint64_t bytes = read((*chunk)[t].bytes), live = read((*chunk)[t].live);
         if (bytes == 0 && live == 0) continue;
+        all.bytes += bytes;
+        all.live += live;
         const std::size_t tag = c * 256 + t;
         if (tag >= out.size()) out.resize(tag + 1);
         out[tag].bytes += bytes;
@@ -223,8 +227,7 @@ class ThreadCache {
     CacheBin& bin = bins_[class_of(size)];
     if (bin.empty()) return 0;
     const std::uint64_t addr = bin.pop();
-    bump(cached_bytes_, 0 - size);
-    bump(cached_blocks_, 0 - std::uint64_t{1});
+    bump(cached_bytes_, 0 - size);  // the block count follows from count_allocation's (see blocks_base_)
     return addr;
   }
   /// Whether the counts of `tag` can take a block without allocating; makes them so when missing (once per 256
@@ -242,8 +245,7 @@ class ThreadCache {
     CacheBin& bin = bins_[class_of(size)];
     if (read(cached_bytes_) + size > cap || bin.full()) return false;
     bin.push(addr);
-    bump(cached_bytes_, size);
-    bump(cached_blocks_, 1);
+    bump(cached_bytes_, size);  // the block count follows from count_free's (see blocks_base_)
     return true;
   }
   /// A cached big block of exactly `size` (the most recently kept first); 0 when none.
@@ -265,13 +267,13 @@ class ThreadCache {
     while (big_count_ == kBigSlots || big_bytes_ + size > cap / kBigShare || read(cached_bytes_) + size > cap) {
       evicted[count++] = big_addrs_[0];
       forget_big(0);
+      leave_uncounted(1);
     }
     big_addrs_[big_count_] = addr;
     big_sizes_[big_count_] = size;
     ++big_count_;
     big_bytes_ += size;
-    bump(cached_bytes_, size);
-    bump(cached_blocks_, 1);
+    bump(cached_bytes_, size);  // a freed block: its count follows from count_free's
     return true;
   }
   /// Moves every big block into `out` (room for kBigSlots); how many.
@@ -279,7 +281,7 @@ class ThreadCache {
     const std::size_t count = big_count_;
     std::copy(big_addrs_.begin(), big_addrs_.begin() + static_cast<std::ptrdiff_t>(count), out);
     bump(cached_bytes_, 0 - big_bytes_);
-    bump(cached_blocks_, 0 - std::uint64_t{count});
+    leave_uncounted(count);
     big_count_ = 0;
     big_bytes_ = 0;
     return count;
@@ -292,17 +294,19 @@ class ThreadCache {
     out.insert(out.end(), oldest.begin(), oldest.end());
     bin.drop_oldest(count);
     bump(cached_bytes_, 0 - count * size);
-    bump(cached_blocks_, 0 - std::uint64_t{count});
+    leave_uncounted(count);
   }
   /// Adds blocks of `size` the depot handed over (at most kBatch, into an empty bin made ready before).
   void refill(std::uint64_t size, const std::uint64_t* addrs, std::size_t count) noexcept {
     bins_[class_of(size)].append(addrs, count);
     bump(cached_bytes_, count * size);
-    bump(cached_blocks_, count);
+    bump(blocks_base_, count);
   }
   std::vector<std::uint64_t> take_all() {
     std::vector<std::uint64_t> all;
-    all.reserve(read(cached_blocks_));
+    std::size_t blocks = big_count_;
+    for (const CacheBin& bin : bins_) blocks += bin.size();
+    all.reserve(blocks);
     for (CacheBin& bin : bins_) {
       all.insert(all.end(), bin.blocks().begin(), bin.blocks().end());
       bin.clear();
@@ -311,14 +315,16 @@ class ThreadCache {
     big_count_ = 0;
     big_bytes_ = 0;
     cached_bytes_.store(0, std::memory_order_relaxed);
-    cached_blocks_.store(0, std::memory_order_relaxed);
+    leave_uncounted(all.size());
     return all;
   }
   /// Gives every cached block to `upstream` bin by bin: allocates nothing, for paths that must not throw (a
   /// thread's exit, the front's destruction). Only where the owner cannot be waiting for the device.
   void give_all_back(FrontUpstream& upstream) noexcept {
+    std::size_t blocks = big_count_;
     for (CacheBin& bin : bins_) {
       if (bin.empty()) continue;
+      blocks += bin.size();
       upstream.give_back(bin.blocks());
       bin.clear();
     }
@@ -326,39 +332,47 @@ class ThreadCache {
     big_count_ = 0;
     big_bytes_ = 0;
     cached_bytes_.store(0, std::memory_order_relaxed);
-    cached_blocks_.store(0, std::memory_order_relaxed);
+    leave_uncounted(blocks);
   }
   std::size_t held(std::size_t cls) const { return bins_[cls].size(); }
   std::uint64_t cached_bytes() const { return read(cached_bytes_); }
 
-  /// What the program took from or gave back to the front through this thread.
+  /// What the program took from or gave back to the front through this thread: the fewest counts from which
+  /// sum_into() works out every total exactly (the hot paths' share of the work; docs/engine.md, "Threads").
+  /// A block popped from a bin and handed out (or freed and pushed) needs no block count of its own: blocks_base_
+  /// minus the tags' live blocks is the cache's block count (see blocks_base_).
   void count_allocation(std::uint64_t size, std::uint64_t requested, std::uint16_t tag) {
-    bump(handed_bytes_, size);
     bump(handed_requested_, requested);
     bump(allocations_, 1);
     tags_.add(tag, size, 1);
   }
   void count_free(std::uint64_t size, std::uint64_t requested, std::uint16_t tag) {
-    bump(handed_bytes_, 0 - size);
     bump(handed_requested_, 0 - requested);
-    bump(frees_, 1);
     tags_.add(tag, 0 - size, 0 - std::uint64_t{1});
   }
+  /// A counted allocation whose block was not in the cache (a big block straight from the heap).
+  void count_not_cached() noexcept { bump(blocks_base_, 1); }
+  /// Blocks that left the cache without a counted allocation, or a counted free whose block did not enter it.
+  void leave_uncounted(std::uint64_t blocks) noexcept { bump(blocks_base_, 0 - blocks); }
   void sum_into(FrontTotals& totals) const {
-    totals.handed_bytes += read(handed_bytes_);
+    FrontTagCount handed;
+    tags_.sum_into(totals.tags, handed);
+    totals.handed_bytes += handed.bytes;
     totals.handed_requested += read(handed_requested_);
-    totals.allocations += read(allocations_);
-    totals.frees += read(frees_);
+    const std::uint64_t allocations = read(allocations_);
+    totals.allocations += allocations;
+    totals.frees += allocations - handed.live;
     totals.cached_bytes += read(cached_bytes_);
-    totals.cached_blocks += read(cached_blocks_);
-    tags_.sum_into(totals.tags);
+    totals.cached_blocks += read(blocks_base_) - handed.live;
   }
   void sum_into(ThreadCaches::Counts& counts) const {
-    counts.handed_bytes += read(handed_bytes_);
+    FrontTagCount handed;
+    tags_.sum_into(counts.tags, handed);
+    counts.handed_bytes += handed.bytes;
     counts.handed_requested += read(handed_requested_);
-    counts.allocations += read(allocations_);
-    counts.frees += read(frees_);
-    tags_.sum_into(counts.tags);
+    const std::uint64_t allocations = read(allocations_);
+    counts.allocations += allocations;
+    counts.frees += allocations - handed.live;
   }
 
   /// The thread is exiting: its blocks go back to the heap, and the front forgets it.
@@ -374,8 +388,14 @@ class ThreadCache {
   // Hot fields first, each written by the owner alone on the fast path.
   std::atomic<bool> in_op_{false};
   std::atomic<bool> steal_{false};
-  std::atomic<std::uint64_t> cached_bytes_{0}, cached_blocks_{0};
-  std::atomic<std::uint64_t> handed_bytes_{0}, handed_requested_{0}, allocations_{0}, frees_{0};
+  // Kept apart from the tags' counts: what the program asked for, and how many allocations (the frees are the
+  // allocations less the tags' live blocks; the handed-out bytes, the tags' bytes summed).
+  std::atomic<std::uint64_t> cached_bytes_{0}, handed_requested_{0}, allocations_{0};
+  // The cache's block count plus the blocks this cache counted live (tags_): a bin's pop that hands a block out and
+  // a push of a freed block leave it as it is (the block count and the live count move together), so the hot paths
+  // write no block count; everything else that moves blocks in or out adjusts it (refill, take, the big blocks, a
+  // free given to the heap). Modular, like every count here.
+  std::atomic<std::uint64_t> blocks_base_{0};
   std::array<CacheBin, kClasses> bins_;
   // Big blocks, oldest first, with their sizes (owner only, like the bins).
   std::array<std::uint64_t, kBigSlots> big_addrs_{}, big_sizes_{};
@@ -391,8 +411,7 @@ class ThreadCache {
     std::copy(big_sizes_.begin() + from, big_sizes_.begin() + to, big_sizes_.begin() + from - 1);
     --big_count_;
     big_bytes_ -= size;
-    bump(cached_bytes_, 0 - size);
-    bump(cached_blocks_, 0 - std::uint64_t{1});
+    bump(cached_bytes_, 0 - size);  // the block count: the caller's (a counted allocation, or leave_uncounted)
   }
 };
 
@@ -714,6 +733,7 @@ std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size
       upstream_.give_back(std::span(&addr, 1));
       return 0;
     }
+    cache.count_not_cached();  // allocate_missed counts its allocation
     return addr;
   }
   if (!cache.bin_ready(size)) return 0;  // before a block is taken: refill must not allocate
@@ -819,6 +839,7 @@ std::uint64_t ThreadCaches::allocate_missed(ThreadCache& cache, std::uint64_t si
   if (size > kMaxBinned && !big_blocks_on()) return 0;  // one thread: the device's own path, uncontended
   std::uint64_t addr = size > kMaxBinned ? cache.pop_big(size) : 0;
   if (addr != 0 && !handed_.set(addr, HandedTable::word(bytes, tag))) {
+    cache.leave_uncounted(1);
     upstream_.give_back(std::span(&addr, 1));
     return 0;
   }
@@ -861,7 +882,10 @@ bool ThreadCaches::keep_in_full_cache(ThreadCache& cache, std::uint64_t addr, st
 void ThreadCaches::keep_big(ThreadCache& cache, std::uint64_t addr, std::uint64_t size) {
   std::array<std::uint64_t, kBigSlots + 1> to_heap;
   std::size_t count = 0;
-  if (!cache.push_big(addr, size, bytes_per_thread(), to_heap.data(), count)) to_heap[count++] = addr;
+  if (!cache.push_big(addr, size, bytes_per_thread(), to_heap.data(), count)) {
+    cache.leave_uncounted(1);  // its free is counted
+    to_heap[count++] = addr;
+  }
   if (count != 0) upstream_.give_back(std::span(to_heap.data(), count));
 }
 
@@ -926,6 +950,7 @@ void ThreadCaches::deallocate_joining(std::uint64_t addr, HandedTable::Found fou
 void ThreadCaches::deallocate_missed(ThreadCache& cache, std::uint64_t addr, std::uint64_t size, bool keep) {
   if (keep && size > kMaxBinned) return keep_big(cache, addr, size);
   if (keep && size <= kMaxBinned && keep_in_full_cache(cache, addr, size)) return;
+  cache.leave_uncounted(1);  // its free is counted
   upstream_.give_back(std::span(&addr, 1));
 }
 
