@@ -59,6 +59,9 @@ std::uint64_t read(const std::atomic<std::uint64_t>& counter) { return counter.l
 // changes anything, so counting itself never allocates (and never throws).
 class TagCounts {
  public:
+  struct Count {
+    std::atomic<std::uint64_t> bytes{0}, live{0};
+  };
   TagCounts() = default;
   TagCounts(const TagCounts&) = delete;
   TagCounts& operator=(const TagCounts&) = delete;
@@ -75,11 +78,19 @@ class TagCounts {
     chunks_[tag >> 8].store(chunk, std::memory_order_release);
     return true;
   }
+  /// The counts of `tag`'s chunk of 256, null when none was made (ready()): the hot paths test and use one load.
+  Count* chunk_of(std::uint16_t tag) const noexcept {
+    Chunk* chunk = chunks_[tag >> 8].load(std::memory_order_relaxed);
+    return chunk != nullptr ? chunk->data() : nullptr;
+  }
   /// Counts for a tag ready() said yes to.
   void add(std::uint16_t tag, std::uint64_t bytes, std::uint64_t live) noexcept {
-    Chunk* chunk = chunks_[tag >> 8].load(std::memory_order_relaxed);
-    bump((*chunk)[tag & 0xFF].bytes, bytes);
-    bump((*chunk)[tag & 0xFF].live, live);
+    add_in(chunk_of(tag), tag, bytes, live);
+  }
+  /// The same, in the chunk chunk_of(tag) gave.
+  static void add_in(Count* chunk, std::uint16_t tag, std::uint64_t bytes, std::uint64_t live) noexcept {
+    bump(chunk[tag & 0xFF].bytes, bytes);
+    bump(chunk[tag & 0xFF].live, live);
   }
   /// Adds every tag's counts into `out`, and their sums over all tags into `all` (the cache's handed-out bytes and
   /// blocks, which the hot paths do not keep apart from the tags').
@@ -101,9 +112,6 @@ class TagCounts {
   }
 
  private:
-  struct Count {
-    std::atomic<std::uint64_t> bytes{0}, live{0};
-  };
   using Chunk = std::array<Count, 256>;
   std::array<std::atomic<Chunk*>, 256> chunks_{};
 };
@@ -230,6 +238,16 @@ class ThreadCache {
     bump(cached_bytes_, 0 - size);  // the block count follows from count_allocation's (see blocks_base_)
     return addr;
   }
+  /// pop() for the hit: false when the bin is empty, so the caller tests the bin's count, not the address too.
+  bool try_pop(std::uint64_t size, std::uint64_t& addr) {
+    CacheBin& bin = bins_[class_of(size)];
+    if (bin.empty()) return false;
+    addr = bin.pop();
+    bump(cached_bytes_, 0 - size);
+    return true;
+  }
+  /// The counts of `tag`'s chunk, null when not made yet (tags_ready): the hit tests and counts with one load.
+  TagCounts::Count* tag_counts(std::uint16_t tag) const noexcept { return tags_.chunk_of(tag); }
   /// Whether the counts of `tag` can take a block without allocating; makes them so when missing (once per 256
   /// tags), false when that fails. Called before an operation changes anything (ThreadCaches::tags_ready).
   bool has_tag_counts(std::uint16_t tag) const noexcept { return tags_.has(tag); }
@@ -349,6 +367,16 @@ class ThreadCache {
   void count_free(std::uint64_t size, std::uint64_t requested, std::uint16_t tag) {
     bump(handed_requested_, 0 - requested);
     tags_.add(tag, 0 - size, 0 - std::uint64_t{1});
+  }
+  /// The same two, in the chunk tag_counts(tag) gave.
+  void count_allocation_in(TagCounts::Count* counts, std::uint64_t size, std::uint64_t requested, std::uint16_t tag) {
+    bump(handed_requested_, requested);
+    bump(allocations_, 1);
+    TagCounts::add_in(counts, tag, size, 1);
+  }
+  void count_free_in(TagCounts::Count* counts, std::uint64_t size, std::uint64_t requested, std::uint16_t tag) {
+    bump(handed_requested_, 0 - requested);
+    TagCounts::add_in(counts, tag, 0 - size, 0 - std::uint64_t{1});
   }
   /// A counted allocation whose block was not in the cache (a big block straight from the heap).
   void count_not_cached() noexcept { bump(blocks_base_, 1); }
@@ -479,6 +507,9 @@ PLIMSOLL_INITIAL_EXEC thread_local LastCache t_last;
 PLIMSOLL_INITIAL_EXEC thread_local bool t_exiting = false;
 #undef PLIMSOLL_INITIAL_EXEC
 
+// What a front made without a `serving` flag reads: it always serves (one load on the hot paths, no null test).
+constinit const std::atomic<bool> kAlwaysServing{true};
+
 ThreadSlots::~ThreadSlots() {
   t_exiting = true;
   t_last = {};
@@ -489,7 +520,7 @@ ThreadSlots::~ThreadSlots() {
 
 ThreadCaches::ThreadCaches(FrontUpstream& upstream, std::uint64_t bytes_per_thread, const std::atomic<bool>* serving)
     : upstream_(upstream),
-      serving_(serving),
+      serving_(serving != nullptr ? serving : &kAlwaysServing),
       bytes_per_thread_(bytes_per_thread),
       id_(next_front_id.fetch_add(1, std::memory_order_relaxed)),
       asymmetric_(util::AsymmetricFence::asymmetric()),
@@ -786,13 +817,14 @@ std::uint64_t ThreadCaches::allocate(std::uint64_t bytes, std::uint16_t tag) {
   const std::uint64_t size = rounded(bytes);
   // Read again inside the operation: the caller saw the front on, but a pause may have turned it off and flushed
   // since; what this cache holds now may be on memory the device gave back.
-  if (!serving() || !cache.has_tag_counts(tag) || size > kMaxBinned) [[unlikely]]
+  TagCounts::Count* const counts = cache.tag_counts(tag);
+  if (!serving() || counts == nullptr || size > kMaxBinned) [[unlikely]]
     return allocate_in_operation(cache, size, bytes, tag);
-  const std::uint64_t addr = cache.pop(size);
-  if (addr == 0) [[unlikely]] return allocate_in_operation(cache, size, bytes, tag);
+  std::uint64_t addr = 0;
+  if (!cache.try_pop(size, addr)) [[unlikely]] return allocate_in_operation(cache, size, bytes, tag);
   // A binned block was prepared when it entered the front (allocate_slow): its word is one store.
   HandedTable::set_prepared_plain(handed_.prepared_leaf(addr, false), addr, HandedTable::word(bytes, tag));
-  cache.count_allocation(size, bytes, tag);
+  cache.count_allocation_in(counts, size, bytes, tag);
   cache.end();
   return addr;
 }
@@ -899,10 +931,11 @@ void ThreadCaches::deallocate_handed(std::uint64_t addr, HandedTable::Found foun
   if (!cache.try_begin(asymmetric_)) [[unlikely]] return deallocate_stopped(cache, addr, found, keep);
   const std::uint64_t word = found.word;
   const std::uint64_t size = rounded(HandedTable::requested(word));
-  if (!keep || !cache.has_tag_counts(HandedTable::tag(word)) || size > kMaxBinned || !serving()) [[unlikely]]
+  TagCounts::Count* const counts = cache.tag_counts(HandedTable::tag(word));
+  if (!keep || counts == nullptr || size > kMaxBinned || !serving()) [[unlikely]]
     return deallocate_in(cache, addr, found, keep);
-  HandedTable::clear_in(found.leaf, addr, word);  // inside the operation, as in deallocate_in
-  cache.count_free(size, HandedTable::requested(word), HandedTable::tag(word));
+  HandedTable::clear_plain_in(found.leaf, addr);  // inside the operation, as in deallocate_in; binned: not wide
+  cache.count_free_in(counts, size, HandedTable::requested(word), HandedTable::tag(word));
   if (!cache.push(addr, size, bytes_per_thread())) [[unlikely]] return deallocate_full(cache, addr, size);
   cache.end();
 }
