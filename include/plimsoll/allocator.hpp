@@ -169,6 +169,9 @@ class Allocator {
   void* allocate_with_streams(std::size_t bytes, const void* stream, Tag tag);
   struct Attempt;  // one locked attempt: an address, or 0 and why (allocator.cpp)
   [[gnu::noinline]] void* allocate_reporting(std::size_t bytes, Tag tag, const Attempt& first);
+  /// allocate()'s side past a front hit, out of line, so the hit saves no registers: everything allocate() did before
+  /// the hit was split off (`front_asked`: the front was asked already and declined, so it is not asked again).
+  [[gnu::noinline]] void* allocate_past_front(std::size_t bytes, Tag tag, bool front_asked);
   /// deallocate()'s side under the device lock, out of line: a free the per-thread caches take builds no frame.
   [[gnu::noinline]] void deallocate_in_heap(void* ptr);
 

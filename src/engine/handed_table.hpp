@@ -143,6 +143,10 @@ class HandedTable {
   }
   /// Clears the word `w` of an addr get() found set.
   void clear(std::uint64_t addr, std::uint64_t w) { clear_in(find_leaf(addr), addr, w); }
+  /// clear_in for a block of at most 64 KiB (not wide), which the caller knows: no test of the size.
+  static void clear_plain_in(std::uint64_t* leaf, std::uint64_t addr) {
+    std::atomic_ref<std::uint64_t>(leaf[slot(addr)]).store(0, std::memory_order_relaxed);
+  }
   /// The same, in the leaf find() returned with it.
   static void clear_in(std::uint64_t* leaf, std::uint64_t addr, std::uint64_t w) {
     std::atomic_ref<std::uint64_t>(wide(requested(w)) ? leaf[kWideWords + region(addr)] : leaf[slot(addr)])

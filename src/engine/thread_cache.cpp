@@ -59,6 +59,9 @@ std::uint64_t read(const std::atomic<std::uint64_t>& counter) { return counter.l
 // changes anything, so counting itself never allocates (and never throws).
 class TagCounts {
  public:
+  struct Count {
+    std::atomic<std::uint64_t> bytes{0}, live{0};
+  };
   TagCounts() = default;
   TagCounts(const TagCounts&) = delete;
   TagCounts& operator=(const TagCounts&) = delete;
@@ -75,19 +78,31 @@ class TagCounts {
     chunks_[tag >> 8].store(chunk, std::memory_order_release);
     return true;
   }
+  /// The counts of `tag`'s chunk of 256, null when none was made (ready()): the hot paths test and use one load.
+  Count* chunk_of(std::uint16_t tag) const noexcept {
+    Chunk* chunk = chunks_[tag >> 8].load(std::memory_order_relaxed);
+    return chunk != nullptr ? chunk->data() : nullptr;
+  }
   /// Counts for a tag ready() said yes to.
   void add(std::uint16_t tag, std::uint64_t bytes, std::uint64_t live) noexcept {
-    Chunk* chunk = chunks_[tag >> 8].load(std::memory_order_relaxed);
-    bump((*chunk)[tag & 0xFF].bytes, bytes);
-    bump((*chunk)[tag & 0xFF].live, live);
+    add_in(chunk_of(tag), tag, bytes, live);
   }
-  void sum_into(std::vector<FrontTagCount>& out) const {
+  /// The same, in the chunk chunk_of(tag) gave.
+  static void add_in(Count* chunk, std::uint16_t tag, std::uint64_t bytes, std::uint64_t live) noexcept {
+    bump(chunk[tag & 0xFF].bytes, bytes);
+    bump(chunk[tag & 0xFF].live, live);
+  }
+  /// Adds every tag's counts into `out`, and their sums over all tags into `all` (the cache's handed-out bytes and
+  /// blocks, which the hot paths do not keep apart from the tags').
+  void sum_into(std::vector<FrontTagCount>& out, FrontTagCount& all) const {
     for (std::size_t c = 0; c < chunks_.size(); ++c) {
       const Chunk* chunk = chunks_[c].load(std::memory_order_acquire);
       if (chunk == nullptr) continue;
       for (std::size_t t = 0; t < chunk->size(); ++t) {
         const std::uint64_t bytes = read((*chunk)[t].bytes), live = read((*chunk)[t].live);
         if (bytes == 0 && live == 0) continue;
+        all.bytes += bytes;
+        all.live += live;
         const std::size_t tag = c * 256 + t;
         if (tag >= out.size()) out.resize(tag + 1);
         out[tag].bytes += bytes;
@@ -97,9 +112,6 @@ class TagCounts {
   }
 
  private:
-  struct Count {
-    std::atomic<std::uint64_t> bytes{0}, live{0};
-  };
   using Chunk = std::array<Count, 256>;
   std::array<std::atomic<Chunk*>, 256> chunks_{};
 };
@@ -223,10 +235,19 @@ class ThreadCache {
     CacheBin& bin = bins_[class_of(size)];
     if (bin.empty()) return 0;
     const std::uint64_t addr = bin.pop();
-    bump(cached_bytes_, 0 - size);
-    bump(cached_blocks_, 0 - std::uint64_t{1});
+    bump(cached_bytes_, 0 - size);  // the block count follows from count_allocation's (see blocks_base_)
     return addr;
   }
+  /// pop() for the hit: false when the bin is empty, so the caller tests the bin's count, not the address too.
+  bool try_pop(std::uint64_t size, std::uint64_t& addr) {
+    CacheBin& bin = bins_[class_of(size)];
+    if (bin.empty()) return false;
+    addr = bin.pop();
+    bump(cached_bytes_, 0 - size);
+    return true;
+  }
+  /// The counts of `tag`'s chunk, null when not made yet (tags_ready): the hit tests and counts with one load.
+  TagCounts::Count* tag_counts(std::uint16_t tag) const noexcept { return tags_.chunk_of(tag); }
   /// Whether the counts of `tag` can take a block without allocating; makes them so when missing (once per 256
   /// tags), false when that fails. Called before an operation changes anything (ThreadCaches::tags_ready).
   bool has_tag_counts(std::uint16_t tag) const noexcept { return tags_.has(tag); }
@@ -242,8 +263,7 @@ class ThreadCache {
     CacheBin& bin = bins_[class_of(size)];
     if (read(cached_bytes_) + size > cap || bin.full()) return false;
     bin.push(addr);
-    bump(cached_bytes_, size);
-    bump(cached_blocks_, 1);
+    bump(cached_bytes_, size);  // the block count follows from count_free's (see blocks_base_)
     return true;
   }
   /// A cached big block of exactly `size` (the most recently kept first); 0 when none.
@@ -265,13 +285,13 @@ class ThreadCache {
     while (big_count_ == kBigSlots || big_bytes_ + size > cap / kBigShare || read(cached_bytes_) + size > cap) {
       evicted[count++] = big_addrs_[0];
       forget_big(0);
+      leave_uncounted(1);
     }
     big_addrs_[big_count_] = addr;
     big_sizes_[big_count_] = size;
     ++big_count_;
     big_bytes_ += size;
-    bump(cached_bytes_, size);
-    bump(cached_blocks_, 1);
+    bump(cached_bytes_, size);  // a freed block: its count follows from count_free's
     return true;
   }
   /// Moves every big block into `out` (room for kBigSlots); how many.
@@ -279,7 +299,7 @@ class ThreadCache {
     const std::size_t count = big_count_;
     std::copy(big_addrs_.begin(), big_addrs_.begin() + static_cast<std::ptrdiff_t>(count), out);
     bump(cached_bytes_, 0 - big_bytes_);
-    bump(cached_blocks_, 0 - std::uint64_t{count});
+    leave_uncounted(count);
     big_count_ = 0;
     big_bytes_ = 0;
     return count;
@@ -292,17 +312,19 @@ class ThreadCache {
     out.insert(out.end(), oldest.begin(), oldest.end());
     bin.drop_oldest(count);
     bump(cached_bytes_, 0 - count * size);
-    bump(cached_blocks_, 0 - std::uint64_t{count});
+    leave_uncounted(count);
   }
   /// Adds blocks of `size` the depot handed over (at most kBatch, into an empty bin made ready before).
   void refill(std::uint64_t size, const std::uint64_t* addrs, std::size_t count) noexcept {
     bins_[class_of(size)].append(addrs, count);
     bump(cached_bytes_, count * size);
-    bump(cached_blocks_, count);
+    bump(blocks_base_, count);
   }
   std::vector<std::uint64_t> take_all() {
     std::vector<std::uint64_t> all;
-    all.reserve(read(cached_blocks_));
+    std::size_t blocks = big_count_;
+    for (const CacheBin& bin : bins_) blocks += bin.size();
+    all.reserve(blocks);
     for (CacheBin& bin : bins_) {
       all.insert(all.end(), bin.blocks().begin(), bin.blocks().end());
       bin.clear();
@@ -311,14 +333,16 @@ class ThreadCache {
     big_count_ = 0;
     big_bytes_ = 0;
     cached_bytes_.store(0, std::memory_order_relaxed);
-    cached_blocks_.store(0, std::memory_order_relaxed);
+    leave_uncounted(all.size());
     return all;
   }
   /// Gives every cached block to `upstream` bin by bin: allocates nothing, for paths that must not throw (a
   /// thread's exit, the front's destruction). Only where the owner cannot be waiting for the device.
   void give_all_back(FrontUpstream& upstream) noexcept {
+    std::size_t blocks = big_count_;
     for (CacheBin& bin : bins_) {
       if (bin.empty()) continue;
+      blocks += bin.size();
       upstream.give_back(bin.blocks());
       bin.clear();
     }
@@ -326,39 +350,57 @@ class ThreadCache {
     big_count_ = 0;
     big_bytes_ = 0;
     cached_bytes_.store(0, std::memory_order_relaxed);
-    cached_blocks_.store(0, std::memory_order_relaxed);
+    leave_uncounted(blocks);
   }
   std::size_t held(std::size_t cls) const { return bins_[cls].size(); }
   std::uint64_t cached_bytes() const { return read(cached_bytes_); }
 
-  /// What the program took from or gave back to the front through this thread.
+  /// What the program took from or gave back to the front through this thread: the fewest counts from which
+  /// sum_into() works out every total exactly (the hot paths' share of the work; docs/engine.md, "Threads").
+  /// A block popped from a bin and handed out (or freed and pushed) needs no block count of its own: blocks_base_
+  /// minus the tags' live blocks is the cache's block count (see blocks_base_).
   void count_allocation(std::uint64_t size, std::uint64_t requested, std::uint16_t tag) {
-    bump(handed_bytes_, size);
     bump(handed_requested_, requested);
     bump(allocations_, 1);
     tags_.add(tag, size, 1);
   }
   void count_free(std::uint64_t size, std::uint64_t requested, std::uint16_t tag) {
-    bump(handed_bytes_, 0 - size);
     bump(handed_requested_, 0 - requested);
-    bump(frees_, 1);
     tags_.add(tag, 0 - size, 0 - std::uint64_t{1});
   }
+  /// The same two, in the chunk tag_counts(tag) gave.
+  void count_allocation_in(TagCounts::Count* counts, std::uint64_t size, std::uint64_t requested, std::uint16_t tag) {
+    bump(handed_requested_, requested);
+    bump(allocations_, 1);
+    TagCounts::add_in(counts, tag, size, 1);
+  }
+  void count_free_in(TagCounts::Count* counts, std::uint64_t size, std::uint64_t requested, std::uint16_t tag) {
+    bump(handed_requested_, 0 - requested);
+    TagCounts::add_in(counts, tag, 0 - size, 0 - std::uint64_t{1});
+  }
+  /// A counted allocation whose block was not in the cache (a big block straight from the heap).
+  void count_not_cached() noexcept { bump(blocks_base_, 1); }
+  /// Blocks that left the cache without a counted allocation, or a counted free whose block did not enter it.
+  void leave_uncounted(std::uint64_t blocks) noexcept { bump(blocks_base_, 0 - blocks); }
   void sum_into(FrontTotals& totals) const {
-    totals.handed_bytes += read(handed_bytes_);
+    FrontTagCount handed;
+    tags_.sum_into(totals.tags, handed);
+    totals.handed_bytes += handed.bytes;
     totals.handed_requested += read(handed_requested_);
-    totals.allocations += read(allocations_);
-    totals.frees += read(frees_);
+    const std::uint64_t allocations = read(allocations_);
+    totals.allocations += allocations;
+    totals.frees += allocations - handed.live;
     totals.cached_bytes += read(cached_bytes_);
-    totals.cached_blocks += read(cached_blocks_);
-    tags_.sum_into(totals.tags);
+    totals.cached_blocks += read(blocks_base_) - handed.live;
   }
   void sum_into(ThreadCaches::Counts& counts) const {
-    counts.handed_bytes += read(handed_bytes_);
+    FrontTagCount handed;
+    tags_.sum_into(counts.tags, handed);
+    counts.handed_bytes += handed.bytes;
     counts.handed_requested += read(handed_requested_);
-    counts.allocations += read(allocations_);
-    counts.frees += read(frees_);
-    tags_.sum_into(counts.tags);
+    const std::uint64_t allocations = read(allocations_);
+    counts.allocations += allocations;
+    counts.frees += allocations - handed.live;
   }
 
   /// The thread is exiting: its blocks go back to the heap, and the front forgets it.
@@ -374,8 +416,14 @@ class ThreadCache {
   // Hot fields first, each written by the owner alone on the fast path.
   std::atomic<bool> in_op_{false};
   std::atomic<bool> steal_{false};
-  std::atomic<std::uint64_t> cached_bytes_{0}, cached_blocks_{0};
-  std::atomic<std::uint64_t> handed_bytes_{0}, handed_requested_{0}, allocations_{0}, frees_{0};
+  // Kept apart from the tags' counts: what the program asked for, and how many allocations (the frees are the
+  // allocations less the tags' live blocks; the handed-out bytes, the tags' bytes summed).
+  std::atomic<std::uint64_t> cached_bytes_{0}, handed_requested_{0}, allocations_{0};
+  // The cache's block count plus the blocks this cache counted live (tags_): a bin's pop that hands a block out and
+  // a push of a freed block leave it as it is (the block count and the live count move together), so the hot paths
+  // write no block count; everything else that moves blocks in or out adjusts it (refill, take, the big blocks, a
+  // free given to the heap). Modular, like every count here.
+  std::atomic<std::uint64_t> blocks_base_{0};
   std::array<CacheBin, kClasses> bins_;
   // Big blocks, oldest first, with their sizes (owner only, like the bins).
   std::array<std::uint64_t, kBigSlots> big_addrs_{}, big_sizes_{};
@@ -391,8 +439,7 @@ class ThreadCache {
     std::copy(big_sizes_.begin() + from, big_sizes_.begin() + to, big_sizes_.begin() + from - 1);
     --big_count_;
     big_bytes_ -= size;
-    bump(cached_bytes_, 0 - size);
-    bump(cached_blocks_, 0 - std::uint64_t{1});
+    bump(cached_bytes_, 0 - size);  // the block count: the caller's (a counted allocation, or leave_uncounted)
   }
 };
 
@@ -460,6 +507,9 @@ PLIMSOLL_INITIAL_EXEC thread_local LastCache t_last;
 PLIMSOLL_INITIAL_EXEC thread_local bool t_exiting = false;
 #undef PLIMSOLL_INITIAL_EXEC
 
+// What a front made without a `serving` flag reads: it always serves (one load on the hot paths, no null test).
+constinit const std::atomic<bool> kAlwaysServing{true};
+
 ThreadSlots::~ThreadSlots() {
   t_exiting = true;
   t_last = {};
@@ -470,7 +520,7 @@ ThreadSlots::~ThreadSlots() {
 
 ThreadCaches::ThreadCaches(FrontUpstream& upstream, std::uint64_t bytes_per_thread, const std::atomic<bool>* serving)
     : upstream_(upstream),
-      serving_(serving),
+      serving_(serving != nullptr ? serving : &kAlwaysServing),
       bytes_per_thread_(bytes_per_thread),
       id_(next_front_id.fetch_add(1, std::memory_order_relaxed)),
       asymmetric_(util::AsymmetricFence::asymmetric()),
@@ -714,6 +764,7 @@ std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size
       upstream_.give_back(std::span(&addr, 1));
       return 0;
     }
+    cache.count_not_cached();  // allocate_missed counts its allocation
     return addr;
   }
   if (!cache.bin_ready(size)) return 0;  // before a block is taken: refill must not allocate
@@ -766,13 +817,14 @@ std::uint64_t ThreadCaches::allocate(std::uint64_t bytes, std::uint16_t tag) {
   const std::uint64_t size = rounded(bytes);
   // Read again inside the operation: the caller saw the front on, but a pause may have turned it off and flushed
   // since; what this cache holds now may be on memory the device gave back.
-  if (!serving() || !cache.has_tag_counts(tag) || size > kMaxBinned) [[unlikely]]
+  TagCounts::Count* const counts = cache.tag_counts(tag);
+  if (!serving() || counts == nullptr || size > kMaxBinned) [[unlikely]]
     return allocate_in_operation(cache, size, bytes, tag);
-  const std::uint64_t addr = cache.pop(size);
-  if (addr == 0) [[unlikely]] return allocate_in_operation(cache, size, bytes, tag);
+  std::uint64_t addr = 0;
+  if (!cache.try_pop(size, addr)) [[unlikely]] return allocate_in_operation(cache, size, bytes, tag);
   // A binned block was prepared when it entered the front (allocate_slow): its word is one store.
   HandedTable::set_prepared_plain(handed_.prepared_leaf(addr, false), addr, HandedTable::word(bytes, tag));
-  cache.count_allocation(size, bytes, tag);
+  cache.count_allocation_in(counts, size, bytes, tag);
   cache.end();
   return addr;
 }
@@ -819,6 +871,7 @@ std::uint64_t ThreadCaches::allocate_missed(ThreadCache& cache, std::uint64_t si
   if (size > kMaxBinned && !big_blocks_on()) return 0;  // one thread: the device's own path, uncontended
   std::uint64_t addr = size > kMaxBinned ? cache.pop_big(size) : 0;
   if (addr != 0 && !handed_.set(addr, HandedTable::word(bytes, tag))) {
+    cache.leave_uncounted(1);
     upstream_.give_back(std::span(&addr, 1));
     return 0;
   }
@@ -861,7 +914,10 @@ bool ThreadCaches::keep_in_full_cache(ThreadCache& cache, std::uint64_t addr, st
 void ThreadCaches::keep_big(ThreadCache& cache, std::uint64_t addr, std::uint64_t size) {
   std::array<std::uint64_t, kBigSlots + 1> to_heap;
   std::size_t count = 0;
-  if (!cache.push_big(addr, size, bytes_per_thread(), to_heap.data(), count)) to_heap[count++] = addr;
+  if (!cache.push_big(addr, size, bytes_per_thread(), to_heap.data(), count)) {
+    cache.leave_uncounted(1);  // its free is counted
+    to_heap[count++] = addr;
+  }
   if (count != 0) upstream_.give_back(std::span(to_heap.data(), count));
 }
 
@@ -875,10 +931,11 @@ void ThreadCaches::deallocate_handed(std::uint64_t addr, HandedTable::Found foun
   if (!cache.try_begin(asymmetric_)) [[unlikely]] return deallocate_stopped(cache, addr, found, keep);
   const std::uint64_t word = found.word;
   const std::uint64_t size = rounded(HandedTable::requested(word));
-  if (!keep || !cache.has_tag_counts(HandedTable::tag(word)) || size > kMaxBinned || !serving()) [[unlikely]]
+  TagCounts::Count* const counts = cache.tag_counts(HandedTable::tag(word));
+  if (!keep || counts == nullptr || size > kMaxBinned || !serving()) [[unlikely]]
     return deallocate_in(cache, addr, found, keep);
-  HandedTable::clear_in(found.leaf, addr, word);  // inside the operation, as in deallocate_in
-  cache.count_free(size, HandedTable::requested(word), HandedTable::tag(word));
+  HandedTable::clear_plain_in(found.leaf, addr);  // inside the operation, as in deallocate_in; binned: not wide
+  cache.count_free_in(counts, size, HandedTable::requested(word), HandedTable::tag(word));
   if (!cache.push(addr, size, bytes_per_thread())) [[unlikely]] return deallocate_full(cache, addr, size);
   cache.end();
 }
@@ -926,6 +983,7 @@ void ThreadCaches::deallocate_joining(std::uint64_t addr, HandedTable::Found fou
 void ThreadCaches::deallocate_missed(ThreadCache& cache, std::uint64_t addr, std::uint64_t size, bool keep) {
   if (keep && size > kMaxBinned) return keep_big(cache, addr, size);
   if (keep && size <= kMaxBinned && keep_in_full_cache(cache, addr, size)) return;
+  cache.leave_uncounted(1);  // its free is counted
   upstream_.give_back(std::span(&addr, 1));
 }
 

@@ -212,10 +212,10 @@ class ThreadCaches {
   void restart_after_fork(bool child);
 
   /// Read by the owner inside its operation only (see the class comment).
-  bool serving() const { return serving_ == nullptr || serving_->load(std::memory_order_relaxed); }
+  bool serving() const { return serving_->load(std::memory_order_relaxed); }
 
   FrontUpstream& upstream_;
-  const std::atomic<bool>* const serving_;
+  const std::atomic<bool>* const serving_;  // never null: a front made without one reads kAlwaysServing
   std::atomic<std::uint64_t> bytes_per_thread_;
   const std::uint64_t id_;  // never reused, so a thread's slot for a dead device cannot match a new one
   const bool asymmetric_;  // util::AsymmetricFence::asymmetric(), read once
