@@ -7,12 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <map>
-#include <mutex>
 #include <random>
 #include <span>
 #include <thread>
 #include <vector>
 
+#include "front_heap_upstream.hpp"
 #include "backings/sim_backing.hpp"
 #include "engine/heap.hpp"
 #include "engine/thread_cache.hpp"
@@ -22,39 +22,7 @@ namespace {
 
 constexpr std::uint64_t KiB = 1ull << 10, MiB = 1ull << 20;
 
-// The front over a bare heap, as Allocator gives it one (one lock around the heap).
-class HeapUpstream : public engine::FrontUpstream {
- public:
-  explicit HeapUpstream(engine::Heap& heap) : heap_(heap) {}
-  std::size_t take_blocks(std::uint64_t size, std::size_t count, std::uint64_t* out) override {
-    const std::lock_guard guard(lock_);
-    std::size_t taken = 0;
-    for (; taken < count; ++taken) {
-      out[taken] = heap_.allocate(size, engine::kFrontTag);
-      if (out[taken] == 0) break;
-    }
-    return taken;
-  }
-  void give_back(std::span<const std::uint64_t> addrs) override {
-    const std::lock_guard guard(lock_);
-    for (std::uint64_t addr : addrs) {
-      engine::Heap::Freed freed;
-      ASSERT_TRUE(heap_.deallocate(addr, freed)) << "the front gave back a block the heap does not hold";
-    }
-  }
-  std::uint64_t live_blocks() {
-    const std::lock_guard guard(lock_);
-    return heap_.live_allocations();
-  }
-  std::uint64_t in_use() {
-    const std::lock_guard guard(lock_);
-    return heap_.counters().in_use;
-  }
-
- private:
-  engine::Heap& heap_;
-  std::mutex lock_;
-};
+using test_support::HeapUpstream;
 
 struct Held {
   std::uint64_t requested;

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "front_heap_upstream.hpp"
 #include "backings/sim_backing.hpp"
 #include "engine/heap.hpp"
 #include "engine/thread_cache.hpp"
@@ -151,39 +152,7 @@ struct Model {
   }
 };
 
-// The front over a bare heap, with a device lock of its own, as Allocator gives it one.
-class HeapUpstream : public engine::FrontUpstream {
- public:
-  explicit HeapUpstream(engine::Heap& heap) : heap_(heap) {}
-  std::size_t take_blocks(std::uint64_t size, std::size_t count, std::uint64_t* out) override {
-    util::SpinGuard guard(lock_);
-    ++takes_;
-    std::size_t taken = 0;
-    for (; taken < count; ++taken) {
-      out[taken] = heap_.allocate(size, engine::kFrontTag);
-      if (out[taken] == 0) break;
-    }
-    return taken;
-  }
-  void give_back(std::span<const std::uint64_t> addrs) override {
-    util::SpinGuard guard(lock_);
-    for (std::uint64_t addr : addrs) {
-      engine::Heap::Freed freed;
-      ASSERT_TRUE(heap_.deallocate(addr, freed)) << "the front gave back a block the heap does not hold";
-      ASSERT_EQ(freed.tag, engine::kFrontTag);
-    }
-  }
-  util::SpinLock& lock() { return lock_; }
-  std::uint64_t takes() {
-    util::SpinGuard guard(lock_);
-    return takes_;
-  }
-
- private:
-  std::uint64_t takes_ = 0;
-  engine::Heap& heap_;
-  util::SpinLock lock_;
-};
+using test_support::HeapUpstream;
 
 TEST(ThreadsFront, CrossThreadFreesKeepTheHeapAndTheModelInAgreement) {
   backings::SimBacking backing(4ull << 30);
