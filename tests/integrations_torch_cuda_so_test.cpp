@@ -1,6 +1,8 @@
 // libplimsoll_torch_cuda.so as PyTorch loads it: dlopen, dlsym of the CUDAPluggableAllocator entry points.
 // Without a usable CUDA device (CI, this machine) plimsoll_torch_malloc must return NULL, say why once on
-// stderr, and not crash; and the library must export its ten C functions and nothing else.
+// stderr, and not crash; and the library must export its ten C functions and nothing else. Host-memory failures are
+// injected by replacing operator new in this test program (failing_operator_new.hpp), which the library, loaded into
+// it, uses too: its reasons kept without allocating. Those tests skip under a sanitizer.
 #include <dlfcn.h>
 #include <sys/types.h>
 
@@ -14,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "failing_operator_new.hpp"
 #include "plimsoll/torch_cuda.h"
 
 namespace {
@@ -25,6 +28,8 @@ using Free = void (*)(void*, ssize_t, int, plimsoll_cuda_stream);
 using StatsJson = const char* (*)(int);
 using EmptyCache = long long (*)(int);
 using ResetPeak = int (*)(int);
+using RecordStream = int (*)(void*, int, plimsoll_cuda_stream);
+using LastError = const char* (*)();
 
 std::string run(const std::string& command) {
   std::string output;
@@ -134,6 +139,46 @@ TEST(TorchCudaSo, MallocWithoutACudaDeviceReturnsNullAndSaysWhyOnce) {
   EXPECT_EQ(record_stream(nullptr, 0, nullptr), 0);
   EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
   // Not dlclosed: the runtime it created lives until the process exits, as under PyTorch.
+}
+
+// record_stream with no device named (PyTorch's hook passes none) finds the device holding the pointer; when saying
+// that none does fails for want of host memory, the failure is reported as the device holding it, with the reason
+// (std::bad_alloc) when that much can be built, and a fixed message, allocating nothing, when not.
+TEST(TorchCudaSo, RecordStreamOutOfHostMemorySaysTheDeviceHoldingIt) {
+  SKIP_UNLESS_NEW_CAN_FAIL();
+  void* library = ::dlopen(library_path().c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(library, nullptr) << ::dlerror();
+  auto record_stream = reinterpret_cast<RecordStream>(::dlsym(library, "plimsoll_torch_record_stream"));
+  auto last_error = reinterpret_cast<LastError>(::dlsym(library, "plimsoll_torch_cuda_last_error"));
+  ASSERT_TRUE(record_stream != nullptr && last_error != nullptr);
+  int local = 0;  // no device of plimsoll's holds it: the call builds its "no device ... holds" reason
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(record_stream(&local, -1, nullptr), -1) << "the library's state made, with host memory";
+  ::testing::internal::GetCapturedStderr();
+
+  ::testing::internal::CaptureStderr();
+  t_fail_next_news = 1;  // that reason's string fails; what follows it succeeds
+  EXPECT_EQ(record_stream(&local, -1, nullptr), -1);
+  const bool injected = t_fail_next_news == 0;
+  t_fail_next_news = 0;
+  std::string said = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(injected) << "the library's allocations did not reach this program's operator new: nothing is tested";
+  EXPECT_STREQ(last_error(), "cannot record_stream on the device holding it: std::bad_alloc");
+  EXPECT_THAT(said, HasSubstr("plimsoll: cannot record_stream on the device holding it: std::bad_alloc\n"));
+
+  ::testing::internal::CaptureStderr();
+  {
+    const ScopedFailures failures;  // every allocation fails: only fixed texts can be said
+    EXPECT_EQ(record_stream(&local, -1, nullptr), -1);
+  }
+  said = ::testing::internal::GetCapturedStderr();
+  EXPECT_STREQ(last_error(), "unexpected failure (out of host memory?)");
+  EXPECT_THAT(said, HasSubstr("plimsoll: cannot record_stream on the device holding it: unexpected failure\n"));
+
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(record_stream(&local, -1, nullptr), -1) << "with host memory again, the reason itself";
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(last_error(), HasSubstr("no device of plimsoll's holds a live allocation"));
 }
 
 }  // namespace

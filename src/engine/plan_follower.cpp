@@ -360,8 +360,10 @@ std::unique_ptr<PackJob> PlanFollower::prepare_pack() {
     for (const StepObservation::OlderFree& f : observation_.older_frees) freed_older += f.size;
     if (kept > freed_older) {
       // Paired by order, as before pairing by identity: on the batch-keeping ResNet-18 trace at +4 MiB, identity
-      // pairing of its growing steps ran the plan out of memory at event 54,054 instead of 81,031 (why: not
-      // measured; docs/engine.md, "pairing is an estimate").
+      // pairing of its growing steps ran the plan out of memory at event 54,054 instead of 81,031. Not the rule
+      // itself: identity calls the step's growth closer to its true bytes, and over limits of +2..+16 MiB neither
+      // rule lasts longer systematically (where the kept batches land inside a plan whose top reaches the limit
+      // decides; both run out before best fit alone does): docs/engine.md, "Growing steps: identity against order".
       observation_.previous_leftovers.clear();
       StepObservation paired = observation_;
       paired.pair_leftovers();

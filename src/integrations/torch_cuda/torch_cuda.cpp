@@ -1,4 +1,7 @@
-// libplimsoll_torch_cuda.so: the two C functions torch.cuda.memory.CUDAPluggableAllocator loads (docs/pytorch.md).
+// libplimsoll_torch_cuda.so: the ten C functions of include/plimsoll/torch_cuda.h (exports.map, checked by
+// TorchCudaSo.ExportsOnlyTheAllocatorEntryPoints): the two torch.cuda.memory.CUDAPluggableAllocator loads (malloc and
+// free), PyTorch's record_stream hook, and stats, empty_cache, reset_peak, pause, resume, is_paused, last_error
+// (docs/pytorch.md).
 // Each device's memory comes from Runtime::global().device("cuda:N"), configured by plimsoll's environment
 // variables; stream order is the engine's (torch_device.hpp). No exception leaves this file: a failure prints
 // plimsoll's message on stderr and malloc returns NULL, which PyTorch turns into its OutOfMemoryError.
@@ -51,16 +54,20 @@ void say_once_locked(State& s, const std::string& message) {
   if (s.said.insert(message).second) std::fprintf(stderr, "plimsoll: %s\n", message.c_str());
 }
 
-/// Prints `text` on stderr, prefixed with "plimsoll: " unless it already is (the OOM report); `device`'s out
-/// of memory when `text` is empty.
-void say(std::string text, int device) noexcept {
+/// Prints `text` on stderr, prefixed with "plimsoll: " unless it already is (the OOM report). When `text` is empty
+/// (the reason could not be kept: out of host memory) or cannot be prefixed, the fixed "plimsoll: <fallback>
+/// cuda:<device>" instead, which allocates nothing.
+void say(std::string text, int device, const char* fallback) noexcept {
   try {
-    if (text.empty()) text = fmt::format("out of memory on cuda:{}", device);
-    if (text.rfind("plimsoll:", 0) != 0) text.insert(0, "plimsoll: ");
-    if (text.empty() || text.back() != '\n') text += '\n';
-    std::fputs(text.c_str(), stderr);
+    if (!text.empty()) {
+      if (text.rfind("plimsoll:", 0) != 0) text.insert(0, "plimsoll: ");
+      if (text.back() != '\n') text += '\n';
+      std::fputs(text.c_str(), stderr);
+      return;
+    }
   } catch (...) {
   }
+  std::fprintf(stderr, "plimsoll: %s cuda:%d\n", fallback, device);
 }
 
 void close_recording() noexcept {
@@ -136,7 +143,7 @@ extern "C" PLIMSOLL_TORCH_CUDA_EXPORT void* plimsoll_torch_malloc(ssize_t size, 
   if (state == nullptr) return nullptr;
   std::string why;
   void* ptr = plimsoll::torch_cuda::torch_malloc(*state->allocator, static_cast<std::size_t>(size), stream, why);
-  if (ptr == nullptr) plimsoll::torch_cuda::say(std::move(why), device);
+  if (ptr == nullptr) plimsoll::torch_cuda::say(std::move(why), device, "out of memory on");
   return ptr;
 }
 
@@ -146,7 +153,8 @@ extern "C" PLIMSOLL_TORCH_CUDA_EXPORT void plimsoll_torch_free(void* ptr, ssize_
   DeviceState* state = device_state(device);
   if (state == nullptr) return;  // nothing was ever allocated there
   std::string why;
-  if (!plimsoll::torch_cuda::torch_free(*state->allocator, ptr, stream, why)) plimsoll::torch_cuda::say(std::move(why), device);
+  if (!plimsoll::torch_cuda::torch_free(*state->allocator, ptr, stream, why))
+    plimsoll::torch_cuda::say(std::move(why), device, "a free failed (out of host memory for its reason) on");
 }
 
 namespace plimsoll::torch_cuda {
@@ -204,11 +212,28 @@ extern "C" PLIMSOLL_TORCH_CUDA_EXPORT int plimsoll_torch_cuda_reset_peak(int dev
 }
 
 namespace {
-thread_local std::string t_last_error;  // plimsoll_torch_cuda_last_error
+// plimsoll_torch_cuda_last_error: t_fixed_error when set (a string literal, kept without allocating: out of host
+// memory a reason may not be copyable), t_last_error otherwise.
+thread_local std::string t_last_error;
+thread_local const char* t_fixed_error = nullptr;
 
-// The failure of a pause or resume: on stderr, as every other failure of this library, and kept for the caller.
-void say(const std::string& why) {
-  t_last_error = why;
+void keep_fixed(const char* message) noexcept { t_fixed_error = message; }
+
+// The failure of a pause, resume or record_stream: on stderr, as every other failure of this library, and kept for
+// the caller. Never throws: an empty `why` (the reason could not be copied, torch_device.hpp) or one that cannot be
+// kept says `fallback`, a fixed text.
+void say(const std::string& why, const char* fallback) noexcept {
+  if (why.empty()) {
+    keep_fixed(fallback);
+    std::fprintf(stderr, "plimsoll: %s\n", fallback);
+    return;
+  }
+  try {
+    t_last_error = why;
+    t_fixed_error = nullptr;
+  } catch (...) {
+    keep_fixed(fallback);
+  }
   std::fprintf(stderr, "plimsoll: %s\n", why.c_str());
 }
 
@@ -220,16 +245,14 @@ void say_unexpected(const char* action, int device) noexcept {
   } catch (const std::exception& error) {
     try {
       const std::string where = device < 0 ? "the device holding it" : "cuda:" + std::to_string(device);
-      say(std::string("cannot ") + action + " " + where + ": " + error.what());
+      say(std::string("cannot ") + action + " " + where + ": " + error.what(),
+          "unexpected failure (out of host memory?)");
       return;
     } catch (...) {
     }
   } catch (...) {
   }
-  try {
-    t_last_error = "unexpected failure (out of host memory?)";
-  } catch (...) {
-  }
+  keep_fixed("unexpected failure (out of host memory?)");
   if (device < 0) std::fprintf(stderr, "plimsoll: cannot %s the device holding it: unexpected failure\n", action);
   else std::fprintf(stderr, "plimsoll: cannot %s cuda:%d: unexpected failure\n", action, device);
 }
@@ -239,12 +262,13 @@ extern "C" PLIMSOLL_TORCH_CUDA_EXPORT long long plimsoll_torch_cuda_pause(int de
   try {
     DeviceState* state = plimsoll::torch_cuda::existing_device(device);
     if (state == nullptr) {
-      say("cannot pause cuda:" + std::to_string(device) + ": plimsoll never allocated on it in this process");
+      say("cannot pause cuda:" + std::to_string(device) + ": plimsoll never allocated on it in this process",
+          "cannot pause: plimsoll never allocated on that device in this process");
       return -1;
     }
     std::string why;
     const long long given_back = plimsoll::torch_cuda::pause(*state->allocator, keep_contents != 0, why);
-    if (given_back < 0) say(why);
+    if (given_back < 0) say(why, "pause failed (out of host memory for its reason)");
     return given_back;
   } catch (...) {
     say_unexpected("pause", device);
@@ -256,12 +280,13 @@ extern "C" PLIMSOLL_TORCH_CUDA_EXPORT int plimsoll_torch_cuda_resume(int device)
   try {
     DeviceState* state = plimsoll::torch_cuda::existing_device(device);
     if (state == nullptr) {
-      say("cannot resume cuda:" + std::to_string(device) + ": plimsoll never allocated on it in this process");
+      say("cannot resume cuda:" + std::to_string(device) + ": plimsoll never allocated on it in this process",
+          "cannot resume: plimsoll never allocated on that device in this process");
       return -1;
     }
     std::string why;
     if (plimsoll::torch_cuda::resume(*state->allocator, why)) return 0;
-    say(why);
+    say(why, "resume failed (out of host memory for its reason); the device stays paused");
     return -1;
   } catch (...) {
     say_unexpected("resume", device);
@@ -279,7 +304,9 @@ extern "C" PLIMSOLL_TORCH_CUDA_EXPORT int plimsoll_torch_cuda_is_paused(int devi
   }
 }
 
-extern "C" PLIMSOLL_TORCH_CUDA_EXPORT const char* plimsoll_torch_cuda_last_error(void) { return t_last_error.c_str(); }
+extern "C" PLIMSOLL_TORCH_CUDA_EXPORT const char* plimsoll_torch_cuda_last_error(void) {
+  return t_fixed_error != nullptr ? t_fixed_error : t_last_error.c_str();
+}
 
 // PyTorch calls record_stream from C++ that expects no failure: nothing is thrown across, the engine keeps the
 // block safe out of host memory (its free then waits for the device), and what is left is a return value.
@@ -294,12 +321,14 @@ extern "C" PLIMSOLL_TORCH_CUDA_EXPORT int plimsoll_torch_record_stream(void* ptr
                        "pointer plimsoll_torch_malloc returned, before freeing it"
                      : "cannot record_stream on cuda:" + std::to_string(device) +
                            ": plimsoll never allocated on it in this process; pass the device plimsoll_torch_malloc "
-                           "allocated on, or -1 to find it");
+                           "allocated on, or -1 to find it",
+          "cannot record_stream: no live block of plimsoll's at that pointer on that device");
       return -1;
     }
     std::string why;
     if (plimsoll::torch_cuda::torch_record_stream(*state->allocator, ptr, stream, why)) return 0;
-    say(why);
+    say(why, "record_stream failed (out of host memory for its reason); synchronize the stream before freeing the "
+             "block");
     return -1;
   } catch (...) {
     say_unexpected("record_stream on", device);

@@ -11,17 +11,27 @@
 namespace plimsoll::torch_cuda {
 
 namespace {
-/// Inside a catch handler: the exception's message into `why`, unless even that copy fails (out of host memory).
-void keep_reason(std::string& why) noexcept {
+/// Inside a catch handler: the exception's message into `why` (`unknown` for one that is not a std::exception).
+/// Never throws: these functions are noexcept, and a bad_alloc copying the message (out of host memory is often
+/// what failed) would end the process. When even the copy fails, `why` is left empty (clear() neither allocates
+/// nor throws), never with an earlier call's reason; the caller then says a fixed message (torch_cuda.cpp).
+void keep_reason(std::string& why, const char* unknown) noexcept {
   try {
     throw;
   } catch (const std::exception& error) {
     try {
       why = error.what();
+      return;
     } catch (...) {
     }
   } catch (...) {
+    try {
+      why = unknown;
+      return;
+    } catch (...) {
+    }
   }
+  why.clear();
 }
 }  // namespace
 
@@ -31,7 +41,7 @@ void* torch_malloc(Allocator& allocator, std::size_t bytes, void* stream, std::s
     // waits for parked frees before it gives up.
     return allocator.allocate(bytes, Stream{stream});
   } catch (...) {
-    keep_reason(why);
+    keep_reason(why, "allocation failed with an unknown exception");
   }
   return nullptr;
 }
@@ -41,7 +51,7 @@ bool torch_free(Allocator& allocator, void* ptr, void* stream, std::string& why)
     allocator.deallocate(ptr, Stream{stream});
     return true;
   } catch (...) {
-    keep_reason(why);
+    keep_reason(why, "free failed with an unknown exception");
   }
   return false;
 }
@@ -58,7 +68,7 @@ bool torch_record_stream(Allocator& allocator, void* ptr, void* stream, std::str
       why.clear();
     }
   } catch (...) {
-    keep_reason(why);
+    keep_reason(why, "record_stream failed with an unknown exception");
   }
   return false;
 }
@@ -84,10 +94,8 @@ std::uint64_t empty_cache(Allocator& allocator) { return allocator.trim(); }
 long long pause(Allocator& allocator, bool keep_contents, std::string& why) noexcept {
   try {
     return static_cast<long long>(allocator.pause(PauseOptions{.keep_contents = keep_contents}));
-  } catch (const std::exception& error) {
-    why = error.what();
   } catch (...) {
-    why = "pause failed with an unknown exception";
+    keep_reason(why, "pause failed with an unknown exception");
   }
   return -1;
 }
@@ -96,10 +104,8 @@ bool resume(Allocator& allocator, std::string& why) noexcept {
   try {
     allocator.resume();
     return true;
-  } catch (const std::exception& error) {
-    why = error.what();
   } catch (...) {
-    why = "resume failed with an unknown exception";
+    keep_reason(why, "resume failed with an unknown exception");
   }
   return false;
 }

@@ -12,9 +12,14 @@
 
 namespace plimsoll::torch_cuda {
 
+// The functions below marked "Never throws" are noexcept and run out of host memory as anywhere else: a reason that
+// cannot be copied into `why` (its copy allocates) leaves `why` empty rather than end the process, and the caller
+// (torch_cuda.cpp) then says a fixed message, which needs no allocation.
+
 /// `bytes` on `stream`; nullptr with plimsoll's out-of-memory report (or other failure) in `why`. Never throws.
 void* torch_malloc(Allocator& allocator, std::size_t bytes, void* stream, std::string& why) noexcept;
 /// Frees `ptr` on `stream`; false with the reason in `why` (not a live block: freed twice, never allocated here).
+/// Never throws.
 bool torch_free(Allocator& allocator, void* ptr, void* stream, std::string& why) noexcept;
 /// Allocator::record_stream for PyTorch's record_stream hook: false with the reason in `why` (not a live block of
 /// this device; or out of host memory with the fallback's room taken too: the block's streams unchanged). Never
