@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "failing_operator_new.hpp"
@@ -174,6 +175,18 @@ TEST(TorchCudaSo, RecordStreamOutOfHostMemorySaysTheDeviceHoldingIt) {
   said = ::testing::internal::GetCapturedStderr();
   EXPECT_STREQ(last_error(), "unexpected failure (out of host memory?)");
   EXPECT_THAT(said, HasSubstr("plimsoll: cannot record_stream on the device holding it: unexpected failure\n"));
+
+  // The same on a thread of its own, whose kept reason is new, with no room for the fixed text: that text is kept
+  // without copying it (before, copying it failed and last_error() said "").
+  ::testing::internal::CaptureStderr();
+  std::thread([&] {
+    {
+      const ScopedFailures failures;
+      EXPECT_EQ(record_stream(&local, -1, nullptr), -1);
+    }
+    EXPECT_STREQ(last_error(), "unexpected failure (out of host memory?)");
+  }).join();
+  ::testing::internal::GetCapturedStderr();
 
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(record_stream(&local, -1, nullptr), -1) << "with host memory again, the reason itself";

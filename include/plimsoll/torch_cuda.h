@@ -52,7 +52,10 @@ int plimsoll_torch_cuda_resume(int device);
 /* 1 while paused, 0 when not, -1 when the device was never used (or, with a reason in
  * plimsoll_torch_cuda_last_error(), when the query itself failed). */
 int plimsoll_torch_cuda_is_paused(int device);
-/* This thread's last pause/resume failure ("" if none). */
+/* The reason for this thread's last failure of pause, resume, is_paused or record_stream ("" if none): the
+ * failure's own text, or, where host memory ran out and that text could not be kept, a fixed one (such as
+ * "unexpected failure (out of host memory?)"); never an earlier failure's. Valid until this thread's next failure of
+ * those calls. */
 const char* plimsoll_torch_cuda_last_error(void);
 
 #ifdef __cplusplus

@@ -4,7 +4,8 @@
 // (docs/pytorch.md).
 // Each device's memory comes from Runtime::global().device("cuda:N"), configured by plimsoll's environment
 // variables; stream order is the engine's (torch_device.hpp). No exception leaves this file: a failure prints
-// plimsoll's message on stderr and malloc returns NULL, which PyTorch turns into its OutOfMemoryError.
+// plimsoll's message on stderr (failure_report.hpp) and malloc returns NULL, which PyTorch turns into its
+// OutOfMemoryError.
 #include "plimsoll/torch_cuda.h"
 
 #include <cstdio>
@@ -19,6 +20,7 @@
 
 #include <fmt/format.h>
 
+#include "integrations/torch_cuda/failure_report.hpp"
 #include "integrations/torch_cuda/torch_device.hpp"
 #include "plimsoll/allocator.hpp"
 #include "plimsoll/recording.hpp"
@@ -52,22 +54,6 @@ State& state() {
 /// Prints `message` on stderr the first time only (with the lock held).
 void say_once_locked(State& s, const std::string& message) {
   if (s.said.insert(message).second) std::fprintf(stderr, "plimsoll: %s\n", message.c_str());
-}
-
-/// Prints `text` on stderr, prefixed with "plimsoll: " unless it already is (the OOM report). When `text` is empty
-/// (the reason could not be kept: out of host memory) or cannot be prefixed, the fixed "plimsoll: <fallback>
-/// cuda:<device>" instead, which allocates nothing.
-void say(std::string text, int device, const char* fallback) noexcept {
-  try {
-    if (!text.empty()) {
-      if (text.rfind("plimsoll:", 0) != 0) text.insert(0, "plimsoll: ");
-      if (text.back() != '\n') text += '\n';
-      std::fputs(text.c_str(), stderr);
-      return;
-    }
-  } catch (...) {
-  }
-  std::fprintf(stderr, "plimsoll: %s cuda:%d\n", fallback, device);
 }
 
 void close_recording() noexcept {
@@ -143,7 +129,7 @@ extern "C" PLIMSOLL_TORCH_CUDA_EXPORT void* plimsoll_torch_malloc(ssize_t size, 
   if (state == nullptr) return nullptr;
   std::string why;
   void* ptr = plimsoll::torch_cuda::torch_malloc(*state->allocator, static_cast<std::size_t>(size), stream, why);
-  if (ptr == nullptr) plimsoll::torch_cuda::say(std::move(why), device, "out of memory on");
+  if (ptr == nullptr) plimsoll::torch_cuda::say(why, device, "out of memory on");
   return ptr;
 }
 
@@ -154,7 +140,7 @@ extern "C" PLIMSOLL_TORCH_CUDA_EXPORT void plimsoll_torch_free(void* ptr, ssize_
   if (state == nullptr) return;  // nothing was ever allocated there
   std::string why;
   if (!plimsoll::torch_cuda::torch_free(*state->allocator, ptr, stream, why))
-    plimsoll::torch_cuda::say(std::move(why), device, "a free failed (out of host memory for its reason) on");
+    plimsoll::torch_cuda::say(why, device, "a free failed (out of host memory for its reason) on");
 }
 
 namespace plimsoll::torch_cuda {
@@ -211,52 +197,8 @@ extern "C" PLIMSOLL_TORCH_CUDA_EXPORT int plimsoll_torch_cuda_reset_peak(int dev
   }
 }
 
-namespace {
-// plimsoll_torch_cuda_last_error: t_fixed_error when set (a string literal, kept without allocating: out of host
-// memory a reason may not be copyable), t_last_error otherwise.
-thread_local std::string t_last_error;
-thread_local const char* t_fixed_error = nullptr;
-
-void keep_fixed(const char* message) noexcept { t_fixed_error = message; }
-
-// The failure of a pause, resume or record_stream: on stderr, as every other failure of this library, and kept for
-// the caller. Never throws: an empty `why` (the reason could not be copied, torch_device.hpp) or one that cannot be
-// kept says `fallback`, a fixed text.
-void say(const std::string& why, const char* fallback) noexcept {
-  if (why.empty()) {
-    keep_fixed(fallback);
-    std::fprintf(stderr, "plimsoll: %s\n", fallback);
-    return;
-  }
-  try {
-    t_last_error = why;
-    t_fixed_error = nullptr;
-  } catch (...) {
-    keep_fixed(fallback);
-  }
-  std::fprintf(stderr, "plimsoll: %s\n", why.c_str());
-}
-
-// An unexpected failure (bad_alloc building a message, a lock failure): the reason the header promises, kept
-// without allocating where possible, since allocation may be what failed.
-void say_unexpected(const char* action, int device) noexcept {
-  try {
-    throw;
-  } catch (const std::exception& error) {
-    try {
-      const std::string where = device < 0 ? "the device holding it" : "cuda:" + std::to_string(device);
-      say(std::string("cannot ") + action + " " + where + ": " + error.what(),
-          "unexpected failure (out of host memory?)");
-      return;
-    } catch (...) {
-    }
-  } catch (...) {
-  }
-  keep_fixed("unexpected failure (out of host memory?)");
-  if (device < 0) std::fprintf(stderr, "plimsoll: cannot %s the device holding it: unexpected failure\n", action);
-  else std::fprintf(stderr, "plimsoll: cannot %s cuda:%d: unexpected failure\n", action, device);
-}
-}  // namespace
+using plimsoll::torch_cuda::say;
+using plimsoll::torch_cuda::say_unexpected;
 
 extern "C" PLIMSOLL_TORCH_CUDA_EXPORT long long plimsoll_torch_cuda_pause(int device, int keep_contents) {
   try {
@@ -305,7 +247,7 @@ extern "C" PLIMSOLL_TORCH_CUDA_EXPORT int plimsoll_torch_cuda_is_paused(int devi
 }
 
 extern "C" PLIMSOLL_TORCH_CUDA_EXPORT const char* plimsoll_torch_cuda_last_error(void) {
-  return t_fixed_error != nullptr ? t_fixed_error : t_last_error.c_str();
+  return plimsoll::torch_cuda::last_error();
 }
 
 // PyTorch calls record_stream from C++ that expects no failure: nothing is thrown across, the engine keeps the
