@@ -10,6 +10,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include "cli_runner.hpp"
 #include "train_requirements.hpp"
@@ -120,7 +121,7 @@ TEST(CliDocs, EveryJsonKeyIsListedOnItsPage) {
   expect_keys_documented(nlohmann::json::parse(devices.out), "README.md");
 
   // A constructed trace: packing a shared one takes seconds to minutes.
-  const std::string small = ::testing::TempDir() + "cli_docs_run_plan.trace";
+  const std::string small = ::testing::TempDir() + "cli_docs_run_plan_" + std::to_string(::getpid()) + ".trace";
   {
     std::ofstream(small) << "# step 0 begin\na 1 1048576\na 2 2097152\nf 2\n# step 0 end\nf 1\n";
   }

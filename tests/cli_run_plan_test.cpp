@@ -4,16 +4,18 @@
 // --force), a missing or malformed trace, a step past the end, a bad option, an output folder that does not exist.
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <string>
+#include <system_error>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include "cli_runner.hpp"
 #include "engine/run_packing.hpp"
 #include "engine/run_plan.hpp"
-#include "plan_fixtures.hpp"
 #include "plimsoll/trace.hpp"
 #include "run_packing_checks.hpp"
 
@@ -21,7 +23,6 @@ namespace {
 
 using ::testing::HasSubstr;
 using plimsoll::testing::CliRun;
-using plimsoll::testing::write_temp;
 
 constexpr std::uint64_t kMiB = 1ull << 20;
 
@@ -41,12 +42,20 @@ const char* const kNeedsTheSearch =
     "a 7 1048576\nf 5\nf 6\na 8 1048576\nf 7\na 9 1835008\na 10 786432\nf 3\nf 10\nf 9\na 11 524288\n"
     "f 11\nf 8\n";
 
-// A path in the temp dir, named by the test, with nothing there: a plan an earlier run left must not pass for one
-// this run wrote.
+// A path in the temp dir, named by the test and the process (two checkouts on one machine run the same tests at
+// once), with nothing there: a plan an earlier run left must not pass for one this run wrote.
 std::string temp_path(const std::string& name) {
-  const std::string path =
-      ::testing::TempDir() + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" + name;
-  std::filesystem::remove(path);
+  const std::string path = ::testing::TempDir() + "cli_run_plan_" +
+                           ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
+                           std::to_string(::getpid()) + "_" + name;
+  std::error_code ignored;
+  std::filesystem::remove(path, ignored);
+  return path;
+}
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  const std::string path = temp_path(name);
+  std::ofstream(path, std::ios::binary) << text;
   return path;
 }
 
