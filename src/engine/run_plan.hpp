@@ -35,7 +35,8 @@ struct RunPlan {
   std::uint64_t granule = 2ull << 20;  // the device's mapping granule the plan was packed for
   std::uint64_t limit = 0;             // the limit (bytes) it was packed against; 0: none
   std::uint64_t covered_granules = 0;  // what following it maps
-  std::size_t through_step = 0;        // the plan covers the run's events through this step (trace.steps index)
+  std::size_t through_step = 0;        // the plan covers the run's events through this step (trace.steps index;
+                                       // packed from a whole trace: its last step, the teardown included)
   std::string source;                  // what it was packed from (the trace's path), for messages
   std::vector<std::uint64_t> fingerprint;
   std::vector<Entry> entries;
