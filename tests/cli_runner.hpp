@@ -2,6 +2,7 @@
 // Runs the built `plimsoll` binary as a user would, through the shell, and keeps its stdout, stderr and exit
 // status apart. Arguments and environment are trusted test strings.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -30,10 +31,11 @@ inline std::string read_text_file(const std::string& path) {
 /// `env` is prefixed as shell assignments or an `env ...` command (NAME=value ...).
 inline CliRun run_plimsoll(const std::string& args, const std::string& env = "") {
   // One file per test: ctest runs tests in parallel processes, and suites share test names
-  // (BadOptionsNameTheProblemAndTheFix), so the suite is part of the name.
+  // (BadOptionsNameTheProblemAndTheFix), so the suite is part of the name; and the process id, since two checkouts
+  // on one machine run the same tests at once and share the temp dir.
   const ::testing::TestInfo& test = *::testing::UnitTest::GetInstance()->current_test_info();
   const std::string err_path = ::testing::TempDir() + "plimsoll_cli_stderr_" + test.test_suite_name() + "." +
-                               test.name() + ".txt";
+                               test.name() + "." + std::to_string(::getpid()) + ".txt";
   const std::string command = env + " " + std::string(PLIMSOLL_CLI_PATH) + " " + args + " 2>" + err_path;
   CliRun run;
   FILE* pipe = popen(command.c_str(), "r");

@@ -1,7 +1,8 @@
 #pragma once
-// The greedy packings the offline bounds try (plimsoll_step_plan_bound, plimsoll_run_bound): every order the
-// engine's packer has, with best fit and first fit, with and without the slide-down pass; and granule-aware by size
-// and by size x lifetime (nothing paid for: every granule is new). One list, so both bounds try the same 14.
+// The greedy packings the offline packers try (pack_run, run_packing.hpp; plimsoll_step_plan_bound): every order
+// the engine's packer has, with best fit and first fit, with and without the slide-down pass; and granule-aware by
+// size and by size x lifetime (nothing paid for: every granule is new). One list, so every offline packing tries
+// the same 14.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -10,15 +11,14 @@
 
 #include "engine/step_plan.hpp"
 
-namespace plimsoll::bench {
+namespace plimsoll::engine {
 
 struct NamedPacking {
-  engine::PackOptions options;
+  PackOptions options;
   std::string name;
 };
 
 inline std::vector<NamedPacking> greedy_packings(std::uint64_t granule) {
-  using engine::PackOrder;
   const auto order_name = [](PackOrder order) {
     return order == PackOrder::size ? "size" : order == PackOrder::lifetime ? "lifetime" : "size x lifetime";
   };
@@ -34,4 +34,4 @@ inline std::vector<NamedPacking> greedy_packings(std::uint64_t granule) {
   return all;
 }
 
-}  // namespace plimsoll::bench
+}  // namespace plimsoll::engine
