@@ -539,12 +539,16 @@ void* Allocator::try_allocate(std::size_t bytes, Tag tag) noexcept {
 void* Allocator::allocate(std::size_t bytes, Tag tag) {
   // A cache hit first, before an OOM report's strings are made ready (a few nanoseconds of a 15 ns budget), and
   // before anything else: one word (set only while the front serves, never on a device with streams) and one compare.
+  // The front answers with the device's path itself when it declines (front_declined), so this is a tail call and a
+  // hit returns straight to the caller: no frame here and no test of the answer.
   engine::ThreadCaches* caches = impl_->serving_front.load(std::memory_order_acquire);
-  if (caches != nullptr && bytes <= engine::ThreadCaches::kMaxBinned) [[likely]] {
-    if (std::uint64_t addr = caches->allocate(bytes, tag)) return reinterpret_cast<void*>(addr);
-    return allocate_past_front(bytes, tag, true);
-  }
+  if (caches != nullptr && bytes <= engine::ThreadCaches::kMaxBinned) [[likely]]
+    return reinterpret_cast<void*>(caches->allocate_or(bytes, tag, &Allocator::front_declined, this));
   return allocate_past_front(bytes, tag, false);
+}
+
+std::uint64_t Allocator::front_declined(void* self, std::uint64_t bytes, std::uint16_t tag) {
+  return reinterpret_cast<std::uint64_t>(static_cast<Allocator*>(self)->allocate_past_front(bytes, tag, true));
 }
 
 void* Allocator::allocate_past_front(std::size_t bytes, Tag tag, bool front_asked) {

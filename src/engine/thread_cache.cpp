@@ -254,20 +254,33 @@ class ThreadCache {
   ThreadCaches* owner() const PLIMSOLL_REQUIRES(lock) { return owner_; }
   void disown() PLIMSOLL_REQUIRES(lock) { owner_ = nullptr; }
 
-  std::uint64_t pop(std::uint64_t size) {
-    CacheBin& bin = bins_[class_of(size)];
-    if (bin.empty()) return 0;
-    const std::uint64_t addr = bin.pop();
-    bump(cached_bytes_, 0 - size);  // the block count follows from count_allocation's (see blocks_base_)
-    return addr;
-  }
-  /// pop() for the hit: false when the bin is empty, so the caller tests the bin's count, not the address too.
-  bool try_pop(std::uint64_t size, std::uint64_t& addr) {
-    CacheBin& bin = bins_[class_of(size)];
+  /// The newest block of size class `cls` (of `size` bytes), false when its bin is empty: the hit tests the bin's
+  /// count, not the address too.
+  bool try_pop(std::size_t cls, std::uint64_t size, std::uint64_t& addr) {
+    CacheBin& bin = bins_[cls];
     if (bin.empty()) return false;
     addr = bin.pop();
-    bump(cached_bytes_, 0 - size);
+    bump(cached_bytes_, 0 - size);  // the block count follows from count_allocation's (see blocks_base_)
     return true;
+  }
+  /// try_pop for the rare sides: 0 when the bin is empty.
+  std::uint64_t pop(std::uint64_t size) {
+    std::uint64_t addr = 0;
+    return try_pop(class_of(size), size, addr) ? addr : 0;
+  }
+  /// The handed-out table's leaf of a binned block (prepared when it entered the front): the leaf of this thread's
+  /// last hit or free when addr lies in the same GiB of addresses, as a job's blocks mostly do, else the table's
+  /// lookup (prepared_leaf, which checks the block was prepared where assertions are on: there it is always asked).
+  /// A leaf, once made, lives as long as the table, so the pointer kept here never dangles.
+  std::uint64_t* leaf_of(std::uint64_t addr, HandedTable& table) noexcept {
+    const std::uint64_t key = addr >> HandedTable::kLeafShift;
+#ifdef NDEBUG
+    if (key == leaf_key_) [[likely]] return leaf_;
+#endif
+    std::uint64_t* leaf = table.prepared_leaf(addr, false);
+    leaf_key_ = key;
+    leaf_ = leaf;
+    return leaf;
   }
   /// The counts of `tag`'s chunk, null when not made yet (tags_ready): the hit tests and counts with one load.
   TagCounts::Count* tag_counts(std::uint16_t tag) const noexcept { return tags_.chunk_of(tag); }
@@ -283,10 +296,15 @@ class ThreadCache {
   }
   /// Never allocates: false for a bin not made ready (bin_ready) yet.
   bool push(std::uint64_t addr, std::uint64_t size, std::uint64_t cap) noexcept {
-    CacheBin& bin = bins_[class_of(size)];
-    if (read(cached_bytes_) + size > cap || bin.full()) return false;
+    return push(addr, class_of(size), size, cap);
+  }
+  /// push() into size class `cls` (of `size` bytes), which the free worked out already.
+  bool push(std::uint64_t addr, std::size_t cls, std::uint64_t size, std::uint64_t cap) noexcept {
+    CacheBin& bin = bins_[cls];
+    const std::uint64_t cached = read(cached_bytes_);
+    if (cached + size > cap || bin.full()) return false;
     bin.push(addr);
-    bump(cached_bytes_, size);  // the block count follows from count_free's (see blocks_base_)
+    cached_bytes_.store(cached + size, std::memory_order_relaxed);  // its block count follows from count_free's
     return true;
   }
   /// A cached big block of exactly `size` (the most recently kept first); 0 when none.
@@ -447,6 +465,9 @@ class ThreadCache {
   // write no block count; everything else that moves blocks in or out adjusts it (refill, take, the big blocks, a
   // free given to the heap). Modular, like every count here.
   std::atomic<std::uint64_t> blocks_base_{0};
+  // leaf_of's last answer and its key (addr >> HandedTable::kLeafShift; all ones matches no address). Owner only.
+  std::uint64_t leaf_key_ = ~std::uint64_t{0};
+  std::uint64_t* leaf_ = nullptr;
   std::array<CacheBin, kClasses> bins_;
   // Big blocks, oldest first, with their sizes (owner only, like the bins).
   std::array<std::uint64_t, kBigSlots> big_addrs_{}, big_sizes_{};
@@ -832,29 +853,46 @@ std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size
 // The hot paths below are small on purpose: whatever is rare (a thread's first operation, a miss, a full cache,
 // a big block) is in a function of its own, reached by a tail call that ends the operation itself, so the hit calls
 // nothing and keeps no value across a call: no stack frame of saved registers.
-std::uint64_t ThreadCaches::allocate(std::uint64_t bytes, std::uint16_t tag) {
+// `miss`, when given, answers instead of a decline (0): the device's entry point passes its own path, so it tail-calls
+// this and a hit returns straight to the program (no frame in the entry point, no test of the answer there). Every
+// rare side below calls it only after its operation ended.
+std::uint64_t ThreadCaches::allocate_or(std::uint64_t bytes, std::uint16_t tag, Miss miss, void* context) {
   const LastCache last = t_last;
-  if (last.id != id_) [[unlikely]] return allocate_joining(bytes, tag);  // also an exiting thread (id 0)
+  if (last.id != id_) [[unlikely]] return allocate_joining(bytes, tag, miss, context);  // also an exiting thread (id 0)
   ThreadCache& cache = *last.cache;
-  if (!cache.try_begin(asymmetric_)) [[unlikely]] return allocate_stopped(cache, bytes, tag);
-  const std::uint64_t size = rounded(bytes);
+  if (!cache.try_begin(asymmetric_)) [[unlikely]] return allocate_stopped(cache, bytes, tag, miss, context);
+  // The size class of rounded(bytes), worked out from bytes: 0 bytes wraps past every class (the rare side rounds it
+  // up to one quantum), as does anything over kMaxBinned, so one compare tests both.
+  const std::uint64_t cls = (bytes - 1) / kQuantum;
   // Read again inside the operation: the caller saw the front on, but a pause may have turned it off and flushed
   // since; what this cache holds now may be on memory the device gave back.
   TagCounts::Count* const counts = cache.tag_counts(tag);
-  if (!serving() || counts == nullptr || size > kMaxBinned) [[unlikely]]
-    return allocate_in_operation(cache, size, bytes, tag);
+  if (!serving() || counts == nullptr || cls >= kClasses) [[unlikely]]
+    return allocate_rare(cache, bytes, tag, miss, context);
   std::uint64_t addr = 0;
-  if (!cache.try_pop(size, addr)) [[unlikely]] return allocate_in_operation(cache, size, bytes, tag);
+  const std::uint64_t size = (cls + 1) * kQuantum;
+  if (!cache.try_pop(cls, size, addr)) [[unlikely]] return allocate_rare(cache, bytes, tag, miss, context);
   // A binned block was prepared when it entered the front (allocate_slow): its word is one store.
-  HandedTable::set_prepared_plain(handed_.prepared_leaf(addr, false), addr, HandedTable::word(bytes, tag));
+  HandedTable::set_prepared_plain(cache.leaf_of(addr, handed_), addr, HandedTable::word(bytes, tag));
   cache.count_allocation_in(counts, size, bytes, tag);
   cache.end();
   return addr;
 }
 
-std::uint64_t ThreadCaches::allocate_stopped(ThreadCache& cache, std::uint64_t bytes, std::uint16_t tag) {
+std::uint64_t ThreadCaches::missed(Miss miss, void* context, std::uint64_t bytes, std::uint16_t tag) {
+  return miss != nullptr ? miss(context, bytes, tag) : 0;
+}
+
+std::uint64_t ThreadCaches::allocate_rare(ThreadCache& cache, std::uint64_t bytes, std::uint16_t tag, Miss miss,
+                                          void* context) {
+  const std::uint64_t addr = allocate_in_operation(cache, rounded(bytes), bytes, tag);  // which ends the operation
+  return addr != 0 ? addr : missed(miss, context, bytes, tag);
+}
+
+std::uint64_t ThreadCaches::allocate_stopped(ThreadCache& cache, std::uint64_t bytes, std::uint16_t tag, Miss miss,
+                                             void* context) {
   cache.wait_for_thief();
-  return allocate(bytes, tag);
+  return allocate_or(bytes, tag, miss, context);
 }
 
 std::uint64_t ThreadCaches::allocate_in_operation(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes,
@@ -879,14 +917,16 @@ void ThreadCaches::count_thread() noexcept {
   }
 }
 
-std::uint64_t ThreadCaches::allocate_joining(std::uint64_t bytes, std::uint16_t tag) {
-  if (t_exiting) return 0;
+std::uint64_t ThreadCaches::allocate_joining(std::uint64_t bytes, std::uint16_t tag, Miss miss, void* context) {
+  if (t_exiting) return missed(miss, context, bytes, tag);
+  bool joined = true;
   try {
     join();
   } catch (const std::bad_alloc&) {
-    return 0;  // no cache for this thread (out of host memory): the device's own path serves it
+    joined = false;  // no cache for this thread (out of host memory): the device's own path serves it
   }
-  return allocate(bytes, tag);
+  if (!joined) return missed(miss, context, bytes, tag);  // outside the handler: it may throw its own report
+  return allocate_or(bytes, tag, miss, context);
 }
 
 std::uint64_t ThreadCaches::allocate_missed(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes,

@@ -115,7 +115,12 @@ class ThreadCaches {
   /// A block for `bytes` (at most kMaxSize), 0 when the heap cannot place one, the front is not serving, or the
   /// cache cannot grow its books (out of host memory): the caller takes the slow path, which flushes and
   /// reports. Never throws.
-  std::uint64_t allocate(std::uint64_t bytes, std::uint16_t tag);
+  std::uint64_t allocate(std::uint64_t bytes, std::uint16_t tag) { return allocate_or(bytes, tag, nullptr, nullptr); }
+  /// What answers a request the front declines: the device's own path.
+  using Miss = std::uint64_t (*)(void* context, std::uint64_t bytes, std::uint16_t tag);
+  /// allocate(), but where it would decline (0), `miss`'s answer (null: 0), asked after the front's operation ended;
+  /// throws what `miss` throws. The device's entry point tail-calls it, so a hit returns straight to the program.
+  std::uint64_t allocate_or(std::uint64_t bytes, std::uint16_t tag, Miss miss, void* context);
   /// False when addr is not a block the front handed out (the caller's slow path decides: a heap block, or a
   /// bad free). Otherwise the block goes to this thread's cache, or back to the heap when the cache is full,
   /// `keep` is false or the front is not serving. Throws std::bad_alloc only when this thread's cache cannot
@@ -170,8 +175,13 @@ class ThreadCaches {
   ThreadCache& mine();
   [[gnu::noinline]] ThreadCache& join();  // this thread's first operation on this front
   // The rare sides of allocate and deallocate, out of line (thread_cache.cpp, "hot paths").
-  [[gnu::noinline]] std::uint64_t allocate_joining(std::uint64_t bytes, std::uint16_t tag);
-  [[gnu::noinline]] std::uint64_t allocate_stopped(ThreadCache& cache, std::uint64_t bytes, std::uint16_t tag);
+  [[gnu::noinline]] std::uint64_t allocate_joining(std::uint64_t bytes, std::uint16_t tag, Miss miss, void* context);
+  [[gnu::noinline]] std::uint64_t allocate_stopped(ThreadCache& cache, std::uint64_t bytes, std::uint16_t tag, Miss miss,
+                                                   void* context);
+  /// The hit's rare side (allocate_in_operation), then `miss` when it declined.
+  [[gnu::noinline]] std::uint64_t allocate_rare(ThreadCache& cache, std::uint64_t bytes, std::uint16_t tag, Miss miss,
+                                                void* context);
+  static std::uint64_t missed(Miss miss, void* context, std::uint64_t bytes, std::uint16_t tag);
   /// allocate's rare side inside the operation it began (a miss, a big block, a tag's first counts, a front turned
   /// off), which it ends.
   [[gnu::noinline]] std::uint64_t allocate_in_operation(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes,
