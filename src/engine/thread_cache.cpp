@@ -864,11 +864,12 @@ std::uint64_t ThreadCaches::allocate_or(std::uint64_t bytes, std::uint16_t tag, 
   // The size class of rounded(bytes), worked out from bytes: 0 bytes wraps past every class (the rare side rounds it
   // up to one quantum), as does anything over kMaxBinned, so one compare tests both.
   const std::uint64_t cls = (bytes - 1) / kQuantum;
-  // Read again inside the operation: the caller saw the front on, but a pause may have turned it off and flushed
-  // since; what this cache holds now may be on memory the device gave back.
+  // No read of `serving` here: whoever turns the front off flushes every cache after (pause, a recording attaching,
+  // set_thread_cache(0)), and while it is off nothing refills a bin (allocate_in_operation and every free read it
+  // inside their operation), so a bin holds a block only before that flush passed this cache; a hit then is an
+  // allocation made before the pause, as if a moment earlier. After it the bins are empty and the miss reads it.
   TagCounts::Count* const counts = cache.tag_counts(tag);
-  if (!serving() || counts == nullptr || cls >= kClasses) [[unlikely]]
-    return allocate_rare(cache, bytes, tag, miss, context);
+  if (counts == nullptr || cls >= kClasses) [[unlikely]] return allocate_rare(cache, bytes, tag, miss, context);
   std::uint64_t addr = 0;
   const std::uint64_t size = (cls + 1) * kQuantum;
   if (!cache.try_pop(cls, size, addr)) [[unlikely]] return allocate_rare(cache, bytes, tag, miss, context);
@@ -987,25 +988,33 @@ void ThreadCaches::keep_big(ThreadCache& cache, std::uint64_t addr, std::uint64_
 // Like allocate, the common free calls nothing: what is rare goes to deallocate_in (a tail call), which ends the
 // operation; so does deallocate_full after the word is cleared and counted. The device's free calls it last, so the
 // device's free builds no frame either.
-void ThreadCaches::deallocate_handed(std::uint64_t addr, HandedTable::Found found, bool keep) {
+void ThreadCaches::deallocate_handed(std::uint64_t addr, HandedTable::Found found) {
   const LastCache last = t_last;
-  if (last.id != id_) [[unlikely]] return deallocate_joining(addr, found, keep);  // also an exiting thread
+  if (last.id != id_) [[unlikely]] return deallocate_joining(addr, found, true);  // also an exiting thread
   ThreadCache& cache = *last.cache;
-  if (!cache.try_begin(asymmetric_)) [[unlikely]] return deallocate_stopped(cache, addr, found, keep);
+  if (!cache.try_begin(asymmetric_)) [[unlikely]] return deallocate_stopped(cache, addr, found);
   const std::uint64_t word = found.word;
-  const std::uint64_t size = rounded(HandedTable::requested(word));
+  const std::uint64_t requested = HandedTable::requested(word);
+  const std::uint64_t cls = (requested - 1) / kQuantum;  // as in allocate_or: 0 bytes and big blocks past every class
   TagCounts::Count* const counts = cache.tag_counts(HandedTable::tag(word));
-  if (!keep || counts == nullptr || size > kMaxBinned || !serving()) [[unlikely]]
-    return deallocate_in(cache, addr, found, keep);
+  if (counts == nullptr || cls >= kClasses || !serving()) [[unlikely]] return deallocate_in(cache, addr, found, true);
+  const std::uint64_t size = (cls + 1) * kQuantum;
   HandedTable::clear_plain_in(found.leaf, addr);  // inside the operation, as in deallocate_in; binned: not wide
-  cache.count_free_in(counts, size, HandedTable::requested(word), HandedTable::tag(word));
-  if (!cache.push(addr, size, bytes_per_thread())) [[unlikely]] return deallocate_full(cache, addr, size);
+  cache.count_free_in(counts, size, requested, HandedTable::tag(word));
+  if (!cache.push(addr, cls, size, bytes_per_thread())) [[unlikely]] return deallocate_full(cache, addr, size);
   cache.end();
 }
 
-void ThreadCaches::deallocate_stopped(ThreadCache& cache, std::uint64_t addr, HandedTable::Found found, bool keep) {
+void ThreadCaches::deallocate_unkept(std::uint64_t addr, HandedTable::Found found) {
+  if (t_last.id != id_) return deallocate_joining(addr, found, false);  // also an exiting thread
+  ThreadCache& cache = *t_last.cache;
+  cache.begin(asymmetric_);
+  return deallocate_in(cache, addr, found, false);
+}
+
+void ThreadCaches::deallocate_stopped(ThreadCache& cache, std::uint64_t addr, HandedTable::Found found) {
   cache.wait_for_thief();
-  return deallocate_handed(addr, found, keep);
+  return deallocate_handed(addr, found);
 }
 
 void ThreadCaches::deallocate_full(ThreadCache& cache, std::uint64_t addr, std::uint64_t size) {

@@ -130,7 +130,12 @@ class ThreadCaches {
   bool deallocate(std::uint64_t addr, bool keep = true) {
     const HandedTable::Found found = handed_.find(addr);  // first: a heap block's free reads no thread-local
     if (!HandedTable::handed(found.word)) return false;
-    deallocate_handed(addr, found, keep);  // returns nothing, so the caller's call to it is its last (a jump)
+    // Returns nothing, so the caller's call to it is its last (a jump); `keep` is the default (true) on the device's
+    // free, so the test folds away there.
+    if (keep) [[likely]]
+      deallocate_handed(addr, found);
+    else
+      deallocate_unkept(addr, found);
     return true;
   }
   /// Whether addr is handed out by the front, with its requested bytes and tag.
@@ -188,9 +193,10 @@ class ThreadCaches {
                                                         std::uint16_t tag);
   [[gnu::noinline]] std::uint64_t allocate_missed(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes,
                                                   std::uint16_t tag);
-  void deallocate_handed(std::uint64_t addr, HandedTable::Found found, bool keep);  // a block the front handed out
-  [[gnu::noinline]] void deallocate_stopped(ThreadCache& cache, std::uint64_t addr, HandedTable::Found found,
-                                            bool keep);
+  void deallocate_handed(std::uint64_t addr, HandedTable::Found found);  // a block the front handed out, kept
+  /// The same, given back to the heap (deallocate's `keep` false).
+  [[gnu::noinline]] void deallocate_unkept(std::uint64_t addr, HandedTable::Found found);
+  [[gnu::noinline]] void deallocate_stopped(ThreadCache& cache, std::uint64_t addr, HandedTable::Found found);
   /// deallocate_handed's rare side inside the operation it began, which it ends (throws std::bad_alloc, the block
   /// still handed out, when the tag's counts cannot be made).
   [[gnu::noinline]] void deallocate_in(ThreadCache& cache, std::uint64_t addr, HandedTable::Found found, bool keep);
