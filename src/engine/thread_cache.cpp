@@ -268,20 +268,6 @@ class ThreadCache {
     std::uint64_t addr = 0;
     return try_pop(class_of(size), size, addr) ? addr : 0;
   }
-  /// The handed-out table's leaf of a binned block (prepared when it entered the front): the leaf of this thread's
-  /// last hit or free when addr lies in the same GiB of addresses, as a job's blocks mostly do, else the table's
-  /// lookup (prepared_leaf, which checks the block was prepared where assertions are on: there it is always asked).
-  /// A leaf, once made, lives as long as the table, so the pointer kept here never dangles.
-  std::uint64_t* leaf_of(std::uint64_t addr, HandedTable& table) noexcept {
-    const std::uint64_t key = addr >> HandedTable::kLeafShift;
-#ifdef NDEBUG
-    if (key == leaf_key_) [[likely]] return leaf_;
-#endif
-    std::uint64_t* leaf = table.prepared_leaf(addr, false);
-    leaf_key_ = key;
-    leaf_ = leaf;
-    return leaf;
-  }
   /// The counts of `tag`'s chunk, null when not made yet (tags_ready): the hit tests and counts with one load.
   TagCounts::Count* tag_counts(std::uint16_t tag) const noexcept { return tags_.chunk_of(tag); }
   /// Whether the counts of `tag` can take a block without allocating; makes them so when missing (once per 256
@@ -465,9 +451,6 @@ class ThreadCache {
   // write no block count; everything else that moves blocks in or out adjusts it (refill, take, the big blocks, a
   // free given to the heap). Modular, like every count here.
   std::atomic<std::uint64_t> blocks_base_{0};
-  // leaf_of's last answer and its key (addr >> HandedTable::kLeafShift; all ones matches no address). Owner only.
-  std::uint64_t leaf_key_ = ~std::uint64_t{0};
-  std::uint64_t* leaf_ = nullptr;
   std::array<CacheBin, kClasses> bins_;
   // Big blocks, oldest first, with their sizes (owner only, like the bins).
   std::array<std::uint64_t, kBigSlots> big_addrs_{}, big_sizes_{};
@@ -874,7 +857,7 @@ std::uint64_t ThreadCaches::allocate_or(std::uint64_t bytes, std::uint16_t tag, 
   const std::uint64_t size = (cls + 1) * kQuantum;
   if (!cache.try_pop(cls, size, addr)) [[unlikely]] return allocate_rare(cache, bytes, tag, miss, context);
   // A binned block was prepared when it entered the front (allocate_slow): its word is one store.
-  HandedTable::set_prepared_plain(cache.leaf_of(addr, handed_), addr, HandedTable::word(bytes, tag));
+  HandedTable::set_prepared_plain(handed_.prepared_leaf(addr, false), addr, HandedTable::word(bytes, tag));
   cache.count_allocation_in(counts, size, bytes, tag);
   cache.end();
   return addr;
