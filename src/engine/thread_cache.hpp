@@ -34,9 +34,12 @@
 //    front's retired counts, under the registry lock totals() also holds; those have room for every chunk of tags
 //    any cache counts (made with the chunk), so the exit allocates nothing.
 //  - A front that may be turned off (`serving`: the device's pause, a recording attaching, set_thread_cache(0)) is
-//    read again by the owner inside its operation, after the barrier's hot side: a thread that saw it on before it
-//    went off neither hands out a block nor keeps a freed one once the flush that follows has passed its cache
-//    (the flush's barrier orders the flag's store before the owner's next read, or waits for the operation).
+//    read again by the owner inside its operation, after the barrier's hot side, wherever a block would enter a bin
+//    (a free, a refill): a thread that saw it on before it went off neither hands out a block nor keeps a freed one
+//    once the flush that follows has passed its cache (the flush's barrier orders the flag's store before the
+//    owner's next read, or waits for the operation). The hit does not read it: after that flush the bins are empty,
+//    and nothing refills them while the front is off, so a hit can only come before the flush passed (an allocation
+//    made before the turn-off); its miss reads it (tests/threads_front_test.cpp, the late thread's test).
 //  - Out of host memory, nothing is lost or counted twice: whatever allocates (a thread's cache, a bin's words, a
 //    tag's chunk of counts, the depot's growth) runs before an operation changes anything, so an allocation
 //    declines (0), a free throws std::bad_alloc with the block still handed out, and a shed gives the block to
