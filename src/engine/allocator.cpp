@@ -99,7 +99,9 @@ struct Allocator::Impl : engine::FrontUpstream {
   std::atomic<bool> front_on{false};
   // `front` while `front_on`, else null (never set on a device that orders reuse by streams, which has no front): what
   // allocate() reads first, so a hit tests one word where it tested `streams`, `front` and `front_on`. Written with
-  // front_on, under the lock; the front reads `front_on` again inside its operation, so a stale copy is harmless.
+  // front_on, under the lock. A stale copy is harmless: whoever turns the front off flushes after, which empties every
+  // bin (even out of host memory) once the stale reader's operation ends, and the miss reads `front_on` again inside
+  // its operation.
   std::atomic<engine::ThreadCaches*> serving_front{nullptr};
   bool front_wanted PLIMSOLL_GUARDED_BY(lock) = false;  // set_thread_cache's choice, restored when a recording detaches
   alignas(64) std::uint64_t front_heap_bytes PLIMSOLL_GUARDED_BY(lock) = 0;
@@ -924,7 +926,14 @@ std::uint64_t Allocator::pause(PauseOptions options) {
       impl_->pausing = true;  // set_thread_cache or record_to meanwhile must not turn the front back on
       impl_->update_front_on();
     }
-    caches->flush();
+    try {
+      caches->flush();
+    } catch (...) {  // not paused: the front serves again (a flush empties the bins even out of host memory)
+      util::SpinGuard guard(impl_->lock);
+      impl_->pausing = false;
+      impl_->update_front_on();
+      throw;
+    }
   }
   util::SpinGuard guard(impl_->lock);
   impl_->pausing = false;  // the heap's paused state keeps the front off from here

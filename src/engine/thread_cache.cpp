@@ -1,7 +1,9 @@
 #include "engine/thread_cache.hpp"
 
 #include <algorithm>
+#include <array>
 #include <bit>
+#include <cstdint>
 #include <mutex>
 #include <new>
 #include <thread>
@@ -363,6 +365,26 @@ class ThreadCache {
     leave_uncounted(all.size());
     return all;
   }
+  /// Moves up to `room` cached blocks into `out` (bins, then big blocks), allocating nothing: a flush out of host
+  /// memory for take_all's list (ThreadCaches::steal_in_pieces). How many.
+  std::size_t take_some(std::uint64_t* out, std::size_t room) noexcept {
+    std::size_t taken = 0;
+    std::uint64_t bytes = 0;
+    for (std::size_t cls = 0; cls < bins_.size() && taken < room; ++cls) {
+      CacheBin& bin = bins_[cls];
+      for (; !bin.empty() && taken < room; ++taken) {
+        out[taken] = bin.pop();
+        bytes += (cls + 1) * ThreadCaches::kQuantum;
+      }
+    }
+    bump(cached_bytes_, 0 - bytes);
+    for (; big_count_ != 0 && taken < room; ++taken) {
+      out[taken] = big_addrs_[big_count_ - 1];
+      forget_big(big_count_ - 1);  // which takes its bytes off cached_bytes_
+    }
+    leave_uncounted(taken);
+    return taken;
+  }
   /// Gives every cached block to `upstream` bin by bin: allocates nothing, for paths that must not throw (a
   /// thread's exit, the front's destruction). Only where the owner cannot be waiting for the device.
   void give_all_back(FrontUpstream& upstream) noexcept {
@@ -491,6 +513,20 @@ struct ThreadCaches::Depot {
     bytes = 0;
     blocks = 0;
     return all;
+  }
+  /// take_all's blocks `room` at a time into `out`, allocating nothing (a flush out of host memory); how many.
+  std::size_t take_some(std::uint64_t* out, std::size_t room) noexcept PLIMSOLL_REQUIRES(lock) {
+    std::size_t taken = 0;
+    for (std::size_t cls = 0; cls < bins.size() && taken < room; ++cls) {
+      std::vector<std::uint64_t>& bin = bins[cls];
+      for (; !bin.empty() && taken < room; ++taken) {
+        out[taken] = bin.back();
+        bin.pop_back();
+        bytes -= (cls + 1) * ThreadCaches::kQuantum;
+        --blocks;
+      }
+    }
+    return taken;
   }
 };
 
@@ -744,20 +780,46 @@ void ThreadCaches::count_free_elsewhere(std::uint64_t word) {
 
 std::size_t ThreadCaches::steal_all(ThreadCache& cache) {
   std::vector<std::uint64_t> all;
+  bool out_of_memory = false;
   {
     util::SpinGuard guard(cache.lock);
     cache.stop_owner(asymmetric_);
     try {
       all = cache.take_all();
+    } catch (const std::bad_alloc&) {
+      out_of_memory = true;  // nothing taken: steal_in_pieces takes them without a list
     } catch (...) {
       cache.release_owner();  // nothing taken: the owner goes on with its cache whole
       throw;
     }
     cache.release_owner();
   }
+  if (out_of_memory) return steal_in_pieces(cache);
   // After the owner runs again: giving back takes the device lock, which the owner may be waiting for.
   if (!all.empty()) upstream_.give_back(all);
   return all.size();
+}
+
+// A flush must empty every bin whatever the host's memory: the hit reads no serving flag, it relies on a turn-off's
+// flush leaving the bins empty. Without room for take_all's list, the blocks go back a piece at a time through a
+// buffer on the stack, the owner stopped for each piece and running again before it is given back (as above). Ends
+// at a piece that is not full: while the front is off nothing refills a bin; while it is on (trim) a piece at a
+// time is as good as any moment.
+std::size_t ThreadCaches::steal_in_pieces(ThreadCache& cache) {
+  std::array<std::uint64_t, kFlushPiece> piece;
+  std::size_t stolen = 0;
+  for (;;) {
+    std::size_t count = 0;
+    {
+      util::SpinGuard guard(cache.lock);
+      cache.stop_owner(asymmetric_);
+      count = cache.take_some(piece.data(), piece.size());
+      cache.release_owner();
+    }
+    if (count != 0) upstream_.give_back(std::span(piece.data(), count));
+    stolen += count;
+    if (count < piece.size()) return stolen;
+  }
 }
 
 // A table whose leaf cannot be made (mmap refused: the address space or the map count is spent) keeps failing: each
@@ -1050,16 +1112,34 @@ bool ThreadCaches::handed_out(std::uint64_t addr, std::uint64_t& requested, std:
   return true;
 }
 
+// Empties every cache and the depot even out of host memory (a turn-off relies on it: the hit reads no serving flag).
+// The caches one at a time from the end of the list, with no copy of it: a thread exiting meanwhile removes its
+// cache and shifts the later ones down, so one may be visited twice (found empty the second time), none skipped; one
+// joining meanwhile came after the flush began.
 std::size_t ThreadCaches::flush() {
-  std::vector<std::shared_ptr<ThreadCache>> caches;
-  {
-    util::SpinGuard guard(registry_lock_);
-    caches = caches_;
-  }
   std::size_t flushed = 0;
-  for (const std::shared_ptr<ThreadCache>& cache : caches) flushed += steal_all(*cache);
+  for (std::size_t next = SIZE_MAX;;) {
+    std::shared_ptr<ThreadCache> cache;  // holds it should its thread exit meanwhile
+    {
+      util::SpinGuard guard(registry_lock_);
+      next = std::min(next, caches_.size());
+      if (next == 0) break;
+      cache = caches_[--next];
+    }
+    flushed += steal_all(*cache);
+  }
   util::SpinGuard guard(depot_->lock);
-  const std::vector<std::uint64_t> all = depot_->take_all();
+  std::vector<std::uint64_t> all;
+  try {
+    all = depot_->take_all();
+  } catch (const std::bad_alloc&) {  // nothing taken: a piece at a time, as steal_in_pieces
+    std::array<std::uint64_t, kFlushPiece> piece;
+    for (std::size_t count = 0; (count = depot_->take_some(piece.data(), piece.size())) != 0;) {
+      upstream_.give_back(std::span(piece.data(), count));
+      flushed += count;
+    }
+    return flushed;
+  }
   flushed += all.size();
   if (!all.empty()) upstream_.give_back(all);
   return flushed;

@@ -117,7 +117,8 @@ class ThreadCaches {
 
   /// A block for `bytes` (at most kMaxSize), 0 when the heap cannot place one, the front is not serving, or the
   /// cache cannot grow its books (out of host memory): the caller takes the slow path, which flushes and
-  /// reports. Never throws.
+  /// reports. Never throws. The hit reads no serving flag: a turn-off's flush leaves every bin empty (even out of
+  /// host memory), so after it each request misses, and the miss reads the flag.
   std::uint64_t allocate(std::uint64_t bytes, std::uint16_t tag) { return allocate_or(bytes, tag, nullptr, nullptr); }
   /// What answers a request the front declines: the device's own path.
   using Miss = std::uint64_t (*)(void* context, std::uint64_t bytes, std::uint16_t tag);
@@ -144,7 +145,8 @@ class ThreadCaches {
   /// Whether addr is handed out by the front, with its requested bytes and tag.
   bool handed_out(std::uint64_t addr, std::uint64_t& requested, std::uint16_t& tag) const;
   /// Every thread's cached blocks back to the heap (waiting for each owner to leave its operation). Returns how
-  /// many.
+  /// many. Allocation-free when it must be: out of host memory the blocks go back a piece at a time, so the bins are
+  /// empty after it whatever the host's memory (a turn-off relies on it: the hit reads no serving flag).
   std::size_t flush();
   FrontTotals totals() const;
 
@@ -221,6 +223,9 @@ class ThreadCaches {
   /// tags_ready's rare side: a cache's first tag of a chunk of 256.
   [[gnu::noinline]] bool make_tag_room(ThreadCache& cache, std::uint16_t tag) noexcept;
   std::size_t steal_all(ThreadCache& cache);
+  /// steal_all out of host memory: kFlushPiece blocks at a time through the stack, allocating nothing.
+  std::size_t steal_in_pieces(ThreadCache& cache);
+  static constexpr std::size_t kFlushPiece = 256;  // 2 KiB of stack
   /// Whether a refill of `size` from the heap is declined now (kUnpreparableDeclines); counts the decline.
   bool heap_refill_declined(std::uint64_t size) noexcept;
   /// A refill of `size` had a block the table could not take.
