@@ -37,7 +37,7 @@ class HandedTable {
   static constexpr int kLeafShift = 30;
   static constexpr int kMiddleShift = 48;
   static constexpr int kAddressBits = 57;
-  static constexpr int kRegionShift = 16;  // one summary bit per 64 KiB (ThreadCaches::kMaxBinned)
+  static constexpr int kRegionShift = 16;  // one byte of marks per 64 KiB (ThreadCaches::kMaxBinned)
 
   /// A handed-out block's word: its requested bytes and tag, and a bit that says it is handed out.
   static constexpr std::uint64_t word(std::uint64_t requested, std::uint16_t tag) {
@@ -82,7 +82,7 @@ class HandedTable {
     const std::uint64_t* leaf = addressable(addr) ? find_leaf(addr) : nullptr;
     return leaf != nullptr && (marks_of(leaf, addr) & kPlainMark) != 0;
   }
-  /// Sets addr's word, marking its region first when it is not (a load of a hot summary word, so every path that
+  /// Sets addr's word, marking its region first when it is not (a load of its hot byte of marks, so every path that
   /// hands a block out keeps the invariant by itself); false when no leaf could be made (the caller declines).
   bool set(std::uint64_t addr, std::uint64_t w) {
     std::uint64_t* leaf = prepared(addr, wide(requested(w)));

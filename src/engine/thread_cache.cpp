@@ -1035,26 +1035,19 @@ void ThreadCaches::keep_big(ThreadCache& cache, std::uint64_t addr, std::uint64_
 // device's free builds no frame either.
 void ThreadCaches::deallocate_handed(std::uint64_t addr, HandedTable::Found found) {
   const LastCache last = t_last;
-  if (last.id != id_) [[unlikely]] return deallocate_joining(addr, found, true);  // also an exiting thread
+  if (last.id != id_) [[unlikely]] return deallocate_joining(addr, found);  // also an exiting thread
   ThreadCache& cache = *last.cache;
   if (!cache.try_begin(asymmetric_)) [[unlikely]] return deallocate_stopped(cache, addr, found);
   const std::uint64_t word = found.word;
   const std::uint64_t requested = HandedTable::requested(word);
   const std::uint64_t cls = (requested - 1) / kQuantum;  // as in allocate_or: 0 bytes and big blocks past every class
   TagCounts::Count* const counts = cache.tag_counts(HandedTable::tag(word));
-  if (counts == nullptr || cls >= kClasses || !serving()) [[unlikely]] return deallocate_in(cache, addr, found, true);
+  if (counts == nullptr || cls >= kClasses || !serving()) [[unlikely]] return deallocate_in(cache, addr, found);
   const std::uint64_t size = (cls + 1) * kQuantum;
   HandedTable::clear_plain_in(found.leaf, addr);  // inside the operation, as in deallocate_in; binned: not wide
   cache.count_free_in(counts, size, requested, HandedTable::tag(word));
   if (!cache.push(addr, cls, size, bytes_per_thread())) [[unlikely]] return deallocate_full(cache, addr, size);
   cache.end();
-}
-
-void ThreadCaches::deallocate_unkept(std::uint64_t addr, HandedTable::Found found) {
-  if (t_last.id != id_) return deallocate_joining(addr, found, false);  // also an exiting thread
-  ThreadCache& cache = *t_last.cache;
-  cache.begin(asymmetric_);
-  return deallocate_in(cache, addr, found, false);
 }
 
 void ThreadCaches::deallocate_stopped(ThreadCache& cache, std::uint64_t addr, HandedTable::Found found) {
@@ -1068,7 +1061,7 @@ void ThreadCaches::deallocate_full(ThreadCache& cache, std::uint64_t addr, std::
 }
 
 // Inside an operation begun by the caller, which it ends on every way out (a bad_alloc included).
-void ThreadCaches::deallocate_in(ThreadCache& cache, std::uint64_t addr, HandedTable::Found found, bool keep) {
+void ThreadCaches::deallocate_in(ThreadCache& cache, std::uint64_t addr, HandedTable::Found found) {
   const ThreadCache::Operation operation(cache, ThreadCache::Operation::Adopt{});
   const std::uint64_t word = found.word;
   const std::uint64_t size = rounded(HandedTable::requested(word));
@@ -1078,14 +1071,14 @@ void ThreadCaches::deallocate_in(ThreadCache& cache, std::uint64_t addr, HandedT
   // Inside the operation: a fork() (or a flush) that waited for it finds the block either handed out or cached.
   HandedTable::clear_in(found.leaf, addr, word);  // the leaf of the lookup above: one radix walk a free
   cache.count_free(size, HandedTable::requested(word), HandedTable::tag(word));
-  keep = keep && serving();  // inside the operation, as in allocate: a block kept past a pause's flush would stay
+  const bool keep = serving();  // inside the operation, as in allocate: a block kept past a pause's flush would stay
   if (keep && size <= kMaxBinned && cache.push(addr, size, bytes_per_thread())) return;
   deallocate_missed(cache, addr, size, keep);
 }
 
 // The word read by deallocate()'s lookup, not a second one: another thread's free of the same block meanwhile could
 // have cleared it, and a clear word would count as a 256-byte block of tag 0.
-void ThreadCaches::deallocate_joining(std::uint64_t addr, HandedTable::Found found, bool keep) {
+void ThreadCaches::deallocate_joining(std::uint64_t addr, HandedTable::Found found) {
   if (t_exiting) {
     count_free_elsewhere(found.word);  // first: it may throw, with the block still handed out
     HandedTable::clear_in(found.leaf, addr, found.word);
@@ -1094,7 +1087,7 @@ void ThreadCaches::deallocate_joining(std::uint64_t addr, HandedTable::Found fou
   }
   ThreadCache& cache = join();
   cache.begin(asymmetric_);
-  return deallocate_in(cache, addr, found, keep);
+  return deallocate_in(cache, addr, found);
 }
 
 void ThreadCaches::deallocate_missed(ThreadCache& cache, std::uint64_t addr, std::uint64_t size, bool keep) {

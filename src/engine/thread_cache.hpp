@@ -10,7 +10,7 @@
 //    requested bytes and tag) or *cached* (in exactly one thread's cache or the depot, in the bin of its size,
 //    its word clear). Never both, never neither. Every binned block the front holds is *prepared* in the table
 //    (its leaf made, its 64 KiB region marked) from the moment it leaves the heap (allocate_slow; marks are never
-//    cleared), so a cache hit writes its word with one store and reads no region bit; a free looks its word up
+//    cleared), so a cache hit writes its word with one store and reads no region mark; a free looks its word up
 //    once and clears it in the leaf that lookup found.
 //  - Frees go to the freeing thread's cache, whichever thread allocated (PyTorch's autograd frees on its own
 //    threads): the block changes hands with the pointer, so no thread ever writes another's cache. A cache holds
@@ -126,20 +126,15 @@ class ThreadCaches {
   /// throws what `miss` throws. The device's entry point tail-calls it, so a hit returns straight to the program.
   std::uint64_t allocate_or(std::uint64_t bytes, std::uint16_t tag, Miss miss, void* context);
   /// False when addr is not a block the front handed out (the caller's slow path decides: a heap block, or a
-  /// bad free). Otherwise the block goes to this thread's cache, or back to the heap when the cache is full,
-  /// `keep` is false or the front is not serving. Throws std::bad_alloc only when this thread's cache cannot
+  /// bad free). Otherwise the block goes to this thread's cache, or back to the heap when the cache is full or the
+  /// front is not serving. Throws std::bad_alloc only when this thread's cache cannot
   /// grow its books, and then before anything changed: the block stays handed out and counted once.
   /// Inline, so that a free of a heap block (the device's path: every request over what the caches serve) costs the
   /// table's read and no call.
-  bool deallocate(std::uint64_t addr, bool keep = true) {
+  bool deallocate(std::uint64_t addr) {
     const HandedTable::Found found = handed_.find(addr);  // first: a heap block's free reads no thread-local
     if (!HandedTable::handed(found.word)) return false;
-    // Returns nothing, so the caller's call to it is its last (a jump); `keep` is the default (true) on the device's
-    // free, so the test folds away there.
-    if (keep) [[likely]]
-      deallocate_handed(addr, found);
-    else
-      deallocate_unkept(addr, found);
+    deallocate_handed(addr, found);  // returns nothing, so the caller's call to it is its last (a jump)
     return true;
   }
   /// Whether addr is handed out by the front, with its requested bytes and tag.
@@ -199,16 +194,14 @@ class ThreadCaches {
   [[gnu::noinline]] std::uint64_t allocate_missed(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes,
                                                   std::uint16_t tag);
   void deallocate_handed(std::uint64_t addr, HandedTable::Found found);  // a block the front handed out, kept
-  /// The same, given back to the heap (deallocate's `keep` false).
-  [[gnu::noinline]] void deallocate_unkept(std::uint64_t addr, HandedTable::Found found);
   [[gnu::noinline]] void deallocate_stopped(ThreadCache& cache, std::uint64_t addr, HandedTable::Found found);
   /// deallocate_handed's rare side inside the operation it began, which it ends (throws std::bad_alloc, the block
   /// still handed out, when the tag's counts cannot be made).
-  [[gnu::noinline]] void deallocate_in(ThreadCache& cache, std::uint64_t addr, HandedTable::Found found, bool keep);
+  [[gnu::noinline]] void deallocate_in(ThreadCache& cache, std::uint64_t addr, HandedTable::Found found);
   /// A freed block, its word cleared and counted, that its bin cannot take: the full cache's side, which ends the
   /// operation.
   [[gnu::noinline]] void deallocate_full(ThreadCache& cache, std::uint64_t addr, std::uint64_t size);
-  [[gnu::noinline]] void deallocate_joining(std::uint64_t addr, HandedTable::Found found, bool keep);
+  [[gnu::noinline]] void deallocate_joining(std::uint64_t addr, HandedTable::Found found);
   [[gnu::noinline]] void deallocate_missed(ThreadCache& cache, std::uint64_t addr, std::uint64_t size, bool keep);
   /// The slow side of allocate: a batch from the depot, else a block from the heap; with its word set.
   std::uint64_t allocate_slow(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes, std::uint16_t tag);
