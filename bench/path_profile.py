@@ -3,8 +3,9 @@
 
 Reads TRACE.callgrind and TRACE.json pairs from a directory and prints one markdown table: how many of a pass's
 operations each path serves, and what each costs in instructions (exact counts: they do not depend on the machine's
-load, unlike the nanoseconds of bench/run_ab.sh). Paths: the front's hit (ThreadCaches::allocate and
-deallocate_handed, the misses' slow sides included), the device path (Heap::allocate and Allocator::deallocate_in_heap,
+load, unlike the nanoseconds of bench/run_ab.sh). Paths: the front's hit (ThreadCaches::allocate_or and
+deallocate_handed, the misses' slow sides included, less the device's path a declined request takes through
+Allocator::front_declined), the device path (Heap::allocate and Allocator::deallocate_in_heap,
 whose Heap::deallocate is inside), the device's entry points (Allocator::allocate and deallocate, own instructions: the
 size check, the front's table lookup on a free, and on the device path the lock, tag counts and ring, inlined), and
 the replay loop itself.
@@ -17,12 +18,14 @@ import sys
 
 # Each path: the functions whose calls it counts and whose cost (inclusive of what they call) it sums.
 PATHS = {
-    "front_alloc": "plimsoll::engine::ThreadCaches::allocate(unsigned long, unsigned short)",
+    "front_alloc": "plimsoll::engine::ThreadCaches::allocate_or(",
     "front_free": "plimsoll::engine::ThreadCaches::deallocate_handed(",
     "heap_alloc": "plimsoll::engine::Heap::allocate(unsigned long, unsigned short)",
     "heap_free": "plimsoll::Allocator::deallocate_in_heap(void*)",
     "heap_free_inner": "plimsoll::engine::Heap::deallocate(",
 }
+# What the front calls when it declines: the device's own path (counted there, so not in the front's cost).
+FRONT_DECLINED = "plimsoll::Allocator::front_declined("
 ENTRY = ("plimsoll::Allocator::allocate(unsigned long, unsigned short)", "plimsoll::Allocator::deallocate(void*)")
 LOOP = "(anonymous namespace)::run("
 
@@ -73,6 +76,7 @@ def row(directory, trace):
     meta = json.loads((directory / f"{trace}.json").read_text())
     ops = meta["ops"] * (meta["reps"] + 2)  # the cold pass, the warm passes, and the one timed per operation
     per_call = {p: matching(inclusive, f) / max(matching(calls, f), 1) for p, f in PATHS.items()}
+    per_call["front_alloc"] -= matching(inclusive, FRONT_DECLINED) / max(matching(calls, PATHS["front_alloc"]), 1)
     share = {p: matching(calls, f) / ops for p, f in PATHS.items()}
     entry = sum(matching(self_cost, f) for f in ENTRY) / ops
     loop = matching(self_cost, LOOP) / ops

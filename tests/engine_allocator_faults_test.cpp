@@ -212,6 +212,32 @@ TEST(EngineAllocatorFaults, TheLastAttemptsReasonIsTheOneReported) {
   EXPECT_EQ(device.stats().live_allocations, 0u);
 }
 
+// pause() turns the front off, flushes the thread caches, then pauses the heap. Out of host memory, the flush threw
+// std::bad_alloc with `pausing` still set: the device was not paused, yet its front stayed off for good. Now the
+// flush needs no host memory, and a pause whose flush throws turns the front back on: paused or not, once running
+// the device's front serves (its first allocation takes a run from the heap, so the peak in use is over 1 KiB).
+TEST(EngineAllocatorFaults, APauseOutOfHostMemoryLeavesTheFrontServing) {
+  SKIP_UNLESS_NEW_CAN_FAIL();
+  Allocator device(sim_device(256 * MiB), std::make_unique<backings::SimBacking>(4ull << 30));
+  device.set_thread_cache(1 * MiB);
+  device.deallocate(device.allocate(1024));
+  {
+    ScopedFailures failing;
+    try {
+      device.pause();
+    } catch (const std::bad_alloc&) {
+    }
+  }
+  if (device.paused()) device.resume();
+  EXPECT_EQ(device.thread_cache(), 1 * MiB);
+  device.trim();
+  device.reset_peaks();
+  void* block = device.allocate(1024);
+  const std::uint64_t peak = device.stats().peak_in_use_bytes;
+  device.deallocate(block);
+  EXPECT_GT(peak, 1024u) << "the front does not serve after a pause out of host memory";
+}
+
 // The heap's own books (its live-address table, its block records) full: one more allocation needs them to grow,
 // under the lock, inside the noexcept try_allocate. Out of host memory they are made room for before anything
 // changes, so the allocation declines (nullptr; allocate() throws std::bad_alloc, not an OutOfMemory) with nothing

@@ -86,5 +86,58 @@ TEST(EngineFrontEntry, TurningTheCachesOffAndOnAgainTakesEffectAtTheNextAllocati
   EXPECT_EQ(stats.allocations, stats.frees);
 }
 
+// The front answers a request it declines with the device's own path (Allocator::front_declined, through
+// ThreadCaches::allocate_or, so that allocate() is a tail call): a device at its limit must still throw its
+// out-of-memory report from allocate() and answer null from try_allocate(), each counted once, and serve again once
+// memory is freed.
+TEST(EngineFrontEntry, ADeclinedRequestIsAnsweredByTheDevicesPathOnce) {
+  Allocator device = make_device();  // a limit of 1 GiB
+  device.set_thread_cache(MiB);
+  std::vector<void*> held;
+  constexpr std::uint64_t kBlock = 64 << 10;  // the largest size the front serves from its bins
+  for (std::uint64_t i = 0; i < GiB / kBlock; ++i) held.push_back(device.allocate(kBlock));
+  const std::uint64_t ooms_before = device.stats().ooms;
+  EXPECT_THROW(device.allocate(kBlock), OutOfMemory) << "a decline at the limit did not reach the device's report";
+  EXPECT_EQ(device.stats().ooms, ooms_before + 1) << "one request at the limit, counted once";
+  EXPECT_EQ(device.try_allocate(kBlock), nullptr);
+  device.deallocate(held.back());
+  held.pop_back();
+  void* again = device.allocate(kBlock);
+  EXPECT_NE(again, nullptr);
+  held.push_back(again);
+  for (void* p : held) device.deallocate(p);
+  const Stats stats = device.stats();
+  EXPECT_EQ(stats.in_use_bytes, 0u);
+  EXPECT_EQ(stats.requested_bytes, 0u);
+  EXPECT_EQ(stats.allocations, stats.frees);
+}
+
+// The hit and the free work out the size class from the requested bytes ((bytes - 1) / 256, where 0 bytes wraps past
+// every class): every boundary, 0 bytes included, is counted as the heap rounds it, cold (from the heap) and warm (from
+// this thread's cache).
+TEST(EngineFrontEntry, BoundarySizesThroughTheFrontCountAsTheHeapRoundsThem) {
+  Allocator device = make_device();
+  device.set_thread_cache(MiB);
+  const std::vector<std::uint64_t> sizes = {0, 1, 255, 256, 257, 511, 512, 65279, 65280, 65281, 65535, 65536};
+  for (int round = 0; round < 3; ++round) {
+    std::vector<void*> held;
+    std::uint64_t rounded_sum = 0, requested_sum = 0;
+    for (std::uint64_t bytes : sizes) {
+      held.push_back(device.allocate(bytes));
+      rounded_sum += bytes == 0 ? 256 : (bytes + 255) / 256 * 256;
+      requested_sum += bytes;
+      const Stats stats = device.stats();
+      EXPECT_EQ(stats.in_use_bytes, rounded_sum) << bytes << " bytes, round " << round;
+      EXPECT_EQ(stats.requested_bytes, requested_sum) << bytes << " bytes, round " << round;
+    }
+    for (void* p : held) device.deallocate(p);
+    const Stats stats = device.stats();
+    EXPECT_EQ(stats.in_use_bytes, 0u) << "round " << round;
+    EXPECT_EQ(stats.requested_bytes, 0u) << "round " << round;
+    EXPECT_EQ(stats.allocations, stats.frees);
+  }
+  EXPECT_TRUE(churn_went_through_the_caches(device));
+}
+
 }  // namespace
 }  // namespace plimsoll

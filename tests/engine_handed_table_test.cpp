@@ -40,14 +40,14 @@ TEST(EngineHandedTable, OneRegionsWordMarksNoOtherRegion) {
   const std::uint64_t addr = kBase + 5 * kRegion;
   ASSERT_TRUE(table.set(addr, HandedTable::word(256, 1)));
   EXPECT_FALSE(table.marked(addr - 256));           // the region below
-  EXPECT_FALSE(table.marked(addr + kRegion));       // the region above, same summary word
-  EXPECT_FALSE(table.marked(addr + 64 * kRegion));  // the same bit of the next summary word
+  EXPECT_FALSE(table.marked(addr + kRegion));       // the region above: the next byte of marks
+  EXPECT_FALSE(table.marked(addr + 64 * kRegion));  // 64 regions up (a word of two-bit marks, before)
   EXPECT_FALSE(table.marked(kBase + (std::uint64_t{1} << 30) + 5 * kRegion));  // the same region of the next leaf
   EXPECT_EQ(table.get(addr + kRegion), 0u);
   EXPECT_EQ(table.get(addr + 256), 0u);  // same region, another word: marked, and clear
 }
 
-TEST(EngineHandedTable, EveryRegionOfALeafHasItsOwnBit) {
+TEST(EngineHandedTable, EveryRegionOfALeafHasItsOwnMarks) {
   HandedTable table;
   for (std::uint64_t r = 0; r < kLeafRegions; r += 97) ASSERT_TRUE(table.set(kBase + r * kRegion, HandedTable::word(1, 0)));
   for (std::uint64_t r = 0; r < kLeafRegions; ++r) {
@@ -94,7 +94,7 @@ TEST(EngineHandedTable, AWideBlockHasItsRegionsWordExactToItsStart) {
 }
 
 // The caches prepare a block when it enters the front and write its word on every hit with set_prepared, which reads
-// no region bit: the word is readable only because prepare() marked the region (for the kind of block it said).
+// no region mark: the word is readable only because prepare() marked the region (for the kind of block it said).
 TEST(EngineHandedTable, PrepareMarksTheRegionThatASetPreparedWordIsReadIn) {
   HandedTable table;
   const std::uint64_t addr = kBase + 11 * kRegion + 1024;

@@ -2,7 +2,7 @@
 // the tag's bytes and blocks (and the cache's bytes); the handed-out bytes, the frees and the cached blocks are worked
 // out by totals(). Checked here after every single operation, on every path that moves a block (a hit, a refill from
 // the depot or the heap, a full bin and a full cache shedding to the depot, big blocks kept, evicted, refused and
-// taken back, a free that is not kept, a flush, another thread's allocations freed here and its exit), against a
+// taken back, a flush, another thread's allocations freed here and its exit), against a
 // model of what the program holds and against the heap itself. Run under TSan.
 #include <gtest/gtest.h>
 
@@ -98,13 +98,13 @@ TEST(ThreadsFrontCounts, EveryTotalIsExactAfterEveryOperationOnEveryPath) {
 
   std::mt19937_64 random(16);
   std::vector<std::uint64_t> held{model.live.begin()->first};
-  auto free_one = [&](bool keep) {
+  auto free_one = [&] {
     const std::size_t i = random() % held.size();
     const std::uint64_t addr = held[i];
     held[i] = held.back();
     held.pop_back();
     model.freed(addr);
-    ASSERT_TRUE(front.deallocate(addr, keep));
+    ASSERT_TRUE(front.deallocate(addr));
   };
   for (int op = 0; op < 6000; ++op) {
     const auto choice = random() % 64;
@@ -116,12 +116,9 @@ TEST(ThreadsFrontCounts, EveryTotalIsExactAfterEveryOperationOnEveryPath) {
       model.allocated(addr, requested, tag);
       held.push_back(addr);
       expect_exact(front, upstream, model, "an allocation");
-    } else if (choice < 58) {
-      free_one(true);
-      expect_exact(front, upstream, model, "a free");
     } else if (choice < 60) {
-      free_one(false);
-      expect_exact(front, upstream, model, "a free not kept");
+      free_one();
+      expect_exact(front, upstream, model, "a free");
     } else if (choice < 61) {
       const std::uint64_t cached = front.totals().cached_blocks;
       EXPECT_EQ(front.flush(), cached) << "a flush gives back the blocks counted cached";
@@ -137,13 +134,13 @@ TEST(ThreadsFrontCounts, EveryTotalIsExactAfterEveryOperationOnEveryPath) {
           model.allocated(addr, requested, 3);
           held.push_back(addr);
         }
-        for (int i = 0; i < 6 && !held.empty(); ++i) free_one(true);
+        for (int i = 0; i < 6 && !held.empty(); ++i) free_one();
       }).join();
       expect_exact(front, upstream, model, "another thread's operations and exit");
     }
     if (testing::Test::HasFailure()) FAIL() << "at operation " << op;
   }
-  while (!held.empty()) free_one(true);
+  while (!held.empty()) free_one();
   expect_exact(front, upstream, model, "every block freed");
   front.flush();
   EXPECT_EQ(front.totals().cached_blocks, 0u);

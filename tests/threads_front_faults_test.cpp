@@ -164,6 +164,52 @@ TEST(ThreadsFrontFaults, AFullCacheThatCannotGrowTheDepotGivesTheBlockToTheHeap)
   EXPECT_EQ(f.upstream.live(), 0u);
 }
 
+// A turn-off (a device's pause, a recording attaching, set_thread_cache(0)) flushes every cache after it, and the hit
+// reads no serving flag: it relies on that flush leaving every bin empty. Out of host memory for the flush's lists
+// (of caches, of blocks) the blocks go back a piece of 256 at a time, here more than one piece from six bins, and
+// the depot's too, so the front hands out nothing while off. Before, the flush threw std::bad_alloc with the bins
+// full and the next request was handed a cached block.
+TEST(ThreadsFrontFaults, AFlushOutOfHostMemoryStillEmptiesEveryBin) {
+  SKIP_UNLESS_NEW_CAN_FAIL();
+  std::atomic<bool> serving{true};
+  backings::SimBacking backing{4ull << 30};
+  engine::Heap heap{backing, engine::HeapOptions{.limit = 1ull << 30}};
+  HeapUpstream upstream{heap};
+  engine::ThreadCaches front{upstream, 1 * MiB, &serving};
+  std::vector<std::uint64_t> blocks;
+  for (std::uint64_t size = 256; size <= 6 * 256; size += 256) {  // 64 blocks a bin: six bins, 384 blocks
+    for (int i = 0; i < 100; ++i) blocks.push_back(front.allocate(size, 1));
+  }
+  for (const std::uint64_t block : blocks) {
+    ASSERT_NE(block, 0u);
+    ASSERT_TRUE(front.deallocate(block));
+  }
+  const engine::FrontTotals before = front.totals();
+  ASSERT_GT(before.cached_blocks - before.depot_bytes / 256, 256u) << "more than one piece in this thread's cache";
+  ASSERT_GT(before.depot_bytes, 0u) << "the depot holds blocks too";
+  serving = false;  // a turn-off
+  std::size_t flushed = 0;
+  {
+    ScopedFailures failing;
+    EXPECT_NO_THROW(flushed = front.flush());
+  }
+  EXPECT_EQ(flushed, before.cached_blocks);
+  const engine::FrontTotals after = front.totals();
+  EXPECT_EQ(after.cached_blocks, 0u);
+  EXPECT_EQ(after.cached_bytes, 0u);
+  EXPECT_EQ(after.depot_bytes, 0u);
+  EXPECT_EQ(after.handed_live, 0u);
+  EXPECT_EQ(upstream.live(), 0u) << "every cached block went back to the heap";
+  EXPECT_EQ(front.allocate(256, 1), 0u) << "the front handed out a block while not serving";
+  EXPECT_EQ(front.allocate(6 * 256, 1), 0u) << "the front handed out a block while not serving";
+  serving = true;
+  const std::uint64_t again = front.allocate(256, 1);
+  ASSERT_NE(again, 0u);
+  EXPECT_TRUE(front.deallocate(again));
+  front.flush();
+  EXPECT_EQ(upstream.live(), 0u);
+}
+
 // A thread's exit folds its cache's counts into the front's retired counts (ThreadSlots' destructor: nothing can
 // report a std::bad_alloc there). Those counts got room for every tag's chunk when the cache first counted it, so
 // the exit allocates nothing: host memory fails for the whole exit here. Before, the fold grew the retired counts

@@ -503,7 +503,7 @@ TEST(ThreadsFront, AThreadLateForAPauseNeitherKeepsNorHandsOutABlock) {
     block = front.allocate(1024, 1);  // the front is on: from this thread's cache
     stage = 1;
     while (stage.load() != 2) std::this_thread::yield();  // "read front_on == true", then stalled here
-    freed_by_front = front.deallocate(block, /*keep=*/true);
+    freed_by_front = front.deallocate(block);
     late_allocation = front.allocate(1024, 1);
     stage = 3;
     while (stage.load() != 4) std::this_thread::yield();  // alive, so its cache stays registered

@@ -172,6 +172,9 @@ class Allocator {
   /// allocate()'s side past a front hit, out of line, so the hit saves no registers: everything allocate() did before
   /// the hit was split off (`front_asked`: the front was asked already and declined, so it is not asked again).
   [[gnu::noinline]] void* allocate_past_front(std::size_t bytes, Tag tag, bool front_asked);
+  /// allocate_past_front after the front declined: what the front calls instead of answering 0
+  /// (engine::ThreadCaches::allocate_or), so allocate() tail-calls the front.
+  static std::uint64_t front_declined(void* self, std::uint64_t bytes, std::uint16_t tag);
   /// deallocate()'s side under the device lock, out of line: a free the per-thread caches take builds no frame.
   [[gnu::noinline]] void deallocate_in_heap(void* ptr);
 

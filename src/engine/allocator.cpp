@@ -99,7 +99,9 @@ struct Allocator::Impl : engine::FrontUpstream {
   std::atomic<bool> front_on{false};
   // `front` while `front_on`, else null (never set on a device that orders reuse by streams, which has no front): what
   // allocate() reads first, so a hit tests one word where it tested `streams`, `front` and `front_on`. Written with
-  // front_on, under the lock; the front reads `front_on` again inside its operation, so a stale copy is harmless.
+  // front_on, under the lock. A stale copy is harmless: whoever turns the front off flushes after, which empties every
+  // bin (even out of host memory) once the stale reader's operation ends, and the miss reads `front_on` again inside
+  // its operation.
   std::atomic<engine::ThreadCaches*> serving_front{nullptr};
   bool front_wanted PLIMSOLL_GUARDED_BY(lock) = false;  // set_thread_cache's choice, restored when a recording detaches
   alignas(64) std::uint64_t front_heap_bytes PLIMSOLL_GUARDED_BY(lock) = 0;
@@ -539,12 +541,16 @@ void* Allocator::try_allocate(std::size_t bytes, Tag tag) noexcept {
 void* Allocator::allocate(std::size_t bytes, Tag tag) {
   // A cache hit first, before an OOM report's strings are made ready (a few nanoseconds of a 15 ns budget), and
   // before anything else: one word (set only while the front serves, never on a device with streams) and one compare.
+  // The front answers with the device's path itself when it declines (front_declined), so this is a tail call and a
+  // hit returns straight to the caller: no frame here and no test of the answer.
   engine::ThreadCaches* caches = impl_->serving_front.load(std::memory_order_acquire);
-  if (caches != nullptr && bytes <= engine::ThreadCaches::kMaxBinned) [[likely]] {
-    if (std::uint64_t addr = caches->allocate(bytes, tag)) return reinterpret_cast<void*>(addr);
-    return allocate_past_front(bytes, tag, true);
-  }
+  if (caches != nullptr && bytes <= engine::ThreadCaches::kMaxBinned) [[likely]]
+    return reinterpret_cast<void*>(caches->allocate_or(bytes, tag, &Allocator::front_declined, this));
   return allocate_past_front(bytes, tag, false);
+}
+
+std::uint64_t Allocator::front_declined(void* self, std::uint64_t bytes, std::uint16_t tag) {
+  return reinterpret_cast<std::uint64_t>(static_cast<Allocator*>(self)->allocate_past_front(bytes, tag, true));
 }
 
 void* Allocator::allocate_past_front(std::size_t bytes, Tag tag, bool front_asked) {
@@ -920,7 +926,14 @@ std::uint64_t Allocator::pause(PauseOptions options) {
       impl_->pausing = true;  // set_thread_cache or record_to meanwhile must not turn the front back on
       impl_->update_front_on();
     }
-    caches->flush();
+    try {
+      caches->flush();
+    } catch (...) {  // not paused: the front serves again (a flush empties the bins even out of host memory)
+      util::SpinGuard guard(impl_->lock);
+      impl_->pausing = false;
+      impl_->update_front_on();
+      throw;
+    }
   }
   util::SpinGuard guard(impl_->lock);
   impl_->pausing = false;  // the heap's paused state keeps the front off from here

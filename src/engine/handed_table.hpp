@@ -11,15 +11,17 @@
 // freeing the same block at the same moment race in the program; that double free may go unseen (a sequential
 // one, from any threads, is always caught: the second free finds the word clear).
 //
-// Beside each leaf, one *region* bit per 64 KiB of addresses (4 KiB per leaf with the wide bits below, so the bits
-// of a job's working set stay in cache) says a handed-out block ever started there. set() marks the region before it
-// writes the word, and bits are never cleared, so a word can be set only in a marked region, and get() of an address
-// in an unmarked region answers 0 without reading the word: a free of a large heap block (which no cache ever
-// serves) then costs a read of a hot summary line instead of a cold word (docs/engine.md, "Threads").
+// Beside each leaf, one *region* byte per 64 KiB of addresses (16 KiB per leaf, so the marks of a job's working set
+// stay in cache) says a handed-out block ever started there. set() marks the region before it writes the word, and
+// marks are never cleared, so a word can be set only in a marked region, and get() of an address in an unmarked region
+// answers 0 without reading the word: a free of a large heap block (which no cache ever serves) then costs a read of
+// a hot summary line instead of a cold word (docs/engine.md, "Threads"). A byte, not a bit: every free reads it, and
+// a byte is found with a shift and a mask where a bit in a word took a second shift, a multiply by two and a shift
+// of a one (8 instructions a free of the ~50 before the front; docs/engine.md, "Threads", the speed stop).
 //
 // A *wide* block (requested bytes over 64 KiB: the caches' big blocks) has its word elsewhere: one word per 64 KiB
-// region, with the block's offset in the region, and a second region bit beside the plain one (one load reads
-// both). At most one wide block starts in a region (two would overlap), so its word is exact; and the words of
+// region, with the block's offset in the region, and a second mark in the region's byte beside the plain one (one
+// load reads both). At most one wide block starts in a region (two would overlap), so its word is exact; and the words of
 // blocks up to 1 MiB, spread over a heap, sit in a few dense pages (one per 32 MiB of addresses) instead of one
 // scattered page each, which cost a page fault the first time and a TLB miss every time, and marked the small
 // regions that a heap free must then read a word of.
@@ -35,7 +37,7 @@ class HandedTable {
   static constexpr int kLeafShift = 30;
   static constexpr int kMiddleShift = 48;
   static constexpr int kAddressBits = 57;
-  static constexpr int kRegionShift = 16;  // one summary bit per 64 KiB (ThreadCaches::kMaxBinned)
+  static constexpr int kRegionShift = 16;  // one byte of marks per 64 KiB (ThreadCaches::kMaxBinned)
 
   /// A handed-out block's word: its requested bytes and tag, and a bit that says it is handed out.
   static constexpr std::uint64_t word(std::uint64_t requested, std::uint16_t tag) {
@@ -64,14 +66,13 @@ class HandedTable {
   /// The word of an addressable addr in its leaf (null: none made, so nothing is handed out there).
   static std::uint64_t in_leaf(const std::uint64_t* leaf, std::uint64_t addr) {
     if (leaf == nullptr) return 0;
-    const std::uint64_t regions =
-        std::atomic_ref<const std::uint64_t>(leaf[kLeafWords + region_word(addr)]).load(std::memory_order_relaxed);
-    if ((regions & region_bit(addr)) != 0) {
+    const std::uint8_t marks = marks_of(leaf, addr);
+    if ((marks & kPlainMark) != 0) {
       const std::uint64_t w = std::atomic_ref<const std::uint64_t>(leaf[slot(addr)]).load(std::memory_order_relaxed);
       if (handed(w)) return w;
     }
     // No front block ever started near addr: no cold word read.
-    if ((regions & (region_bit(addr) << 1)) == 0) return 0;
+    if ((marks & kWideMark) == 0) return 0;
     const std::uint64_t w =
         std::atomic_ref<const std::uint64_t>(leaf[kWideWords + region(addr)]).load(std::memory_order_relaxed);
     return handed(w) && offset_of(w) == offset(addr) ? w & ~kOffsetMask : 0;
@@ -79,11 +80,9 @@ class HandedTable {
   /// Whether addr's region is marked (for tests).
   bool marked(std::uint64_t addr) const {
     const std::uint64_t* leaf = addressable(addr) ? find_leaf(addr) : nullptr;
-    return leaf != nullptr && (std::atomic_ref<const std::uint64_t>(leaf[kLeafWords + region_word(addr)])
-                                   .load(std::memory_order_relaxed) &
-                               region_bit(addr)) != 0;
+    return leaf != nullptr && (marks_of(leaf, addr) & kPlainMark) != 0;
   }
-  /// Sets addr's word, marking its region first when it is not (a load of a hot summary word, so every path that
+  /// Sets addr's word, marking its region first when it is not (a load of its hot byte of marks, so every path that
   /// hands a block out keeps the invariant by itself); false when no leaf could be made (the caller declines).
   bool set(std::uint64_t addr, std::uint64_t w) {
     std::uint64_t* leaf = prepared(addr, wide(requested(w)));
@@ -99,7 +98,7 @@ class HandedTable {
   /// prepare(), answering with the block's leaf (nullptr when none could be made).
   std::uint64_t* prepared(std::uint64_t addr, bool is_wide) {
     std::uint64_t* leaf = addressable(addr) ? leaf_for(addr) : nullptr;
-    if (leaf != nullptr) mark_in(leaf, is_wide ? region_bit(addr) << 1 : region_bit(addr), addr);
+    if (leaf != nullptr) mark_in(leaf, is_wide ? kWideMark : kPlainMark, addr);
     return leaf;
   }
   /// The leaf of an addr prepare(addr, is_wide) said yes to (never null then). The contract is checked where
@@ -109,9 +108,7 @@ class HandedTable {
   std::uint64_t* prepared_leaf(std::uint64_t addr, bool is_wide) {
     std::uint64_t* leaf = find_leaf(addr);
 #ifndef NDEBUG
-    const std::uint64_t bit = is_wide ? region_bit(addr) << 1 : region_bit(addr);
-    if (leaf == nullptr || (std::atomic_ref<const std::uint64_t>(leaf[kLeafWords + region_word(addr)])
-                                .load(std::memory_order_relaxed) & bit) == 0) [[unlikely]]
+    if (leaf == nullptr || (marks_of(leaf, addr) & (is_wide ? kWideMark : kPlainMark)) == 0) [[unlikely]]
       unprepared(addr);
 #else
     static_cast<void>(is_wide);
@@ -157,10 +154,11 @@ class HandedTable {
   static constexpr std::uint64_t kHanded = 1ull << 63;
   static constexpr std::uint64_t kQuantumMask = (1ull << kQuantumShift) - 1;
   static constexpr std::size_t kLeafWords = std::size_t{1} << (kLeafShift - kQuantumShift);
-  // The region bits follow a leaf's words in the same mapping.
-  // Two bits a region, in one word, so a lookup reads one: a plain block started there, a wide block started there.
-  static constexpr std::size_t kRegionWords = std::size_t{1} << (kLeafShift - kRegionShift - 5);
-  // Then the wide blocks' region bits, and their words, one per region.
+  // The region bytes follow a leaf's words in the same mapping, one a region (the words that hold them: 8 a word).
+  // Two marks a region, in one byte, so a lookup reads one: a plain block started there, a wide block started there.
+  static constexpr std::size_t kRegionWords = (std::size_t{1} << (kLeafShift - kRegionShift)) / 8;
+  static constexpr std::uint8_t kPlainMark = 1, kWideMark = 2;
+  // Then the wide blocks' words, one per region.
   static constexpr std::size_t kWideWords = kLeafWords + kRegionWords;
   static constexpr std::size_t kLeafSize = kWideWords + (std::size_t{1} << (kLeafShift - kRegionShift));
   // A wide word keeps its block's offset in the region, in quanta, in bits the plain words leave clear.
@@ -179,15 +177,18 @@ class HandedTable {
   }
   static std::uint64_t offset(std::uint64_t addr) { return (addr >> kQuantumShift) & 0xFF; }
   static std::uint64_t offset_of(std::uint64_t w) { return (w & kOffsetMask) >> kOffsetShift; }
-  static void mark_in(std::uint64_t* leaf, std::uint64_t bit, std::uint64_t addr) {
-    std::atomic_ref<std::uint64_t> regions(leaf[kLeafWords + region_word(addr)]);
-    if ((regions.load(std::memory_order_relaxed) & bit) == 0) [[unlikely]]
-      regions.fetch_or(bit, std::memory_order_relaxed);  // threads mark one word from their own blocks
+  /// The byte of addr's region marks, after the leaf's words (the mapping's bytes: unsigned char may alias them).
+  static std::uint8_t* marks_at(std::uint64_t* leaf, std::uint64_t addr) {
+    return reinterpret_cast<std::uint8_t*>(leaf + kLeafWords) + region(addr);
   }
-  static std::size_t region_word(std::uint64_t addr) { return (addr >> (kRegionShift + 5)) & (kRegionWords - 1); }
-  /// The region's plain bit; its wide bit is the next one up.
-  static std::uint64_t region_bit(std::uint64_t addr) {
-    return std::uint64_t{1} << (((addr >> kRegionShift) & 31) * 2);
+  static std::uint8_t marks_of(const std::uint64_t* leaf, std::uint64_t addr) {
+    const auto* marks = reinterpret_cast<const std::uint8_t*>(leaf + kLeafWords) + region(addr);
+    return std::atomic_ref<const std::uint8_t>(*marks).load(std::memory_order_relaxed);
+  }
+  static void mark_in(std::uint64_t* leaf, std::uint8_t mark, std::uint64_t addr) {
+    std::atomic_ref<std::uint8_t> marks(*marks_at(leaf, addr));
+    if ((marks.load(std::memory_order_relaxed) & mark) == 0) [[unlikely]]
+      marks.fetch_or(mark, std::memory_order_relaxed);  // threads mark one byte from their own blocks
   }
 
   // The leaves last made are also kept in a small direct-mapped array, each entry one word (the leaf's page number

@@ -1,7 +1,9 @@
 #include "engine/thread_cache.hpp"
 
 #include <algorithm>
+#include <array>
 #include <bit>
+#include <cstdint>
 #include <mutex>
 #include <new>
 #include <thread>
@@ -47,11 +49,34 @@ LiveFronts& live_fronts() {
   return *fronts;
 }
 
-// A counter only one thread writes at a time, read by others (totals()): a relaxed load and store, no locked
-// instruction. Modular: a cache may count the free of another cache's allocation.
+// A counter only one thread writes at a time, read by others (totals()): no locked instruction. Modular: a cache may
+// count the free of another cache's allocation.
+// On x86-64 one `add` to memory (one instruction, one macro-op on Zen and Intel cores), where a relaxed load and store
+// of the atomic compile to three (no compiler fuses atomic loads and stores into an `add`): the hit writes five counts
+// and the free four, so this is 10 and 8 instructions of about 90 each (docs/engine.md, "Threads", the speed stop).
+// Exactly as safe as the load and store: only the owner writes (inside its operation, or a thief that waited for it),
+// and an aligned 8-byte store is single-copy atomic on x86-64, so a reader's relaxed load sees the old value or the
+// new one, never a torn one; the asm's "+m" tells the compiler the word is read and written. ThreadSanitizer does not
+// see inside asm, so its builds (and other architectures) keep the load and store it checks.
+#if defined(__SANITIZE_THREAD__)
+#define PLIMSOLL_BUMP_PORTABLE 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define PLIMSOLL_BUMP_PORTABLE 1
+#endif
+#endif
+#if !defined(__x86_64__)
+#define PLIMSOLL_BUMP_PORTABLE 1
+#endif
 void bump(std::atomic<std::uint64_t>& counter, std::uint64_t delta) {
+#ifdef PLIMSOLL_BUMP_PORTABLE
   counter.store(counter.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
+#else
+  static_assert(sizeof(counter) == sizeof(std::uint64_t) && std::atomic<std::uint64_t>::is_always_lock_free);
+  asm("addq %1, %0" : "+m"(counter) : "er"(delta));
+#endif
 }
+#undef PLIMSOLL_BUMP_PORTABLE
 std::uint64_t read(const std::atomic<std::uint64_t>& counter) { return counter.load(std::memory_order_relaxed); }
 
 // Per-tag handed-out bytes and blocks of one cache, in chunks of 256 tags made when a tag is first counted (owner
@@ -231,20 +256,19 @@ class ThreadCache {
   ThreadCaches* owner() const PLIMSOLL_REQUIRES(lock) { return owner_; }
   void disown() PLIMSOLL_REQUIRES(lock) { owner_ = nullptr; }
 
-  std::uint64_t pop(std::uint64_t size) {
-    CacheBin& bin = bins_[class_of(size)];
-    if (bin.empty()) return 0;
-    const std::uint64_t addr = bin.pop();
-    bump(cached_bytes_, 0 - size);  // the block count follows from count_allocation's (see blocks_base_)
-    return addr;
-  }
-  /// pop() for the hit: false when the bin is empty, so the caller tests the bin's count, not the address too.
-  bool try_pop(std::uint64_t size, std::uint64_t& addr) {
-    CacheBin& bin = bins_[class_of(size)];
+  /// The newest block of size class `cls` (of `size` bytes), false when its bin is empty: the hit tests the bin's
+  /// count, not the address too.
+  bool try_pop(std::size_t cls, std::uint64_t size, std::uint64_t& addr) {
+    CacheBin& bin = bins_[cls];
     if (bin.empty()) return false;
     addr = bin.pop();
-    bump(cached_bytes_, 0 - size);
+    bump(cached_bytes_, 0 - size);  // the block count follows from count_allocation's (see blocks_base_)
     return true;
+  }
+  /// try_pop for the rare sides: 0 when the bin is empty.
+  std::uint64_t pop(std::uint64_t size) {
+    std::uint64_t addr = 0;
+    return try_pop(class_of(size), size, addr) ? addr : 0;
   }
   /// The counts of `tag`'s chunk, null when not made yet (tags_ready): the hit tests and counts with one load.
   TagCounts::Count* tag_counts(std::uint16_t tag) const noexcept { return tags_.chunk_of(tag); }
@@ -260,10 +284,15 @@ class ThreadCache {
   }
   /// Never allocates: false for a bin not made ready (bin_ready) yet.
   bool push(std::uint64_t addr, std::uint64_t size, std::uint64_t cap) noexcept {
-    CacheBin& bin = bins_[class_of(size)];
-    if (read(cached_bytes_) + size > cap || bin.full()) return false;
+    return push(addr, class_of(size), size, cap);
+  }
+  /// push() into size class `cls` (of `size` bytes), which the free worked out already.
+  bool push(std::uint64_t addr, std::size_t cls, std::uint64_t size, std::uint64_t cap) noexcept {
+    CacheBin& bin = bins_[cls];
+    const std::uint64_t cached = read(cached_bytes_);
+    if (cached + size > cap || bin.full()) return false;
     bin.push(addr);
-    bump(cached_bytes_, size);  // the block count follows from count_free's (see blocks_base_)
+    cached_bytes_.store(cached + size, std::memory_order_relaxed);  // its block count follows from count_free's
     return true;
   }
   /// A cached big block of exactly `size` (the most recently kept first); 0 when none.
@@ -335,6 +364,26 @@ class ThreadCache {
     cached_bytes_.store(0, std::memory_order_relaxed);
     leave_uncounted(all.size());
     return all;
+  }
+  /// Moves up to `room` cached blocks into `out` (bins, then big blocks), allocating nothing: a flush out of host
+  /// memory for take_all's list (ThreadCaches::steal_in_pieces). How many.
+  std::size_t take_some(std::uint64_t* out, std::size_t room) noexcept {
+    std::size_t taken = 0;
+    std::uint64_t bytes = 0;
+    for (std::size_t cls = 0; cls < bins_.size() && taken < room; ++cls) {
+      CacheBin& bin = bins_[cls];
+      for (; !bin.empty() && taken < room; ++taken) {
+        out[taken] = bin.pop();
+        bytes += (cls + 1) * ThreadCaches::kQuantum;
+      }
+    }
+    bump(cached_bytes_, 0 - bytes);
+    for (; big_count_ != 0 && taken < room; ++taken) {
+      out[taken] = big_addrs_[big_count_ - 1];
+      forget_big(big_count_ - 1);  // which takes its bytes off cached_bytes_
+    }
+    leave_uncounted(taken);
+    return taken;
   }
   /// Gives every cached block to `upstream` bin by bin: allocates nothing, for paths that must not throw (a
   /// thread's exit, the front's destruction). Only where the owner cannot be waiting for the device.
@@ -464,6 +513,20 @@ struct ThreadCaches::Depot {
     bytes = 0;
     blocks = 0;
     return all;
+  }
+  /// take_all's blocks `room` at a time into `out`, allocating nothing (a flush out of host memory); how many.
+  std::size_t take_some(std::uint64_t* out, std::size_t room) noexcept PLIMSOLL_REQUIRES(lock) {
+    std::size_t taken = 0;
+    for (std::size_t cls = 0; cls < bins.size() && taken < room; ++cls) {
+      std::vector<std::uint64_t>& bin = bins[cls];
+      for (; !bin.empty() && taken < room; ++taken) {
+        out[taken] = bin.back();
+        bin.pop_back();
+        bytes -= (cls + 1) * ThreadCaches::kQuantum;
+        --blocks;
+      }
+    }
+    return taken;
   }
 };
 
@@ -717,20 +780,46 @@ void ThreadCaches::count_free_elsewhere(std::uint64_t word) {
 
 std::size_t ThreadCaches::steal_all(ThreadCache& cache) {
   std::vector<std::uint64_t> all;
+  bool out_of_memory = false;
   {
     util::SpinGuard guard(cache.lock);
     cache.stop_owner(asymmetric_);
     try {
       all = cache.take_all();
+    } catch (const std::bad_alloc&) {
+      out_of_memory = true;  // nothing taken: steal_in_pieces takes them without a list
     } catch (...) {
       cache.release_owner();  // nothing taken: the owner goes on with its cache whole
       throw;
     }
     cache.release_owner();
   }
+  if (out_of_memory) return steal_in_pieces(cache);
   // After the owner runs again: giving back takes the device lock, which the owner may be waiting for.
   if (!all.empty()) upstream_.give_back(all);
   return all.size();
+}
+
+// A flush must empty every bin whatever the host's memory: the hit reads no serving flag, it relies on a turn-off's
+// flush leaving the bins empty. Without room for take_all's list, the blocks go back a piece at a time through a
+// buffer on the stack, the owner stopped for each piece and running again before it is given back (as above). Ends
+// at a piece that is not full: while the front is off nothing refills a bin; while it is on (trim) a piece at a
+// time is as good as any moment.
+std::size_t ThreadCaches::steal_in_pieces(ThreadCache& cache) {
+  std::array<std::uint64_t, kFlushPiece> piece;
+  std::size_t stolen = 0;
+  for (;;) {
+    std::size_t count = 0;
+    {
+      util::SpinGuard guard(cache.lock);
+      cache.stop_owner(asymmetric_);
+      count = cache.take_some(piece.data(), piece.size());
+      cache.release_owner();
+    }
+    if (count != 0) upstream_.give_back(std::span(piece.data(), count));
+    stolen += count;
+    if (count < piece.size()) return stolen;
+  }
 }
 
 // A table whose leaf cannot be made (mmap refused: the address space or the map count is spent) keeps failing: each
@@ -809,19 +898,26 @@ std::uint64_t ThreadCaches::allocate_slow(ThreadCache& cache, std::uint64_t size
 // The hot paths below are small on purpose: whatever is rare (a thread's first operation, a miss, a full cache,
 // a big block) is in a function of its own, reached by a tail call that ends the operation itself, so the hit calls
 // nothing and keeps no value across a call: no stack frame of saved registers.
-std::uint64_t ThreadCaches::allocate(std::uint64_t bytes, std::uint16_t tag) {
+// `miss`, when given, answers instead of a decline (0): the device's entry point passes its own path, so it tail-calls
+// this and a hit returns straight to the program (no frame in the entry point, no test of the answer there). Every
+// rare side below calls it only after its operation ended.
+std::uint64_t ThreadCaches::allocate_or(std::uint64_t bytes, std::uint16_t tag, Miss miss, void* context) {
   const LastCache last = t_last;
-  if (last.id != id_) [[unlikely]] return allocate_joining(bytes, tag);  // also an exiting thread (id 0)
+  if (last.id != id_) [[unlikely]] return allocate_joining(bytes, tag, miss, context);  // also an exiting thread (id 0)
   ThreadCache& cache = *last.cache;
-  if (!cache.try_begin(asymmetric_)) [[unlikely]] return allocate_stopped(cache, bytes, tag);
-  const std::uint64_t size = rounded(bytes);
-  // Read again inside the operation: the caller saw the front on, but a pause may have turned it off and flushed
-  // since; what this cache holds now may be on memory the device gave back.
+  if (!cache.try_begin(asymmetric_)) [[unlikely]] return allocate_stopped(cache, bytes, tag, miss, context);
+  // The size class of rounded(bytes), worked out from bytes: 0 bytes wraps past every class (the rare side rounds it
+  // up to one quantum), as does anything over kMaxBinned, so one compare tests both.
+  const std::uint64_t cls = (bytes - 1) / kQuantum;
+  // No read of `serving` here: whoever turns the front off flushes every cache after (pause, a recording attaching,
+  // set_thread_cache(0)), and while it is off nothing refills a bin (allocate_in_operation and every free read it
+  // inside their operation), so a bin holds a block only before that flush passed this cache; a hit then is an
+  // allocation made before the pause, as if a moment earlier. After it the bins are empty and the miss reads it.
   TagCounts::Count* const counts = cache.tag_counts(tag);
-  if (!serving() || counts == nullptr || size > kMaxBinned) [[unlikely]]
-    return allocate_in_operation(cache, size, bytes, tag);
+  if (counts == nullptr || cls >= kClasses) [[unlikely]] return allocate_rare(cache, bytes, tag, miss, context);
   std::uint64_t addr = 0;
-  if (!cache.try_pop(size, addr)) [[unlikely]] return allocate_in_operation(cache, size, bytes, tag);
+  const std::uint64_t size = (cls + 1) * kQuantum;
+  if (!cache.try_pop(cls, size, addr)) [[unlikely]] return allocate_rare(cache, bytes, tag, miss, context);
   // A binned block was prepared when it entered the front (allocate_slow): its word is one store.
   HandedTable::set_prepared_plain(handed_.prepared_leaf(addr, false), addr, HandedTable::word(bytes, tag));
   cache.count_allocation_in(counts, size, bytes, tag);
@@ -829,9 +925,20 @@ std::uint64_t ThreadCaches::allocate(std::uint64_t bytes, std::uint16_t tag) {
   return addr;
 }
 
-std::uint64_t ThreadCaches::allocate_stopped(ThreadCache& cache, std::uint64_t bytes, std::uint16_t tag) {
+std::uint64_t ThreadCaches::missed(Miss miss, void* context, std::uint64_t bytes, std::uint16_t tag) {
+  return miss != nullptr ? miss(context, bytes, tag) : 0;
+}
+
+std::uint64_t ThreadCaches::allocate_rare(ThreadCache& cache, std::uint64_t bytes, std::uint16_t tag, Miss miss,
+                                          void* context) {
+  const std::uint64_t addr = allocate_in_operation(cache, rounded(bytes), bytes, tag);  // which ends the operation
+  return addr != 0 ? addr : missed(miss, context, bytes, tag);
+}
+
+std::uint64_t ThreadCaches::allocate_stopped(ThreadCache& cache, std::uint64_t bytes, std::uint16_t tag, Miss miss,
+                                             void* context) {
   cache.wait_for_thief();
-  return allocate(bytes, tag);
+  return allocate_or(bytes, tag, miss, context);
 }
 
 std::uint64_t ThreadCaches::allocate_in_operation(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes,
@@ -856,14 +963,16 @@ void ThreadCaches::count_thread() noexcept {
   }
 }
 
-std::uint64_t ThreadCaches::allocate_joining(std::uint64_t bytes, std::uint16_t tag) {
-  if (t_exiting) return 0;
+std::uint64_t ThreadCaches::allocate_joining(std::uint64_t bytes, std::uint16_t tag, Miss miss, void* context) {
+  if (t_exiting) return missed(miss, context, bytes, tag);
+  bool joined = true;
   try {
     join();
   } catch (const std::bad_alloc&) {
-    return 0;  // no cache for this thread (out of host memory): the device's own path serves it
+    joined = false;  // no cache for this thread (out of host memory): the device's own path serves it
   }
-  return allocate(bytes, tag);
+  if (!joined) return missed(miss, context, bytes, tag);  // outside the handler: it may throw its own report
+  return allocate_or(bytes, tag, miss, context);
 }
 
 std::uint64_t ThreadCaches::allocate_missed(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes,
@@ -924,25 +1033,26 @@ void ThreadCaches::keep_big(ThreadCache& cache, std::uint64_t addr, std::uint64_
 // Like allocate, the common free calls nothing: what is rare goes to deallocate_in (a tail call), which ends the
 // operation; so does deallocate_full after the word is cleared and counted. The device's free calls it last, so the
 // device's free builds no frame either.
-void ThreadCaches::deallocate_handed(std::uint64_t addr, HandedTable::Found found, bool keep) {
+void ThreadCaches::deallocate_handed(std::uint64_t addr, HandedTable::Found found) {
   const LastCache last = t_last;
-  if (last.id != id_) [[unlikely]] return deallocate_joining(addr, found, keep);  // also an exiting thread
+  if (last.id != id_) [[unlikely]] return deallocate_joining(addr, found);  // also an exiting thread
   ThreadCache& cache = *last.cache;
-  if (!cache.try_begin(asymmetric_)) [[unlikely]] return deallocate_stopped(cache, addr, found, keep);
+  if (!cache.try_begin(asymmetric_)) [[unlikely]] return deallocate_stopped(cache, addr, found);
   const std::uint64_t word = found.word;
-  const std::uint64_t size = rounded(HandedTable::requested(word));
+  const std::uint64_t requested = HandedTable::requested(word);
+  const std::uint64_t cls = (requested - 1) / kQuantum;  // as in allocate_or: 0 bytes and big blocks past every class
   TagCounts::Count* const counts = cache.tag_counts(HandedTable::tag(word));
-  if (!keep || counts == nullptr || size > kMaxBinned || !serving()) [[unlikely]]
-    return deallocate_in(cache, addr, found, keep);
+  if (counts == nullptr || cls >= kClasses || !serving()) [[unlikely]] return deallocate_in(cache, addr, found);
+  const std::uint64_t size = (cls + 1) * kQuantum;
   HandedTable::clear_plain_in(found.leaf, addr);  // inside the operation, as in deallocate_in; binned: not wide
-  cache.count_free_in(counts, size, HandedTable::requested(word), HandedTable::tag(word));
-  if (!cache.push(addr, size, bytes_per_thread())) [[unlikely]] return deallocate_full(cache, addr, size);
+  cache.count_free_in(counts, size, requested, HandedTable::tag(word));
+  if (!cache.push(addr, cls, size, bytes_per_thread())) [[unlikely]] return deallocate_full(cache, addr, size);
   cache.end();
 }
 
-void ThreadCaches::deallocate_stopped(ThreadCache& cache, std::uint64_t addr, HandedTable::Found found, bool keep) {
+void ThreadCaches::deallocate_stopped(ThreadCache& cache, std::uint64_t addr, HandedTable::Found found) {
   cache.wait_for_thief();
-  return deallocate_handed(addr, found, keep);
+  return deallocate_handed(addr, found);
 }
 
 void ThreadCaches::deallocate_full(ThreadCache& cache, std::uint64_t addr, std::uint64_t size) {
@@ -951,7 +1061,7 @@ void ThreadCaches::deallocate_full(ThreadCache& cache, std::uint64_t addr, std::
 }
 
 // Inside an operation begun by the caller, which it ends on every way out (a bad_alloc included).
-void ThreadCaches::deallocate_in(ThreadCache& cache, std::uint64_t addr, HandedTable::Found found, bool keep) {
+void ThreadCaches::deallocate_in(ThreadCache& cache, std::uint64_t addr, HandedTable::Found found) {
   const ThreadCache::Operation operation(cache, ThreadCache::Operation::Adopt{});
   const std::uint64_t word = found.word;
   const std::uint64_t size = rounded(HandedTable::requested(word));
@@ -961,14 +1071,14 @@ void ThreadCaches::deallocate_in(ThreadCache& cache, std::uint64_t addr, HandedT
   // Inside the operation: a fork() (or a flush) that waited for it finds the block either handed out or cached.
   HandedTable::clear_in(found.leaf, addr, word);  // the leaf of the lookup above: one radix walk a free
   cache.count_free(size, HandedTable::requested(word), HandedTable::tag(word));
-  keep = keep && serving();  // inside the operation, as in allocate: a block kept past a pause's flush would stay
+  const bool keep = serving();  // inside the operation, as in allocate: a block kept past a pause's flush would stay
   if (keep && size <= kMaxBinned && cache.push(addr, size, bytes_per_thread())) return;
   deallocate_missed(cache, addr, size, keep);
 }
 
 // The word read by deallocate()'s lookup, not a second one: another thread's free of the same block meanwhile could
 // have cleared it, and a clear word would count as a 256-byte block of tag 0.
-void ThreadCaches::deallocate_joining(std::uint64_t addr, HandedTable::Found found, bool keep) {
+void ThreadCaches::deallocate_joining(std::uint64_t addr, HandedTable::Found found) {
   if (t_exiting) {
     count_free_elsewhere(found.word);  // first: it may throw, with the block still handed out
     HandedTable::clear_in(found.leaf, addr, found.word);
@@ -977,7 +1087,7 @@ void ThreadCaches::deallocate_joining(std::uint64_t addr, HandedTable::Found fou
   }
   ThreadCache& cache = join();
   cache.begin(asymmetric_);
-  return deallocate_in(cache, addr, found, keep);
+  return deallocate_in(cache, addr, found);
 }
 
 void ThreadCaches::deallocate_missed(ThreadCache& cache, std::uint64_t addr, std::uint64_t size, bool keep) {
@@ -995,16 +1105,34 @@ bool ThreadCaches::handed_out(std::uint64_t addr, std::uint64_t& requested, std:
   return true;
 }
 
+// Empties every cache and the depot even out of host memory (a turn-off relies on it: the hit reads no serving flag).
+// The caches one at a time from the end of the list, with no copy of it: a thread exiting meanwhile removes its
+// cache and shifts the later ones down, so one may be visited twice (found empty the second time), none skipped; one
+// joining meanwhile came after the flush began.
 std::size_t ThreadCaches::flush() {
-  std::vector<std::shared_ptr<ThreadCache>> caches;
-  {
-    util::SpinGuard guard(registry_lock_);
-    caches = caches_;
-  }
   std::size_t flushed = 0;
-  for (const std::shared_ptr<ThreadCache>& cache : caches) flushed += steal_all(*cache);
+  for (std::size_t next = SIZE_MAX;;) {
+    std::shared_ptr<ThreadCache> cache;  // holds it should its thread exit meanwhile
+    {
+      util::SpinGuard guard(registry_lock_);
+      next = std::min(next, caches_.size());
+      if (next == 0) break;
+      cache = caches_[--next];
+    }
+    flushed += steal_all(*cache);
+  }
   util::SpinGuard guard(depot_->lock);
-  const std::vector<std::uint64_t> all = depot_->take_all();
+  std::vector<std::uint64_t> all;
+  try {
+    all = depot_->take_all();
+  } catch (const std::bad_alloc&) {  // nothing taken: a piece at a time, as steal_in_pieces
+    std::array<std::uint64_t, kFlushPiece> piece;
+    for (std::size_t count = 0; (count = depot_->take_some(piece.data(), piece.size())) != 0;) {
+      upstream_.give_back(std::span(piece.data(), count));
+      flushed += count;
+    }
+    return flushed;
+  }
   flushed += all.size();
   if (!all.empty()) upstream_.give_back(all);
   return flushed;

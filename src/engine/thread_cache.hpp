@@ -10,7 +10,7 @@
 //    requested bytes and tag) or *cached* (in exactly one thread's cache or the depot, in the bin of its size,
 //    its word clear). Never both, never neither. Every binned block the front holds is *prepared* in the table
 //    (its leaf made, its 64 KiB region marked) from the moment it leaves the heap (allocate_slow; marks are never
-//    cleared), so a cache hit writes its word with one store and reads no region bit; a free looks its word up
+//    cleared), so a cache hit writes its word with one store and reads no region mark; a free looks its word up
 //    once and clears it in the leaf that lookup found.
 //  - Frees go to the freeing thread's cache, whichever thread allocated (PyTorch's autograd frees on its own
 //    threads): the block changes hands with the pointer, so no thread ever writes another's cache. A cache holds
@@ -34,9 +34,12 @@
 //    front's retired counts, under the registry lock totals() also holds; those have room for every chunk of tags
 //    any cache counts (made with the chunk), so the exit allocates nothing.
 //  - A front that may be turned off (`serving`: the device's pause, a recording attaching, set_thread_cache(0)) is
-//    read again by the owner inside its operation, after the barrier's hot side: a thread that saw it on before it
-//    went off neither hands out a block nor keeps a freed one once the flush that follows has passed its cache
-//    (the flush's barrier orders the flag's store before the owner's next read, or waits for the operation).
+//    read again by the owner inside its operation, after the barrier's hot side, wherever a block would enter a bin
+//    (a free, a refill): a thread that saw it on before it went off neither hands out a block nor keeps a freed one
+//    once the flush that follows has passed its cache (the flush's barrier orders the flag's store before the
+//    owner's next read, or waits for the operation). The hit does not read it: after that flush the bins are empty,
+//    and nothing refills them while the front is off, so a hit can only come before the flush passed (an allocation
+//    made before the turn-off); its miss reads it (tests/threads_front_test.cpp, the late thread's test).
 //  - Out of host memory, nothing is lost or counted twice: whatever allocates (a thread's cache, a bin's words, a
 //    tag's chunk of counts, the depot's growth) runs before an operation changes anything, so an allocation
 //    declines (0), a free throws std::bad_alloc with the block still handed out, and a shed gives the block to
@@ -114,24 +117,31 @@ class ThreadCaches {
 
   /// A block for `bytes` (at most kMaxSize), 0 when the heap cannot place one, the front is not serving, or the
   /// cache cannot grow its books (out of host memory): the caller takes the slow path, which flushes and
-  /// reports. Never throws.
-  std::uint64_t allocate(std::uint64_t bytes, std::uint16_t tag);
+  /// reports. Never throws. The hit reads no serving flag: a turn-off's flush leaves every bin empty (even out of
+  /// host memory), so after it each request misses, and the miss reads the flag.
+  std::uint64_t allocate(std::uint64_t bytes, std::uint16_t tag) { return allocate_or(bytes, tag, nullptr, nullptr); }
+  /// What answers a request the front declines: the device's own path.
+  using Miss = std::uint64_t (*)(void* context, std::uint64_t bytes, std::uint16_t tag);
+  /// allocate(), but where it would decline (0), `miss`'s answer (null: 0), asked after the front's operation ended;
+  /// throws what `miss` throws. The device's entry point tail-calls it, so a hit returns straight to the program.
+  std::uint64_t allocate_or(std::uint64_t bytes, std::uint16_t tag, Miss miss, void* context);
   /// False when addr is not a block the front handed out (the caller's slow path decides: a heap block, or a
-  /// bad free). Otherwise the block goes to this thread's cache, or back to the heap when the cache is full,
-  /// `keep` is false or the front is not serving. Throws std::bad_alloc only when this thread's cache cannot
+  /// bad free). Otherwise the block goes to this thread's cache, or back to the heap when the cache is full or the
+  /// front is not serving. Throws std::bad_alloc only when this thread's cache cannot
   /// grow its books, and then before anything changed: the block stays handed out and counted once.
   /// Inline, so that a free of a heap block (the device's path: every request over what the caches serve) costs the
   /// table's read and no call.
-  bool deallocate(std::uint64_t addr, bool keep = true) {
+  bool deallocate(std::uint64_t addr) {
     const HandedTable::Found found = handed_.find(addr);  // first: a heap block's free reads no thread-local
     if (!HandedTable::handed(found.word)) return false;
-    deallocate_handed(addr, found, keep);  // returns nothing, so the caller's call to it is its last (a jump)
+    deallocate_handed(addr, found);  // returns nothing, so the caller's call to it is its last (a jump)
     return true;
   }
   /// Whether addr is handed out by the front, with its requested bytes and tag.
   bool handed_out(std::uint64_t addr, std::uint64_t& requested, std::uint16_t& tag) const;
   /// Every thread's cached blocks back to the heap (waiting for each owner to leave its operation). Returns how
-  /// many.
+  /// many. Allocation-free when it must be: out of host memory the blocks go back a piece at a time, so the bins are
+  /// empty after it whatever the host's memory (a turn-off relies on it: the hit reads no serving flag).
   std::size_t flush();
   FrontTotals totals() const;
 
@@ -170,24 +180,28 @@ class ThreadCaches {
   ThreadCache& mine();
   [[gnu::noinline]] ThreadCache& join();  // this thread's first operation on this front
   // The rare sides of allocate and deallocate, out of line (thread_cache.cpp, "hot paths").
-  [[gnu::noinline]] std::uint64_t allocate_joining(std::uint64_t bytes, std::uint16_t tag);
-  [[gnu::noinline]] std::uint64_t allocate_stopped(ThreadCache& cache, std::uint64_t bytes, std::uint16_t tag);
+  [[gnu::noinline]] std::uint64_t allocate_joining(std::uint64_t bytes, std::uint16_t tag, Miss miss, void* context);
+  [[gnu::noinline]] std::uint64_t allocate_stopped(ThreadCache& cache, std::uint64_t bytes, std::uint16_t tag, Miss miss,
+                                                   void* context);
+  /// The hit's rare side (allocate_in_operation), then `miss` when it declined.
+  [[gnu::noinline]] std::uint64_t allocate_rare(ThreadCache& cache, std::uint64_t bytes, std::uint16_t tag, Miss miss,
+                                                void* context);
+  static std::uint64_t missed(Miss miss, void* context, std::uint64_t bytes, std::uint16_t tag);
   /// allocate's rare side inside the operation it began (a miss, a big block, a tag's first counts, a front turned
   /// off), which it ends.
   [[gnu::noinline]] std::uint64_t allocate_in_operation(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes,
                                                         std::uint16_t tag);
   [[gnu::noinline]] std::uint64_t allocate_missed(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes,
                                                   std::uint16_t tag);
-  void deallocate_handed(std::uint64_t addr, HandedTable::Found found, bool keep);  // a block the front handed out
-  [[gnu::noinline]] void deallocate_stopped(ThreadCache& cache, std::uint64_t addr, HandedTable::Found found,
-                                            bool keep);
+  void deallocate_handed(std::uint64_t addr, HandedTable::Found found);  // a block the front handed out, kept
+  [[gnu::noinline]] void deallocate_stopped(ThreadCache& cache, std::uint64_t addr, HandedTable::Found found);
   /// deallocate_handed's rare side inside the operation it began, which it ends (throws std::bad_alloc, the block
   /// still handed out, when the tag's counts cannot be made).
-  [[gnu::noinline]] void deallocate_in(ThreadCache& cache, std::uint64_t addr, HandedTable::Found found, bool keep);
+  [[gnu::noinline]] void deallocate_in(ThreadCache& cache, std::uint64_t addr, HandedTable::Found found);
   /// A freed block, its word cleared and counted, that its bin cannot take: the full cache's side, which ends the
   /// operation.
   [[gnu::noinline]] void deallocate_full(ThreadCache& cache, std::uint64_t addr, std::uint64_t size);
-  [[gnu::noinline]] void deallocate_joining(std::uint64_t addr, HandedTable::Found found, bool keep);
+  [[gnu::noinline]] void deallocate_joining(std::uint64_t addr, HandedTable::Found found);
   [[gnu::noinline]] void deallocate_missed(ThreadCache& cache, std::uint64_t addr, std::uint64_t size, bool keep);
   /// The slow side of allocate: a batch from the depot, else a block from the heap; with its word set.
   std::uint64_t allocate_slow(ThreadCache& cache, std::uint64_t size, std::uint64_t bytes, std::uint16_t tag);
@@ -202,6 +216,9 @@ class ThreadCaches {
   /// tags_ready's rare side: a cache's first tag of a chunk of 256.
   [[gnu::noinline]] bool make_tag_room(ThreadCache& cache, std::uint16_t tag) noexcept;
   std::size_t steal_all(ThreadCache& cache);
+  /// steal_all out of host memory: kFlushPiece blocks at a time through the stack, allocating nothing.
+  std::size_t steal_in_pieces(ThreadCache& cache);
+  static constexpr std::size_t kFlushPiece = 256;  // 2 KiB of stack
   /// Whether a refill of `size` from the heap is declined now (kUnpreparableDeclines); counts the decline.
   bool heap_refill_declined(std::uint64_t size) noexcept;
   /// A refill of `size` had a block the table could not take.
