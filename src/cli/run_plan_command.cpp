@@ -31,6 +31,7 @@ struct RunPlanArgs {
   std::string search_work;
   std::string search_seeds;
   std::string search_patience;
+  std::string jobs;  // empty: one per hardware thread
   bool all_starts = false;
   bool force = false;
   bool json = false;
@@ -57,6 +58,7 @@ plimsoll::engine::RunPlanRequest request_of(const RunPlanArgs& args) {
     request.search.patience = plimsoll::parse_count(args.search_patience, "--search-patience", 1);
   }
   request.search.all_starts = args.all_starts;
+  request.search.jobs = args.jobs.empty() ? 0 : plimsoll::parse_count(args.jobs, "--jobs", 1);
   request.force = args.force;
   return request;
 }
@@ -157,6 +159,10 @@ void add_run_plan_command(CLI::App& app) {
       ->type_name("P");
   command->add_flag("--search-all-starts", args->all_starts,
                     "Search from every greedy packing, not only the one covering the fewest granules");
+  command->add_option("--jobs", args->jobs,
+                      "Threads packing the greedy ways and searching at once (1: one after another; the plan is "
+                      "the same for any count; default: one per hardware thread)")
+      ->type_name("N");
   command->add_flag("--force", args->force,
                     "Write the plan even when it does not fit the limit (a warning says so); without it, such a "
                     "plan is refused and nothing is written");

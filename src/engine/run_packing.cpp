@@ -2,7 +2,10 @@
 #include "engine/run_packing.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <optional>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -10,6 +13,7 @@
 
 #include "engine/greedy_packings.hpp"
 #include "engine/heap.hpp"
+#include "engine/ordered_jobs.hpp"
 #include "engine/plan_search.hpp"
 #include "plimsoll/error.hpp"
 
@@ -54,46 +58,89 @@ RunPacking pack_run(const StepObservation& run, const RunSearch& search, const R
   constexpr std::uint64_t kBase = kRunBase;
   const std::uint64_t span = (sum / kRunGranule + 2) * kRunGranule;
   const std::vector<NamedPacking> all = greedy_packings(kRunGranule);
+  const std::size_t threads = search.jobs == 0 ? std::max(1u, std::thread::hardware_concurrency()) : search.jobs;
+  struct Greedy {
+    StepPlan plan;
+    std::uint64_t granules = 0;
+  };
+  say(fmt::format("packing {} greedy ways, {} requests, on {} thread{}", all.size(), run.requests.size(),
+                  std::min(threads, all.size()), threads == 1 ? "" : "s"));
+  const auto packings_started = std::chrono::steady_clock::now();
+  std::vector<Greedy> greedy = run_ordered<Greedy>(
+      all.size(), threads,
+      [&](std::size_t k) {
+        Greedy g{pack_step(run, {}, kBase, span, all[k].options), 0};
+        if (!g.plan.entries.empty()) g.granules = covered_granules(g.plan, kBase, kRunGranule);
+        return g;
+      },
+      [&](std::size_t k, const Greedy& g) {
+        say(fmt::format("packing {} of {} ({}): {} granules, footprint {} bytes, done at {:.1f} s", k + 1, all.size(),
+                        all[k].name, g.granules, g.plan.footprint,
+                        std::chrono::duration<double>(std::chrono::steady_clock::now() - packings_started).count()));
+      });
+  // The best in list order, as the serial loop picked it (ties: the earlier packing).
   std::vector<std::pair<StepPlan, std::uint64_t>> starts;  // greedy packings and their granules
   for (std::size_t k = 0; k < all.size(); ++k) {
-    say(fmt::format("packing {} of {} ({}), {} requests", k + 1, all.size(), all[k].name, run.requests.size()));
-    const auto packing_started = std::chrono::steady_clock::now();
-    StepPlan plan = pack_step(run, {}, kBase, span, all[k].options);
-    if (plan.entries.empty()) continue;
-    const std::uint64_t granules = covered_granules(plan, kBase, kRunGranule);
-    say(fmt::format("  {} granules, footprint {} bytes, {:.1f} s", granules, plan.footprint,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - packing_started).count()));
-    if (search.all_starts) starts.emplace_back(plan, granules);
-    if (bound.plan.entries.empty() || granules < bound.greedy_granules ||
-        (granules == bound.greedy_granules && plan.footprint < bound.plan.footprint)) {
-      bound.greedy_granules = granules;
+    Greedy& g = greedy[k];
+    if (g.plan.entries.empty()) continue;
+    if (bound.plan.entries.empty() || g.granules < bound.greedy_granules ||
+        (g.granules == bound.greedy_granules && g.plan.footprint < bound.plan.footprint)) {
+      bound.greedy_granules = g.granules;
       bound.greedy_name = all[k].name;
-      bound.plan = std::move(plan);
+      bound.plan = g.plan;
     }
+    if (search.all_starts) starts.emplace_back(std::move(g.plan), g.granules);
   }
+  greedy.clear();
   bound.granules = bound.greedy_granules;
   bound.footprint = bound.plan.footprint;
   if (search.work == 0 || bound.plan.entries.empty() || bound.granules <= bound.max_load_granules) return bound;
   const std::vector<bool> paid(span / kRunGranule, false);  // nothing is mapped before the run
   if (!search.all_starts) starts.emplace_back(bound.plan, bound.greedy_granules);
   const auto started = std::chrono::steady_clock::now();
-  for (std::size_t from = 0; from < starts.size(); ++from) {
-    for (std::uint64_t seed = 0; seed < search.seeds && bound.granules > bound.max_load_granules; ++seed) {
-      say(fmt::format("search {} of {} from start {} of {} ({} granules), {} work units", seed + 1, search.seeds,
-                      from + 1, starts.size(), starts[from].second, search.work));
-      StepPlan searched = improve_plan(run, {}, kBase, span, starts[from].first,
-                                       {.budget = search.work,
-                                        .granule = kRunGranule,
-                                        .paid = &paid,
-                                        .seed = 0x5eed + seed,
-                                        .patience = search.patience});
-      const std::uint64_t granules = covered_granules(searched, kBase, kRunGranule);
-      say(fmt::format("  {} granules", granules));
-      if (granules < bound.granules || (granules == bound.granules && searched.footprint < bound.footprint)) {
-        bound.granules = granules;
-        bound.footprint = searched.footprint;
-        bound.plan = std::move(searched);
-      }
+  // Every (start, seed), start-major as the serial loop went. The serial loop stopped at the first search reaching
+  // the lower bound; here the searches after the first known to reach it are skipped (their result is unused).
+  const std::size_t searches = starts.size() * search.seeds;
+  std::atomic<std::size_t> reached = searches;  // the lowest search index known to reach the lower bound
+  say(fmt::format("searching {} time{} ({} start{} x {} seed{}), {} work units and patience {} each, on {} thread{}",
+                  searches, searches == 1 ? "" : "s", starts.size(), starts.size() == 1 ? "" : "s", search.seeds,
+                  search.seeds == 1 ? "" : "s", search.work, search.patience, std::min<std::size_t>(threads, searches),
+                  threads == 1 ? "" : "s"));
+  std::vector<std::optional<Greedy>> searched = run_ordered<std::optional<Greedy>>(
+      searches, threads,
+      [&](std::size_t i) -> std::optional<Greedy> {
+        if (i > reached.load()) return std::nullopt;
+        const std::size_t from = i / search.seeds;
+        const std::uint64_t seed = i % search.seeds;
+        Greedy g{improve_plan(run, {}, kBase, span, starts[from].first,
+                              {.budget = search.work,
+                               .granule = kRunGranule,
+                               .paid = &paid,
+                               .seed = 0x5eed + seed,
+                               .patience = search.patience}),
+                 0};
+        g.granules = covered_granules(g.plan, kBase, kRunGranule);
+        if (g.granules <= bound.max_load_granules) {
+          std::size_t known = reached.load();
+          while (i < known && !reached.compare_exchange_weak(known, i)) {
+          }
+        }
+        return g;
+      },
+      [&](std::size_t i, const std::optional<Greedy>& g) {
+        if (!g) return;
+        say(fmt::format("search {} of {} (start {}, {} granules; seed {}): {} granules, done at {:.1f} s", i + 1,
+                        searches, i / search.seeds + 1, starts[i / search.seeds].second, i % search.seeds + 1,
+                        g->granules,
+                        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()));
+      });
+  for (std::size_t i = 0; i < searches && bound.granules > bound.max_load_granules; ++i) {
+    std::optional<Greedy>& g = searched[i];
+    if (!g) continue;  // skipped: an earlier search reached the bound, so the loop stops before this one
+    if (g->granules < bound.granules || (g->granules == bound.granules && g->plan.footprint < bound.footprint)) {
+      bound.granules = g->granules;
+      bound.footprint = g->plan.footprint;
+      bound.plan = std::move(g->plan);
     }
   }
   bound.search_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();

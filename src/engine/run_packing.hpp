@@ -54,7 +54,8 @@ struct RunPacking {
   StepPlan plan;                        // that packing (entries in request order, addresses from kRunBase)
 };
 
-/// Progress on long runs: one line per stage ("packing 3 of 14: ..."), for stderr.
+/// Progress on long runs: one line per stage ("packing 3 of 14 (...): ..." as each finishes), for stderr; called
+/// from the caller's thread only, whatever RunSearch::jobs.
 using RunProgress = std::function<void(const std::string&)>;
 
 /// How hard pack_run searches. `seeds` searches (seeds 0x5eed, 0x5eed + 1, ...), each from the best greedy packing
@@ -65,6 +66,9 @@ struct RunSearch {
   std::uint64_t seeds = 1;
   std::uint64_t patience = 5'000;
   bool all_starts = false;  // search from every greedy packing, not only the one covering the fewest granules
+  // Threads for the greedy packings and the searches (independent of each other): 1, the caller alone; 0, one per
+  // hardware thread. The packing chosen is the same for any count (ordered_jobs.hpp: picked in list order).
+  std::size_t jobs = 1;
 };
 
 /// Packs the observation every greedy way (greedy_packings.hpp) and improves the one covering the fewest granules
