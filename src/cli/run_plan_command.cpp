@@ -34,6 +34,7 @@ struct RunPlanArgs {
   std::string jobs;  // empty: one per hardware thread
   bool all_starts = false;
   bool force = false;
+  bool no_escalate = false;
   bool json = false;
 };
 
@@ -60,6 +61,7 @@ plimsoll::engine::RunPlanRequest request_of(const RunPlanArgs& args) {
   request.search.all_starts = args.all_starts;
   request.search.jobs = args.jobs.empty() ? 0 : plimsoll::parse_count(args.jobs, "--jobs", 1);
   request.force = args.force;
+  request.escalate = !args.no_escalate;
   return request;
 }
 
@@ -72,8 +74,9 @@ void print_text(const RunPlanArgs& args, const plimsoll::Trace& trace, const pli
              packed.limit_granules, mib(packed.peak_live));
   fmt::print("  lower bound  {} granules (the most live at once: {})\n", p.max_load_granules, mib(p.max_load));
   fmt::print("  best greedy  {} granules ({})\n", p.greedy_granules, p.greedy_name);
-  fmt::print("  packed       {} granules, footprint {}, in {:.1f} s (search {:.1f} s)\n", p.granules,
-             mib(p.footprint), packed.seconds, p.search_ms / 1000);
+  fmt::print("  packed       {} granules, footprint {}, in {:.1f} s (search {:.1f} s{})\n", p.granules,
+             mib(p.footprint), packed.seconds, p.search_ms / 1000,
+             packed.escalated ? ", escalated: the first search missed the limit" : "");
   if (packed.fits) {
     fmt::print("  fits the limit, {} granule{} to spare\n", packed.limit_granules - p.granules,
                packed.limit_granules - p.granules == 1 ? "" : "s");
@@ -103,6 +106,7 @@ nlohmann::json to_json(const RunPlanArgs& args, const plimsoll::Trace& trace,
           {"granules", p.granules},
           {"footprint_bytes", p.footprint},
           {"fits", packed.fits},
+          {"escalated", packed.escalated},
           {"seconds", packed.seconds},
           {"search_seconds", p.search_ms / 1000}};
 }
@@ -166,6 +170,9 @@ void add_run_plan_command(CLI::App& app) {
   command->add_flag("--force", args->force,
                     "Write the plan even when it does not fit the limit (a warning says so); without it, such a "
                     "plan is refused and nothing is written");
+  command->add_flag("--no-escalate", args->no_escalate,
+                    "When the search's plan does not fit the limit, refuse at once; by default it is searched once "
+                    "more, deeper (4 seeds x 400000000 work units, patience 50000: minutes on a whole trace), first");
   command->add_flag("--json", args->json, "One JSON object (docs/run-plans.md lists the keys) instead of the text");
   command->callback([args] { run_run_plan(*args); });
 }
