@@ -81,8 +81,8 @@ void print_text(const RunPlanArgs& args, const plimsoll::Trace& trace, const pli
     fmt::print("  fits the limit, {} granule{} to spare\n", packed.limit_granules - p.granules,
                packed.limit_granules - p.granules == 1 ? "" : "s");
   } else {
-    fmt::print("  WARNING: does not fit the limit: {} granules over; a follower at this limit runs out of memory "
-               "(written because of --force)\n",
+    fmt::print("  WARNING: does not fit the limit: {} granules over; a follower at this limit cannot map it ahead and "
+               "ends the plan where the limit leaves no room (written because of --force)\n",
                p.granules - packed.limit_granules);
   }
   fmt::print("written: {} ({} entries, read back equal)\n", args.output, packed.plan.entries.size());

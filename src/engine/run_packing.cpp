@@ -74,8 +74,9 @@ Starts pack_greedy(const StepObservation& run, const RunSearch& search, const Ru
     StepPlan plan;
     std::uint64_t granules = 0;
   };
+  const std::size_t packing_threads = std::min(threads, all.size());
   say(fmt::format("packing {} greedy ways, {} requests, on {} thread{}", all.size(), run.requests.size(),
-                  std::min(threads, all.size()), threads == 1 ? "" : "s"));
+                  packing_threads, packing_threads == 1 ? "" : "s"));
   const auto packings_started = std::chrono::steady_clock::now();
   std::vector<Greedy> greedy = run_ordered<Greedy>(
       all.size(), threads,
@@ -127,7 +128,7 @@ void search_starts(const StepObservation& run, const Starts& starts, const RunSe
   say(fmt::format("searching {} time{} ({} start{} x {} seed{}), {} work units and patience {} each, on {} thread{}",
                   searches, searches == 1 ? "" : "s", starts.plans.size(), starts.plans.size() == 1 ? "" : "s",
                   search.seeds, search.seeds == 1 ? "" : "s", search.work, search.patience,
-                  std::min<std::size_t>(threads, searches), threads == 1 ? "" : "s"));
+                  std::min(threads, searches), std::min(threads, searches) == 1 ? "" : "s"));
   std::vector<std::optional<Searched>> searched = run_ordered<std::optional<Searched>>(
       searches, threads,
       [&](std::size_t i) -> std::optional<Searched> {
