@@ -153,6 +153,41 @@ TEST(CliRunPlan, APackingOverTheLimitIsWrittenOnlyWithForce) {
   EXPECT_EQ(plimsoll::engine::read_run_plan(plan_path).covered_granules, 3u);
 }
 
+// A search too short to fit (one work unit) is escalated: searched again deeper, with a progress line saying so, and
+// the plan fits; with --no-escalate the same search is refused at once, nothing written. --jobs 1 and 3 write the
+// same file.
+TEST(CliRunPlan, ASearchThatMissesIsEscalatedBeforeRefusing) {
+  const std::string trace_path = write_temp("t.trace", kNeedsTheSearch);
+  const std::string plan_path = temp_path("t.plan");
+  const std::string args = trace_path + " -o " + plan_path + " --limit-plus-mib 0.75 --search-work 1";
+  CliRun run = run_plan(args + " --no-escalate");
+  EXPECT_EQ(run.status, 2);
+  EXPECT_THAT(run.err, HasSubstr("needs 4 granules of 2 MiB where the limit"));
+  EXPECT_THAT(run.err, ::testing::Not(HasSubstr("escalating")));
+  EXPECT_FALSE(std::filesystem::exists(plan_path));
+
+  run = run_plan(args + " --json --jobs 1");
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_THAT(run.err, HasSubstr("run-plan: the search left 4 granules where the limit holds 3: escalating to 4 "
+                                 "seeds x 400000000 work units, patience 50000"));
+  const nlohmann::json result = nlohmann::json::parse(run.out);
+  EXPECT_EQ(result["granules"], 3);
+  EXPECT_EQ(result["escalated"], true);
+  const plimsoll::engine::RunPlan serial = plimsoll::engine::read_run_plan(plan_path);
+  EXPECT_EQ(serial.covered_granules, 3u);
+
+  run = run_plan(args + " --jobs 3");
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("escalated: the first search missed the limit"));
+  const plimsoll::engine::RunPlan parallel = plimsoll::engine::read_run_plan(plan_path);
+  EXPECT_EQ(parallel.entries, serial.entries);
+
+  // The search already as deep as the escalation (or off: --search-work 0, above): nothing to escalate to.
+  run = run_plan(trace_path + " -o " + plan_path + " --limit-plus-mib 0.75 --search-work 400000000 --search-seeds 4 "
+                 "--search-patience 50000");
+  EXPECT_THAT(run.err, ::testing::Not(HasSubstr("escalating")));
+}
+
 TEST(CliRunPlan, BadInputNamesTheProblemAndTheFix) {
   const std::string trace_path = write_temp("t.trace", kTrace);
   const std::string plan_path = temp_path("t.plan");
@@ -167,6 +202,7 @@ TEST(CliRunPlan, BadInputNamesTheProblemAndTheFix) {
       {trace_path + " -o " + plan_path + " --through-step -1", "--through-step -1"},
       {trace_path + " -o " + plan_path + " --limit-over-live 0", "--limit-over-live"},
       {trace_path + " -o " + plan_path + " --search-seeds 0", "--search-seeds"},
+      {trace_path + " -o " + plan_path + " --jobs 0", "--jobs"},
       {trace_path + " -o " + temp_path("no/such/folder/t.plan"), "-o"},
   };
   for (const Case& c : cases) {

@@ -31,8 +31,10 @@ struct RunPlanArgs {
   std::string search_work;
   std::string search_seeds;
   std::string search_patience;
+  std::string jobs;  // empty: one per hardware thread
   bool all_starts = false;
   bool force = false;
+  bool no_escalate = false;
   bool json = false;
 };
 
@@ -57,7 +59,9 @@ plimsoll::engine::RunPlanRequest request_of(const RunPlanArgs& args) {
     request.search.patience = plimsoll::parse_count(args.search_patience, "--search-patience", 1);
   }
   request.search.all_starts = args.all_starts;
+  request.search.jobs = args.jobs.empty() ? 0 : plimsoll::parse_count(args.jobs, "--jobs", 1);
   request.force = args.force;
+  request.escalate = !args.no_escalate;
   return request;
 }
 
@@ -70,14 +74,15 @@ void print_text(const RunPlanArgs& args, const plimsoll::Trace& trace, const pli
              packed.limit_granules, mib(packed.peak_live));
   fmt::print("  lower bound  {} granules (the most live at once: {})\n", p.max_load_granules, mib(p.max_load));
   fmt::print("  best greedy  {} granules ({})\n", p.greedy_granules, p.greedy_name);
-  fmt::print("  packed       {} granules, footprint {}, in {:.1f} s (search {:.1f} s)\n", p.granules,
-             mib(p.footprint), packed.seconds, p.search_ms / 1000);
+  fmt::print("  packed       {} granules, footprint {}, in {:.1f} s (search {:.1f} s{})\n", p.granules,
+             mib(p.footprint), packed.seconds, p.search_ms / 1000,
+             packed.escalated ? ", escalated: the first search missed the limit" : "");
   if (packed.fits) {
     fmt::print("  fits the limit, {} granule{} to spare\n", packed.limit_granules - p.granules,
                packed.limit_granules - p.granules == 1 ? "" : "s");
   } else {
-    fmt::print("  WARNING: does not fit the limit: {} granules over; a follower at this limit runs out of memory "
-               "(written because of --force)\n",
+    fmt::print("  WARNING: does not fit the limit: {} granules over; a follower at this limit cannot map it ahead and "
+               "ends the plan where the limit leaves no room (written because of --force)\n",
                p.granules - packed.limit_granules);
   }
   fmt::print("written: {} ({} entries, read back equal)\n", args.output, packed.plan.entries.size());
@@ -101,6 +106,7 @@ nlohmann::json to_json(const RunPlanArgs& args, const plimsoll::Trace& trace,
           {"granules", p.granules},
           {"footprint_bytes", p.footprint},
           {"fits", packed.fits},
+          {"escalated", packed.escalated},
           {"seconds", packed.seconds},
           {"search_seconds", p.search_ms / 1000}};
 }
@@ -157,9 +163,16 @@ void add_run_plan_command(CLI::App& app) {
       ->type_name("P");
   command->add_flag("--search-all-starts", args->all_starts,
                     "Search from every greedy packing, not only the one covering the fewest granules");
+  command->add_option("--jobs", args->jobs,
+                      "Threads packing the greedy ways and searching at once (1: one after another; the plan is "
+                      "the same for any count; default: one per hardware thread)")
+      ->type_name("N");
   command->add_flag("--force", args->force,
                     "Write the plan even when it does not fit the limit (a warning says so); without it, such a "
                     "plan is refused and nothing is written");
+  command->add_flag("--no-escalate", args->no_escalate,
+                    "When the search's plan does not fit the limit, refuse at once; by default it is searched once "
+                    "more, deeper (4 seeds x 400000000 work units, patience 50000: minutes on a whole trace), first");
   command->add_flag("--json", args->json, "One JSON object (docs/run-plans.md lists the keys) instead of the text");
   command->callback([args] { run_run_plan(*args); });
 }

@@ -2,7 +2,10 @@
 #include "engine/run_packing.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <optional>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -10,6 +13,7 @@
 
 #include "engine/greedy_packings.hpp"
 #include "engine/heap.hpp"
+#include "engine/ordered_jobs.hpp"
 #include "engine/plan_search.hpp"
 #include "plimsoll/error.hpp"
 
@@ -39,65 +43,150 @@ std::uint64_t covered_granules(const StepPlan& plan, std::uint64_t base, std::ui
   return count_covered_granules(entries, granule);
 }
 
-RunPacking pack_run(const StepObservation& run, const RunSearch& search, const RunProgress& progress) {
-  const auto say = [&](const std::string& line) {
-    if (progress) progress(line);
-  };
-  RunPacking bound;
+namespace {
+
+// The whole-run packing's two stages: the greedy packings (the best kept, and each one as a search start), then
+// searches from the starts, which pack_run_plan may repeat deeper (escalate) without packing greedily again.
+struct Starts {
+  std::uint64_t span = 0;                                  // room for any packing, from kRunBase
+  std::vector<std::pair<StepPlan, std::uint64_t>> plans;  // search starts and their granules
+};
+
+std::size_t threads_of(const RunSearch& search) {
+  return search.jobs == 0 ? std::max(1u, std::thread::hardware_concurrency()) : search.jobs;
+}
+
+Starts pack_greedy(const StepObservation& run, const RunSearch& search, const RunProgress& say, RunPacking& bound) {
+  Starts starts;
   bound.requests = run.requests.size();
   bound.max_load = step_max_load(run);
   bound.max_load_granules = (bound.max_load + kRunGranule - 1) / kRunGranule;
-  if (run.requests.empty()) return bound;
+  if (run.requests.empty()) return starts;
   // Room for any packing: one that put every request above the last never needs more than their sum.
   std::uint64_t sum = 0;
   for (const auto& request : run.requests) sum += request.size;
   constexpr std::uint64_t kBase = kRunBase;
   const std::uint64_t span = (sum / kRunGranule + 2) * kRunGranule;
+  starts.span = span;
   const std::vector<NamedPacking> all = greedy_packings(kRunGranule);
-  std::vector<std::pair<StepPlan, std::uint64_t>> starts;  // greedy packings and their granules
+  const std::size_t threads = threads_of(search);
+  struct Greedy {
+    StepPlan plan;
+    std::uint64_t granules = 0;
+  };
+  const std::size_t packing_threads = std::min(threads, all.size());
+  say(fmt::format("packing {} greedy ways, {} requests, on {} thread{}", all.size(), run.requests.size(),
+                  packing_threads, packing_threads == 1 ? "" : "s"));
+  const auto packings_started = std::chrono::steady_clock::now();
+  std::vector<Greedy> greedy = run_ordered<Greedy>(
+      all.size(), threads,
+      [&](std::size_t k) {
+        Greedy g{pack_step(run, {}, kBase, span, all[k].options), 0};
+        if (!g.plan.entries.empty()) g.granules = covered_granules(g.plan, kBase, kRunGranule);
+        return g;
+      },
+      [&](std::size_t k, const Greedy& g) {
+        say(fmt::format("packing {} of {} ({}): {} granules, footprint {} bytes, done at {:.1f} s", k + 1, all.size(),
+                        all[k].name, g.granules, g.plan.footprint,
+                        std::chrono::duration<double>(std::chrono::steady_clock::now() - packings_started).count()));
+      });
+  // The best in list order, as the serial loop picked it (ties: the earlier packing).
   for (std::size_t k = 0; k < all.size(); ++k) {
-    say(fmt::format("packing {} of {} ({}), {} requests", k + 1, all.size(), all[k].name, run.requests.size()));
-    const auto packing_started = std::chrono::steady_clock::now();
-    StepPlan plan = pack_step(run, {}, kBase, span, all[k].options);
-    if (plan.entries.empty()) continue;
-    const std::uint64_t granules = covered_granules(plan, kBase, kRunGranule);
-    say(fmt::format("  {} granules, footprint {} bytes, {:.1f} s", granules, plan.footprint,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - packing_started).count()));
-    if (search.all_starts) starts.emplace_back(plan, granules);
-    if (bound.plan.entries.empty() || granules < bound.greedy_granules ||
-        (granules == bound.greedy_granules && plan.footprint < bound.plan.footprint)) {
-      bound.greedy_granules = granules;
+    Greedy& g = greedy[k];
+    if (g.plan.entries.empty()) continue;
+    if (bound.plan.entries.empty() || g.granules < bound.greedy_granules ||
+        (g.granules == bound.greedy_granules && g.plan.footprint < bound.plan.footprint)) {
+      bound.greedy_granules = g.granules;
       bound.greedy_name = all[k].name;
-      bound.plan = std::move(plan);
+      bound.plan = g.plan;
     }
+    if (search.all_starts) starts.plans.emplace_back(std::move(g.plan), g.granules);
   }
   bound.granules = bound.greedy_granules;
   bound.footprint = bound.plan.footprint;
-  if (search.work == 0 || bound.plan.entries.empty() || bound.granules <= bound.max_load_granules) return bound;
-  const std::vector<bool> paid(span / kRunGranule, false);  // nothing is mapped before the run
-  if (!search.all_starts) starts.emplace_back(bound.plan, bound.greedy_granules);
+  if (!search.all_starts && !bound.plan.entries.empty()) starts.plans.emplace_back(bound.plan, bound.greedy_granules);
+  return starts;
+}
+
+// Searches from every start with every seed (start-major, as the serial loop went), keeping in `bound` the plan
+// covering the fewest granules; stops at the first search reaching `enough` granules.
+void search_starts(const StepObservation& run, const Starts& starts, const RunSearch& search, std::uint64_t enough,
+                   const RunProgress& say, RunPacking& bound) {
+  if (search.work == 0 || bound.plan.entries.empty() || bound.granules <= enough) return;
+  constexpr std::uint64_t kBase = kRunBase;
+  const std::vector<bool> paid(starts.span / kRunGranule, false);  // nothing is mapped before the run
+  const std::size_t threads = threads_of(search);
+  struct Searched {
+    StepPlan plan;
+    std::uint64_t granules = 0;
+  };
   const auto started = std::chrono::steady_clock::now();
-  for (std::size_t from = 0; from < starts.size(); ++from) {
-    for (std::uint64_t seed = 0; seed < search.seeds && bound.granules > bound.max_load_granules; ++seed) {
-      say(fmt::format("search {} of {} from start {} of {} ({} granules), {} work units", seed + 1, search.seeds,
-                      from + 1, starts.size(), starts[from].second, search.work));
-      StepPlan searched = improve_plan(run, {}, kBase, span, starts[from].first,
-                                       {.budget = search.work,
-                                        .granule = kRunGranule,
-                                        .paid = &paid,
-                                        .seed = 0x5eed + seed,
-                                        .patience = search.patience});
-      const std::uint64_t granules = covered_granules(searched, kBase, kRunGranule);
-      say(fmt::format("  {} granules", granules));
-      if (granules < bound.granules || (granules == bound.granules && searched.footprint < bound.footprint)) {
-        bound.granules = granules;
-        bound.footprint = searched.footprint;
-        bound.plan = std::move(searched);
-      }
+  // The serial loop stopped at the first search reaching `enough`; here the searches after the first known to
+  // reach it are skipped (their result would be unused), so any thread count keeps the same plan.
+  const std::size_t searches = starts.plans.size() * search.seeds;
+  std::atomic<std::size_t> reached = searches;  // the lowest search index known to reach `enough`
+  say(fmt::format("searching {} time{} ({} start{} x {} seed{}), {} work units and patience {} each, on {} thread{}",
+                  searches, searches == 1 ? "" : "s", starts.plans.size(), starts.plans.size() == 1 ? "" : "s",
+                  search.seeds, search.seeds == 1 ? "" : "s", search.work, search.patience,
+                  std::min(threads, searches), std::min(threads, searches) == 1 ? "" : "s"));
+  std::vector<std::optional<Searched>> searched = run_ordered<std::optional<Searched>>(
+      searches, threads,
+      [&](std::size_t i) -> std::optional<Searched> {
+        if (i > reached.load()) return std::nullopt;
+        const std::size_t from = i / search.seeds;
+        const std::uint64_t seed = i % search.seeds;
+        Searched g{improve_plan(run, {}, kBase, starts.span, starts.plans[from].first,
+                                {.budget = search.work,
+                                 .granule = kRunGranule,
+                                 .paid = &paid,
+                                 .seed = 0x5eed + seed,
+                                 .patience = search.patience}),
+                   0};
+        g.granules = covered_granules(g.plan, kBase, kRunGranule);
+        if (g.granules <= enough) {
+          std::size_t known = reached.load();
+          while (i < known && !reached.compare_exchange_weak(known, i)) {
+          }
+        }
+        return g;
+      },
+      [&](std::size_t i, const std::optional<Searched>& g) {
+        if (!g) return;
+        say(fmt::format("search {} of {} (start {}, {} granules; seed {}): {} granules, done at {:.1f} s", i + 1,
+                        searches, i / search.seeds + 1, starts.plans[i / search.seeds].second, i % search.seeds + 1,
+                        g->granules,
+                        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()));
+      });
+  for (std::size_t i = 0; i < searches && bound.granules > enough; ++i) {
+    std::optional<Searched>& g = searched[i];
+    if (!g) continue;  // skipped: an earlier search reached `enough`, so the loop stops before this one
+    if (g->granules < bound.granules || (g->granules == bound.granules && g->plan.footprint < bound.footprint)) {
+      bound.granules = g->granules;
+      bound.footprint = g->plan.footprint;
+      bound.plan = std::move(g->plan);
     }
   }
-  bound.search_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  bound.search_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+}
+
+}  // namespace
+
+RunPacking pack_run(const StepObservation& run, const RunSearch& search, const RunProgress& progress) {
+  const RunProgress say = [&](const std::string& line) {
+    if (progress) progress(line);
+  };
+  RunPacking bound;
+  const Starts starts = pack_greedy(run, search, say, bound);
+  search_starts(run, starts, search, bound.max_load_granules, say, bound);
   return bound;
+}
+
+RunSearch escalated_search(const RunSearch& search) {
+  RunSearch deeper = search;
+  deeper.work = std::max(search.work, kEscalatedSearch.work);
+  deeper.seeds = std::max(search.seeds, kEscalatedSearch.seeds);
+  deeper.patience = std::max(search.patience, kEscalatedSearch.patience);
+  return deeper;
 }
 
 MappedPeaks mapped_peaks(const StepObservation& run, const StepPlan& plan, std::uint64_t base, std::uint64_t granule,
@@ -189,17 +278,35 @@ PackedRunPlan pack_run_plan(const Trace& trace, const RunPlanRequest& request, c
         "plan can fit it; give a higher limit (--limit-over-live, --limit-plus-mib), {}",
         trace.origin, limit, packed.limit_granules, max_load, least, force_fix));
   }
+  const RunProgress say = [&](const std::string& line) {
+    if (progress) progress(line);
+  };
   const auto started = std::chrono::steady_clock::now();
-  packed.packing = pack_run(run, request.search, progress);
+  RunPacking& packing = packed.packing;
+  const Starts starts = pack_greedy(run, request.search, say, packing);
+  search_starts(run, starts, request.search, packing.max_load_granules, say, packing);
+  // The default search misses by a granule or two on some traces where a deeper one fits (docs/run-plans.md):
+  // search again deeper, once, before refusing; stopping at the first plan that fits.
+  const RunSearch deeper = escalated_search(request.search);
+  const bool deeper_differs = deeper.work != request.search.work || deeper.seeds != request.search.seeds ||
+                              deeper.patience != request.search.patience;
+  if (packing.granules > packed.limit_granules && request.escalate && request.search.work > 0 && deeper_differs) {
+    say(fmt::format("the search left {} granules where the limit holds {}: escalating to {} seed{} x {} work units, "
+                    "patience {} (--no-escalate: refuse at once)",
+                    packing.granules, packed.limit_granules, deeper.seeds, deeper.seeds == 1 ? "" : "s", deeper.work,
+                    deeper.patience));
+    packed.escalated = true;
+    search_starts(run, starts, deeper, std::max(packed.limit_granules, packing.max_load_granules), say, packing);
+  }
   packed.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  packed.fits = packed.packing.granules <= packed.limit_granules;
+  packed.fits = packing.granules <= packed.limit_granules;
   if (!packed.fits && !request.force) {
     throw InvalidArgument(fmt::format(
         "{}: the best packing found needs {} granules of 2 MiB where the limit ({} bytes) holds {} (the lower bound "
-        "is {}); no plan written; search harder (--search-work, --search-seeds, --search-all-starts), give a higher "
-        "limit, {}",
+        "is {}){}; no plan written; search harder (--search-work, --search-seeds, --search-patience, "
+        "--search-all-starts), give a higher limit, {}",
         trace.origin, packed.packing.granules, limit, packed.limit_granules, packed.packing.max_load_granules,
-        force_fix));
+        packed.escalated ? ", after a deeper search too" : "", force_fix));
   }
   const std::size_t last_step = through ? *through : (trace.steps.empty() ? 0 : trace.steps.size() - 1);
   packed.plan = make_run_plan(packed.packing, {.limit = limit, .through_step = last_step, .source = trace.origin});

@@ -50,11 +50,12 @@ struct RunPacking {
   std::string greedy_name;              // which packing that was
   std::uint64_t granules = 0;           // after the search: what the best packing found needs
   std::uint64_t footprint = 0;          // that packing's address span, bytes
-  double search_ms = 0;
+  double search_ms = 0;                 // every search together (the escalated one too)
   StepPlan plan;                        // that packing (entries in request order, addresses from kRunBase)
 };
 
-/// Progress on long runs: one line per stage ("packing 3 of 14: ..."), for stderr.
+/// Progress on long runs: one line per stage ("packing 3 of 14 (...): ..." as each finishes), for stderr; called
+/// from the caller's thread only, whatever RunSearch::jobs.
 using RunProgress = std::function<void(const std::string&)>;
 
 /// How hard pack_run searches. `seeds` searches (seeds 0x5eed, 0x5eed + 1, ...), each from the best greedy packing
@@ -65,7 +66,15 @@ struct RunSearch {
   std::uint64_t seeds = 1;
   std::uint64_t patience = 5'000;
   bool all_starts = false;  // search from every greedy packing, not only the one covering the fewest granules
+  // Threads for the greedy packings and the searches (independent of each other): 1, the caller alone; 0, one per
+  // hardware thread. The packing chosen is the same for any count (ordered_jobs.hpp: picked in list order).
+  std::size_t jobs = 1;
 };
+
+/// The deeper search pack_run_plan escalates to when the requested one does not fit the limit: what fits the clean
+/// ResNet-18 trace at batch 16 (95 of 95 granules, where the default leaves 96). Each field at least the request's.
+inline constexpr RunSearch kEscalatedSearch{.work = 400'000'000, .seeds = 4, .patience = 50'000};
+RunSearch escalated_search(const RunSearch& search);
 
 /// Packs the observation every greedy way (greedy_packings.hpp) and improves the one covering the fewest granules
 /// with the bounded search (granule-scored; work 0: none). Stops searching once the max load's granules are reached.
@@ -101,6 +110,9 @@ struct RunPlanRequest {
   double plus_mib = 0;
   RunSearch search;
   bool force = false;
+  // When the search's plan does not fit the limit, search once more with escalated_search (stopping at the first
+  // plan that fits) before refusing; not when the search is off (work 0) or already at least that deep.
+  bool escalate = true;
 };
 
 /// A trace packed into a run plan, with what the packing found.
@@ -111,13 +123,15 @@ struct PackedRunPlan {
   std::uint64_t peak_live = 0;     // the trace's peak of live bytes (what the limit is of)
   std::uint64_t limit_granules = 0;  // the limit in whole granules: what a follower at the limit may map
   bool fits = false;               // packing.granules <= limit_granules
+  bool escalated = false;          // the first search missed the limit, and the escalated one ran
   double seconds = 0;              // packing, greedy and search together
 };
 
 /// Packs `trace` (run_input.hpp's checks first: the step, the limit) into a run plan. Refuses, with
 /// InvalidArgument naming the trace, the granules and the fix, a limit below the max load (no plan can fit: refused
 /// before packing) and a packing that does not fit the limit, unless `force` (then `fits` says so): a plan over its
-/// limit is of no use to a follower at that limit.
+/// limit is of no use to a follower at that limit. A search that misses the limit is first run again deeper
+/// (RunPlanRequest::escalate, kEscalatedSearch); only a miss after that is refused.
 PackedRunPlan pack_run_plan(const Trace& trace, const RunPlanRequest& request, const RunProgress& progress = {});
 
 }  // namespace plimsoll::engine
