@@ -32,6 +32,15 @@ std::optional<std::string> environment_value(const char* variable) {
   return std::string(value);
 }
 
+// The policy's run plan (Policy::run_plan), on a device just made or just given new limits. A plan packed for
+// another granule or limit is ignored with a log line (the device runs as without one); a missing or malformed file
+// throws InvalidArgument naming it and the fix (engine::read_run_plan).
+void load_run_plan(Allocator& device, const Policy& policy, bool log) {
+  if (!policy.run_plan) return;
+  const std::string why = device.set_run_plan(*policy.run_plan);
+  if (!why.empty() && log) fmt::print(stderr, "plimsoll: {}: run plan ignored: {}\n", device.description().name, why);
+}
+
 }  // namespace
 
 struct Runtime::Impl {
@@ -188,6 +197,7 @@ struct Runtime::Impl {
       }
       auto allocator = std::make_unique<Allocator>(plan.description, std::move(backing.backing));
       if (config.log_device_creation) fmt::print(stderr, "{}{}\n", allocator->description().summary(), note);
+      load_run_plan(*allocator, plan.description.policy, config.log_device_creation);
       Allocator& created = *allocator;
       devices.emplace(key, std::move(allocator));
       if (!backing.growable) fixed_size_devices.emplace(key, backing.fallback_reason);
@@ -294,7 +304,8 @@ void Runtime::configure(std::string_view device, const Policy& policy) {
     if (const auto fixed = impl_->fixed_size_devices.find(key); fixed != impl_->fixed_size_devices.end()) {
       limits.policy = runtime::fit_fixed_size(key, limits.policy, changed, fixed->second);
     }
-    found->second->set_limits(limits);
+    found->second->set_limits(limits);  // drops a run plan loaded for the old limits: loaded again from the policy
+    load_run_plan(*found->second, limits.policy, impl_->config.log_device_creation);
     impl_->config = std::move(changed);
     return;
   }
