@@ -120,6 +120,25 @@ TEST(EngineRunPlanFollow, EachMismatchEndsThePlanWithItsReason) {
   }
 }
 
+TEST(EngineRunPlanFollow, OverTheLimitCachedGranulesAreGivenBackToPlaceTheRequest) {
+  BareHeap h(4 * MiB);  // two granules
+  RunPlanFollower follower(h.heap, make_plan({{2 * MiB, 0}, {2 * MiB, 2 * MiB}, {2 * MiB, 4 * MiB}}, 4 * MiB));
+  bool ended = true;
+  const std::uint64_t first = follower.allocate(2 * MiB, 0, &ended);
+  ASSERT_NE(follower.allocate(2 * MiB, 0, &ended), 0u);
+  Heap::Freed freed;
+  ASSERT_TRUE(h.heap.deallocate(first, freed));  // granule 0 stays mapped, cached
+  // Granule 2 is one over the limit: granule 0 is given back for it, and the plan goes on.
+  EXPECT_EQ(follower.allocate(2 * MiB, 0, &ended), h.heap.base() + 4 * MiB);
+  EXPECT_FALSE(ended);
+  EXPECT_EQ(follower.stats().placed, 3u);
+  EXPECT_EQ(follower.stats().made_room, 1u);
+  EXPECT_EQ(h.heap.counters().unmaps, 1u);
+  EXPECT_FALSE(h.heap.granules().is_mapped(0));
+  EXPECT_EQ(h.heap.mapped_bytes(), 4 * MiB);
+  EXPECT_EQ(h.heap.self_check(), "");
+}
+
 TEST(EngineRunPlanFollow, APlanOfAnotherGranuleOrLimitIsRefusedNamingWhy) {
   BareHeap h(64 * MiB);
   RunPlan plan = make_plan({{1 * MiB, 0}}, 64 * MiB);

@@ -64,13 +64,15 @@ struct RunPlanStats {
   ///  - size: a request's rounded size is not the plan's (another job, batch or library version);
   ///  - fingerprint: the same, among the first 64 requests (RunPlan::kFingerprint): the plan is another job's;
   ///  - occupied: the planned range was not wholly free (a block best fit or the program placed there);
-  ///  - limit: the planned range's granules could not be mapped under the device's limit;
+  ///  - limit: the planned range's granules could not be mapped under the device's limit, even after giving back
+  ///    the cached granules (mapped, no live block in them) that the limit needed (made_room);
   ///  - finished: the plan's requests were all placed (the end of its last step, or one request past it);
   ///  - host_memory: the heap's own books could not grow for a planned request.
   enum class End { none, size, fingerprint, occupied, limit, finished, host_memory };
   bool loaded = false;           // a plan was loaded (set_run_plan) and followed from the first allocation
   std::uint64_t entries = 0;     // requests in the plan
   std::uint64_t placed = 0;      // requests placed at their planned address
+  std::uint64_t made_room = 0;   // of those, placed after giving back cached granules the limit needed (unmaps)
   std::uint64_t ended_at = 0;    // the index of the request that ended it (its first unplaced one; entries when finished)
   End ended_by = End::none;
   bool active() const { return loaded && ended_by == End::none; }

@@ -12,7 +12,8 @@
 //    normal path): a plan ends for good, never resumes;
 //  - a request is placed only inside one free block of the heap (Heap::allocate_at), so a wrong or stale plan costs
 //    memory, never correctness; the heap maps exactly the granules the placed block covers (no growth ahead: the
-//    plan's granules are its budget, counted against the same limit as every mapping);
+//    plan's granules are its budget, counted against the same limit as every mapping); when those are over the
+//    limit, cached granules (no live block in them) are given back first, as few as make room (Heap::map_ranges);
 //  - while active, every request of the device comes here, the small ones (<= 1 MiB) included: the plan packs them
 //    inside large blocks, never in small pages (bench/run_bound.hpp's model), so the device's per-thread caches,
 //    its step plans' placement and its stream reuse all step aside until it ends (allocator.cpp).
