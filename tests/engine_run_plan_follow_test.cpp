@@ -15,6 +15,7 @@
 #include "engine/run_plan_follower.hpp"
 #include "plimsoll/allocator.hpp"
 #include "plimsoll/error.hpp"
+#include "plimsoll/runtime.hpp"
 #include "sim_device.hpp"
 
 namespace plimsoll::engine {
@@ -38,6 +39,7 @@ RunPlan make_plan(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& en
     plan.entries.push_back({Heap::round(size), offset});
     if (plan.fingerprint.size() < fingerprinted) plan.fingerprint.push_back(Heap::round(size));
   }
+  plan.covered_granules = count_covered_granules(plan.entries, kGranule);
   return plan;
 }
 
@@ -340,6 +342,35 @@ TEST(EngineRunPlanFollow, AMissingOrMalformedPlanFileIsAnErrorNamingTheFile) {
     FAIL() << "a missing plan must throw";
   } catch (const InvalidArgument& e) {
     EXPECT_THAT(e.what(), HasSubstr("/nonexistent/run.plan"));
+  }
+}
+
+// The policy's run_plan (a config key, PLIMSOLL_RUN_PLAN) reaches a device the runtime makes, before its first
+// allocation; a plan for another limit leaves it running without one; a missing file fails the device's creation.
+TEST(EngineRunPlanFollow, TheRuntimeLoadsThePolicysRunPlan) {
+  const std::string path = ::testing::TempDir() + "engine_run_plan_follow_runtime.plan";
+  write_run_plan(two_steps_plan(64 * MiB), path);
+  for (const std::uint64_t limit : {64 * MiB, 32 * MiB}) {
+    Config config;
+    config.log_device_creation = false;
+    config.default_policy.memory_limit = limit;
+    config.default_policy.run_plan = path;
+    Runtime runtime(config);
+    Allocator& device = runtime.device("sim:4GiB");
+    void* block = device.allocate(2 * MiB);
+    EXPECT_EQ(device.stats().run_plan.loaded, limit == 64 * MiB);
+    EXPECT_EQ(device.stats().run_plan.placed, limit == 64 * MiB ? 1u : 0u);
+    device.deallocate(block);
+  }
+  Config missing;
+  missing.log_device_creation = false;
+  missing.default_policy.run_plan = "/nonexistent/job.plan";
+  Runtime runtime(missing);
+  try {
+    (void)runtime.device("sim:4GiB");
+    FAIL() << "a missing run plan must fail the device's creation";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("/nonexistent/job.plan"));
   }
 }
 
