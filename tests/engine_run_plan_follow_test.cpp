@@ -255,6 +255,33 @@ RunPlan two_steps_plan(std::uint64_t limit) {
                    limit);
 }
 
+TEST(EngineRunPlanFollow, APlanWithinTheLimitIsMappedWhenLoadedAndTheRunMapsNothingMore) {
+  auto device = sim_allocator(64 * MiB);
+  ASSERT_EQ(RunPlanLoader::install(*device, two_steps_plan(64 * MiB)), "");
+  // Granules 0-4 and 6-8 (5 MiB of the 8-12 MiB gap is unplanned): 8 granules, in two map calls, before any allocation.
+  Stats stats = device->stats();
+  EXPECT_EQ(stats.reserved_bytes, 8 * kGranule);
+  EXPECT_EQ(stats.run_plan.mapped_ahead, 8 * kGranule);
+  EXPECT_EQ(stats.maps, 2u);
+  void* kept = nullptr;
+  device->step();
+  run_step(*device, kept);
+  device->step();
+  run_step(*device, kept);
+  stats = device->stats();
+  EXPECT_EQ(stats.run_plan.placed, 6u);
+  EXPECT_EQ(stats.maps, 2u) << "the plan's requests map nothing";
+  EXPECT_EQ(stats.unmaps, 0u);
+  device->deallocate(kept);
+  // A plan covering more granules than the limit holds maps as its requests come (its unmaps make the room).
+  auto tight = sim_allocator(6 * MiB);
+  ASSERT_EQ(RunPlanLoader::install(*tight, make_plan({{2 * MiB, 0}, {2 * MiB, 8 * MiB}, {2 * MiB, 16 * MiB},
+                                                      {2 * MiB, 24 * MiB}}, 6 * MiB)),
+            "");
+  EXPECT_EQ(tight->stats().reserved_bytes, 0u);
+  EXPECT_EQ(tight->stats().run_plan.mapped_ahead, 0u);
+}
+
 TEST(EngineRunPlanFollow, StepPlansWaitForTheRunPlanAndTakeOverAtItsEnd) {
   auto device = sim_allocator(64 * MiB);
   ASSERT_EQ(RunPlanLoader::install(*device, two_steps_plan(64 * MiB)), "");

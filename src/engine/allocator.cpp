@@ -1037,6 +1037,9 @@ std::string RunPlanLoader::install(Allocator& allocator, engine::RunPlan plan) {
   std::string why = engine::run_plan_mismatch(plan, *impl.heap, impl.description.name);
   if (!why.empty()) return why;
   impl.run_plan = std::make_unique<engine::RunPlanFollower>(*impl.heap, std::move(plan));
+  const std::uint64_t mapped_before = impl.heap->mapped_bytes();
+  impl.run_plan->map_ahead();
+  if (impl.observer != nullptr) impl.record_mapping_change(mapped_before);
   impl.run_plan_active = true;
   if (impl.plan != nullptr) impl.plan->hold_plans(true);
   impl.update_planned();

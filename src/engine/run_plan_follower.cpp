@@ -1,6 +1,8 @@
 #include "engine/run_plan_follower.hpp"
 
+#include <algorithm>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -44,6 +46,37 @@ std::string run_plan_mismatch(const RunPlan& plan, const Heap& heap, const std::
 RunPlanFollower::RunPlanFollower(Heap& heap, RunPlan plan) : heap_(heap), plan_(std::move(plan)) {
   stats_.loaded = true;
   stats_.entries = plan_.entries.size();
+}
+
+std::uint64_t RunPlanFollower::map_ahead() {
+  const std::uint64_t granule = heap_.granules().granule();
+  std::uint64_t top = 0;
+  for (const RunPlan::Entry& entry : plan_.entries) top = std::max(top, entry.offset + entry.size);
+  if (top > heap_.span_bytes()) return 0;  // its first request past the span ends it (occupied)
+  std::vector<bool> covered((top + granule - 1) / granule, false);
+  std::uint64_t count = 0;
+  for (const RunPlan::Entry& entry : plan_.entries)
+    for (std::uint64_t g = entry.offset / granule; g < (entry.offset + entry.size + granule - 1) / granule; ++g)
+      if (!covered[g]) {
+        covered[g] = true;
+        ++count;
+      }
+  if (count * granule > heap_.options().limit) return 0;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;  // runs of covered granules, sorted, disjoint
+  for (std::uint64_t g = 0; g < covered.size();) {
+    if (!covered[g]) {
+      ++g;
+      continue;
+    }
+    std::uint64_t end = g;
+    while (end < covered.size() && covered[end]) ++end;
+    ranges.emplace_back(heap_.base() + g * granule, (end - g) * granule);
+    g = end;
+  }
+  const std::uint64_t before = heap_.mapped_bytes();
+  if (!heap_.map_ranges(ranges)) return 0;  // the backing refused: mapped lazily instead, nothing left mapped
+  stats_.mapped_ahead = heap_.mapped_bytes() - before;
+  return stats_.mapped_ahead;
 }
 
 std::uint64_t RunPlanFollower::allocate(std::uint64_t bytes, std::uint16_t tag, bool* ended) {

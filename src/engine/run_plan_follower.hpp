@@ -40,6 +40,12 @@ class RunPlanFollower {
   /// `plan` must have passed run_plan_mismatch for `heap`.
   RunPlanFollower(Heap& heap, RunPlan plan);
 
+  /// Maps every granule the plan's entries cover, now (before the device's first allocation), when they fit the
+  /// limit together: the plan's granules are its budget, and mapped up front the run makes no map while the plan
+  /// places its requests (none after step 0: the target's rule). A plan covering more than the limit (one packed
+  /// to fit only with unmaps) maps lazily, each request's granules as it comes. Returns the bytes mapped.
+  std::uint64_t map_ahead();
+
   /// The request placed at its planned address, or, at the first mismatch, the plan ended (stats().ended_by) and
   /// 0 with `*ended` set: the caller then takes its normal path for this request and every later one. Also 0
   /// (with *ended false) only when the heap is paused, a refusal the caller reports as for any request.
