@@ -17,32 +17,37 @@ repeat="${REPEAT:-10}"
 [[ "$repeat" =~ ^[1-9][0-9]*$ ]] || { echo "error: REPEAT=$repeat is not a count above 0; set REPEAT to 1..1000" >&2; exit 1; }
 (( $# > 0 )) || { echo "usage: bench/run_run_plan.sh PLAN...  (plans from plimsoll run-plan)" >&2; exit 1; }
 
-echo "| trace | plan through step | limit (granules) | plan covers | run plan: OOM | placed (made room) | ended | step plans after (plans/unfit, followed/fallbacks) | maps/unmaps in the $repeat repeated steps | steady maps/unmaps | without: OOM | without: maps/unmaps in the repeated steps |"
-echo "|---|---:|---:|---:|---|---:|---|---|---:|---:|---|---:|"
+echo "| trace | plan through step | limit (granules) | plan covers | OOM | placed (made room) | ended | maps/unmaps after step 0 | step plans after it (plans/unfit, followed/fallbacks) | x $repeat: OOM | x $repeat: maps/unmaps in the repeated steps | without: OOM | without x $repeat: OOM, maps/unmaps in the repeated steps |"
+echo "|---|---:|---:|---:|---|---:|---|---:|---|---|---:|---|---|"
 for plan in "$@"; do
   IFS=$'\t' read -r trace limit through covered < <(python3 -c '
 import json, sys
 p = json.load(open(sys.argv[1]))
 print(p["source"], p["limit"], p["through_step"], p["covered_granules"], sep="\t")' "$plan")
+  # One replay: OOM, placed, ended, steady maps/unmaps, step plans, and the repeated steps' maps/unmaps (with $1 > 0).
   row() {
+    local n="$1"
+    shift
     "$plimsoll" replay "$trace" --device sim:64GiB --policy on_demand --memory-limit "$limit" --json \
-      --repeat-last-step "$repeat" "$@" | python3 -c '
+      --repeat-last-step "$n" "$@" | python3 -c '
 import json, sys
 r = json.loads(sys.stdin.readline()); n = int(sys.argv[1]); s = r["step_plan"]; p = r["run_plan"]
 oom = "at event %d" % r["oom_event"] if r["oom"] else "no"
 steps = r["steps"]; reached = len(r["maps_by_step"])
-if r["oom"] and reached < steps:
+if n == 0 or (r["oom"] and reached <= steps - n):
     repeated = "-"
 else:
     repeated = "%d/%d" % (sum(r["maps_by_step"][steps - n:]), sum(r["unmaps_by_step"][steps - n:]))
 placed = "%d/%d (%d)" % (p["placed"], p["entries"], p["made_room"]) if p["loaded"] else "-"
-ended = ("%s at request %d" % (p["ended_by"], p["ended_at"]) if p["ended_by"] != "none" else "active") if p["loaded"] else "-"
+ended = ("%s at request %d" % (p["ended_by"], p["ended_at"]) if p["ended_by"] != "none" else "active to the end") if p["loaded"] else "-"
 after = "%d/%d, %d/%d" % (s["plans"], s["unfit"], s["followed"], s["fallbacks"])
-print(oom, placed, ended, after, repeated, "%d/%d" % (r["steady_maps"], r["steady_unmaps"]), sep="\t")' "$repeat"
+print(oom, placed, ended, "%d/%d" % (r["steady_maps"], r["steady_unmaps"]), after, repeated, sep="\t")' "$n"
   }
-  IFS=$'\t' read -r oom placed ended after repeated steady < <(row --run-plan "$plan")
-  IFS=$'\t' read -r bare_oom _ _ _ bare_repeated _ < <(row)
-  printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$(basename "$trace")" "$through" \
-    "$(( limit / 2097152 ))" "$covered" "$oom" "$placed" "$ended" "$after" "$repeated" "$steady" "$bare_oom" \
-    "$bare_repeated"
+  IFS=$'\t' read -r oom placed ended steady after _ < <(row 0 --run-plan "$plan")
+  IFS=$'\t' read -r long_oom _ _ _ _ long_repeated < <(row "$repeat" --run-plan "$plan")
+  IFS=$'\t' read -r bare_oom _ _ _ _ _ < <(row 0)
+  IFS=$'\t' read -r bare_long_oom _ _ _ _ bare_long_repeated < <(row "$repeat")
+  printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s, %s |\n' "$(basename "$trace")" "$through" \
+    "$(( limit / 2097152 ))" "$covered" "$oom" "$placed" "$ended" "$steady" "$after" "$long_oom" "$long_repeated" \
+    "$bare_oom" "$bare_long_oom" "$bare_long_repeated"
 done
