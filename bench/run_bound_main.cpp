@@ -1,6 +1,6 @@
 // plimsoll_run_bound: can any placement of a run, knowing the entire trace, stay within a limit? Packs every
 // request from the trace's first event through a step (default: the whole trace) offline with exact lifetimes
-// (bench/run_bound.hpp: the engine's packer and search, its 256-byte rounding and 2 MiB granules) and prints the
+// (src/engine/run_packing.hpp: the engine's packer and search, its 256-byte rounding and 2 MiB granules) and prints the
 // granules the best packing found needs against the limit with no unmaps, the same plan's peak if the follower
 // unmaps as it frees (always, and through step 0 only), and the max load (no placement needs fewer granules).
 //   plimsoll_run_bound [--through-step N] [--limit-over-live X | --limit-plus-mib M] [--search-work W]
@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> traces;
   std::optional<std::int64_t> through;  // signed: -1 is refused, not read as 2^64 - 1
   double over_live = 0, plus_mib = 0;
-  plimsoll::bench::RunSearch search;
+  plimsoll::engine::RunSearch search;
   app.add_option("traces", traces, "Trace files")->required();
   app.add_option("--through-step", through, "Pack events from the first through this step's end (an index into "
                                              "the trace's steps; default: the whole trace)");
@@ -74,24 +74,24 @@ int main(int argc, char** argv) {
   try {
     std::vector<plimsoll::Trace> read;
     for (const std::string& path : traces) read.push_back(plimsoll::read_trace(path));
-    const std::vector<plimsoll::bench::PreparedRun> runs =
-        plimsoll::bench::prepare_runs(std::move(read), through, over_live, plus_mib);
+    const std::vector<plimsoll::engine::PreparedRun> runs =
+        plimsoll::engine::prepare_runs(std::move(read), through, over_live, plus_mib);
     fmt::print("| trace | through | events | requests | peak live | limit | limit granules | max load (lower bound) "
                "| best greedy granules | searched granules (no unmaps) | unmapping through step 0 only "
                "| unmapping always | search ms | fits with no unmaps | over the limit by |\n");
     fmt::print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n");
     std::vector<std::string> followed_rows;
-    for (const plimsoll::bench::PreparedRun& prepared : runs) {
+    for (const plimsoll::engine::PreparedRun& prepared : runs) {
       const plimsoll::Trace& trace = prepared.trace;
       const std::string name = std::filesystem::path(trace.origin).filename().string();
-      const std::uint64_t limit_granules = prepared.limit / plimsoll::bench::kRunGranule;
-      const plimsoll::engine::StepObservation run = plimsoll::bench::observe_run(trace, prepared.end);
-      const plimsoll::bench::RunBound b = plimsoll::bench::pack_run(
+      const std::uint64_t limit_granules = prepared.limit / plimsoll::engine::kRunGranule;
+      const plimsoll::engine::StepObservation run = plimsoll::engine::observe_run(trace, prepared.end);
+      const plimsoll::engine::RunPacking b = plimsoll::engine::pack_run(
           run, search,
           [&](const std::string& line) { std::fprintf(stderr, "%s: %s\n", name.c_str(), line.c_str()); });
-      const plimsoll::bench::MappedPeaks peaks =
-          plimsoll::bench::mapped_peaks(run, b.plan, plimsoll::bench::kRunBase, plimsoll::bench::kRunGranule,
-                                        plimsoll::bench::tick_at(trace, prepared.step0_end));
+      const plimsoll::engine::MappedPeaks peaks =
+          plimsoll::engine::mapped_peaks(run, b.plan, plimsoll::engine::kRunBase, plimsoll::engine::kRunGranule,
+                                        plimsoll::engine::tick_at(trace, prepared.step0_end));
       const std::string through_text = through ? fmt::format("step {}", *through) : "whole";
       const std::int64_t over_by = static_cast<std::int64_t>(b.granules) - static_cast<std::int64_t>(limit_granules);
       const std::string over_text =

@@ -20,10 +20,10 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "engine/greedy_packings.hpp"
 #include "engine/heap.hpp"
 #include "engine/plan_search.hpp"
 #include "engine/step_plan.hpp"
-#include "greedy_packings.hpp"
 #include "plimsoll/trace.hpp"
 
 namespace {
@@ -89,7 +89,7 @@ Bound bound_of(const plimsoll::Trace& trace, std::size_t step_index, std::uint64
   Bound bound;
   constexpr std::uint64_t kBase = 1ull << 40, kSpan = 1ull << 44;
   plimsoll::engine::StepPlan best;
-  for (const plimsoll::bench::NamedPacking& packing : plimsoll::bench::greedy_packings(kGranule)) {
+  for (const plimsoll::engine::NamedPacking& packing : plimsoll::engine::greedy_packings(kGranule)) {
     const plimsoll::engine::PackOptions& options = packing.options;
     plimsoll::engine::StepPlan plan = plimsoll::engine::pack_step(observed, {}, kBase, kSpan, options);
     if (best.entries.empty() || plan.footprint < best.footprint) best = std::move(plan);

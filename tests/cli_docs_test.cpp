@@ -1,6 +1,7 @@
 // The docs name what the command does: every option each subcommand's --help lists is on that command's page, and
 // every key its --json prints is in the page's key list. An option or key added without its doc line fails here.
 #include <cctype>
+#include <fstream>
 #include <regex>
 #include <set>
 #include <string>
@@ -77,7 +78,7 @@ TEST(CliDocs, EveryOptionOfEveryCommandIsOnItsPage) {
       {"train", "docs/train.md"},       {"replay", "docs/replay.md"},       {"devices", "README.md"},
       {"leaks", "docs/leaks.md"},       {"estimate batch", "docs/estimate.md"}, {"estimate table", "docs/estimate.md"},
       {"plan", "docs/plan.md"},         {"top", "docs/sharing.md"},         {"pause", "docs/sharing.md"},
-      {"resume", "docs/sharing.md"},    {"run", "docs/python.md"},
+      {"resume", "docs/sharing.md"},    {"run", "docs/python.md"},          {"run-plan", "docs/run-plans.md"},
   };
   for (const Command& command : commands) {
     SCOPED_TRACE(command.args);
@@ -117,6 +118,15 @@ TEST(CliDocs, EveryJsonKeyIsListedOnItsPage) {
   const CliRun devices = run_plimsoll("devices --json");
   ASSERT_EQ(devices.status, 0) << devices.err;
   expect_keys_documented(nlohmann::json::parse(devices.out), "README.md");
+
+  // A constructed trace: packing a shared one takes seconds to minutes.
+  const std::string small = ::testing::TempDir() + "cli_docs_run_plan.trace";
+  {
+    std::ofstream(small) << "# step 0 begin\na 1 1048576\na 2 2097152\nf 2\n# step 0 end\nf 1\n";
+  }
+  const CliRun run_plan = run_plimsoll("run-plan " + small + " -o " + small + ".plan --json");
+  ASSERT_EQ(run_plan.status, 0) << run_plan.err;
+  expect_keys_documented(nlohmann::json::parse(run_plan.out), "docs/run-plans.md");
 }
 
 // The main job's keys, on a two-stage run of two steps (its model_parallel object included): needs libtorch.

@@ -17,6 +17,8 @@ void add_estimate_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 /// `plimsoll plan TRACE...`: peak memory at any batch size and the largest batch that fits (src/cli/plan_command.cpp).
 void add_plan_command(CLI::App& app);
+/// `plimsoll run-plan TRACE -o PLAN`: a run plan packed offline from a trace (src/cli/run_plan_command.cpp).
+void add_run_plan_command(CLI::App& app);
 /// `plimsoll top`: every GPU ledger and its governed processes, live (src/cli/top_command.cpp).
 void add_top_command(CLI::App& app);
 /// `plimsoll pause PID` / `plimsoll resume PID`: a governed job's GPU memory given back and mapped back

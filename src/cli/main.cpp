@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   add_leaks_command(app);
   add_estimate_command(app);
   add_plan_command(app);
+  add_run_plan_command(app);
   add_top_command(app);
   add_pause_commands(app);
   add_run_command(app);
