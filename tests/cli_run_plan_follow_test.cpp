@@ -109,4 +109,34 @@ TEST(CliRunPlanFollow, AMissingOrMalformedPlanIsAnErrorNamingTheFile) {
   EXPECT_THAT(malformed.err, Not(HasSubstr("terminate")));
 }
 
+// End to end on a shared trace: the clean batch-16 ResNet-18 trace at peak live + 4 MiB runs out of memory in step 1
+// with best fit and step plans (event 15,659; step 1 ends at event 19,450). With a run plan packed through step 1
+// (`plimsoll run-plan --through-step 1`: 95 granules, the limit's), steps 0 and 1 are placed whole, mapped when the
+// plan is loaded, with no map or unmap in step 1; what comes after is the step plans' (they run out in step 2).
+TEST(CliRunPlanFollow, TheCleanBatch16TraceLastsThroughStep1WithItsPlanAndNotWithout) {
+  const std::string trace = std::string(PLIMSOLL_TRACES_DIR) + "/leak-clean-resnet18.trace";
+  const std::string plan = temp_path("clean_s1.plan");
+  const CliRun packed = plimsoll::testing::run_plimsoll("run-plan " + trace + " --through-step 1 -o " + plan);
+  ASSERT_EQ(packed.status, 0) << packed.err;
+  const std::string replay_args = "replay " + trace + " --device sim:64GiB --policy on_demand --limit-plus-mib 4 --json";
+  const CliRun with = plimsoll::testing::run_plimsoll(replay_args + " --run-plan " + plan);
+  const CliRun without = plimsoll::testing::run_plimsoll(replay_args);
+  ASSERT_EQ(with.status, 0) << with.err;
+  ASSERT_EQ(without.status, 0) << without.err;
+  const nlohmann::json planned = nlohmann::json::parse(lines_of(with.out).at(0));
+  const nlohmann::json bare = nlohmann::json::parse(lines_of(without.out).at(0));
+  constexpr std::size_t kStep1End = 19450;
+  ASSERT_EQ(bare["oom"], true);
+  EXPECT_LT(bare["oom_event"].get<std::size_t>(), kStep1End);
+  EXPECT_EQ(planned["run_plan"]["placed"], 9953);
+  EXPECT_EQ(planned["run_plan"]["ended_by"], "finished");
+  EXPECT_EQ(planned["run_plan"]["mapped_ahead"], 95 * 2 * MiB);
+  if (planned["oom"] == true) {
+    EXPECT_GT(planned["oom_event"].get<std::size_t>(), kStep1End);
+  }
+  ASSERT_GE(planned["maps_by_step"].size(), 2u);
+  EXPECT_EQ(planned["maps_by_step"][1], 0);
+  EXPECT_EQ(planned["unmaps_by_step"][1], 0);
+}
+
 }  // namespace
