@@ -41,8 +41,13 @@ const char* const kNeedsTheSearch =
     "a 7 1048576\nf 5\nf 6\na 8 1048576\nf 7\na 9 1835008\na 10 786432\nf 3\nf 10\nf 9\na 11 524288\n"
     "f 11\nf 8\n";
 
+// A path in the temp dir, named by the test, with nothing there: a plan an earlier run left must not pass for one
+// this run wrote.
 std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" + name;
+  const std::string path =
+      ::testing::TempDir() + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" + name;
+  std::filesystem::remove(path);
+  return path;
 }
 
 // The plan as the packer's StepPlan again (addresses from kRunBase), to check it against the trace's lifetimes.
@@ -163,6 +168,27 @@ TEST(CliRunPlan, BadInputNamesTheProblemAndTheFix) {
     EXPECT_FALSE(std::filesystem::exists(plan_path));
   }
   EXPECT_EQ(run_plan(trace_path).status, 2);  // -o is required
+}
+
+// A real trace (GPT through step 1, 1,329 requests, about a second): the file the command writes is exactly the plan
+// the library packs in this process (the packing is deterministic), and every request is placed with no two live
+// requests sharing a byte, within the target's limit.
+TEST(CliRunPlan, ARealTracesFileIsWhatTheLibraryPacks) {
+  const std::string trace_path = PLIMSOLL_TRACES_DIR "/gpt-6-512-b8.trace";
+  const std::string plan_path = temp_path("gpt.plan");
+  const CliRun run = run_plan(trace_path + " -o " + plan_path + " --through-step 1 --json");
+  ASSERT_EQ(run.status, 0) << run.err;
+  const plimsoll::engine::RunPlan written = plimsoll::engine::read_run_plan(plan_path);
+  const plimsoll::Trace trace = plimsoll::read_trace(trace_path);
+  plimsoll::engine::RunPlanRequest request;  // the command's defaults: the target's limit, the default search
+  request.through_step = 1;
+  const plimsoll::engine::PackedRunPlan packed = plimsoll::engine::pack_run_plan(trace, request);
+  EXPECT_TRUE(written == packed.plan);
+  ASSERT_EQ(written.entries.size(), 1329u);
+  EXPECT_EQ(written.fingerprint.size(), plimsoll::engine::RunPlan::kFingerprint);
+  EXPECT_LE(written.covered_granules, written.limit / written.granule);
+  EXPECT_EQ(nlohmann::json::parse(run.out)["granules"], written.covered_granules);
+  plimsoll::testing::expect_valid(plimsoll::engine::observe_run(trace, packed.events), as_step_plan(written));
 }
 
 }  // namespace

@@ -138,10 +138,11 @@ void add_run_plan_command(CLI::App& app) {
                       "Pack events from the first through this step's end (an index into the trace's steps; "
                       "default: the whole trace)")
       ->type_name("N");
-  CLI::Option* over =
-      command->add_option("--limit-over-live", args->over_live, "Limit: X times the trace's peak live bytes (with neither limit option: the "
-                          "issue-16 target's, peak live + 4 MiB up to 1 GiB live, 1.01 x above)")
-          ->type_name("X");
+  CLI::Option* over = command
+                           ->add_option("--limit-over-live", args->over_live,
+                                        "Limit: X times the trace's peak live bytes (with neither limit option: the "
+                                        "issue-16 target's, peak live + 4 MiB up to 1 GiB live, 1.01 x above)")
+                           ->type_name("X");
   command->add_option("--limit-plus-mib", args->plus_mib, "Limit: the trace's peak live bytes + M MiB")
       ->type_name("M")
       ->excludes(over);

@@ -57,10 +57,12 @@ RunPacking pack_run(const StepObservation& run, const RunSearch& search, const R
   std::vector<std::pair<StepPlan, std::uint64_t>> starts;  // greedy packings and their granules
   for (std::size_t k = 0; k < all.size(); ++k) {
     say(fmt::format("packing {} of {} ({}), {} requests", k + 1, all.size(), all[k].name, run.requests.size()));
+    const auto packing_started = std::chrono::steady_clock::now();
     StepPlan plan = pack_step(run, {}, kBase, span, all[k].options);
     if (plan.entries.empty()) continue;
     const std::uint64_t granules = covered_granules(plan, kBase, kRunGranule);
-    say(fmt::format("  {} granules, footprint {} bytes", granules, plan.footprint));
+    say(fmt::format("  {} granules, footprint {} bytes, {:.1f} s", granules, plan.footprint,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - packing_started).count()));
     if (search.all_starts) starts.emplace_back(plan, granules);
     if (bound.plan.entries.empty() || granules < bound.greedy_granules ||
         (granules == bound.greedy_granules && plan.footprint < bound.plan.footprint)) {

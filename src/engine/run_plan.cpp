@@ -217,8 +217,8 @@ void write_run_plan(const RunPlan& plan, const std::string& path) {
 void save_run_plan(const RunPlan& plan, const std::string& path) {
   write_run_plan(plan, path);
   if (read_run_plan(path) != plan) {
-    throw Error(fmt::format("run plan {}: read back, it differs from the plan written (a file system that changed it?); "
-                            "write it again, or to another path",
+    throw Error(fmt::format("run plan {}: read back, it differs from the plan written (a file system that changed "
+                            "it?); write it again, or to another path",
                             path));
   }
 }
