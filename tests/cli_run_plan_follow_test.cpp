@@ -86,7 +86,7 @@ TEST(CliRunPlanFollow, TheTableSaysWhereThePlanEnded) {
   EXPECT_THAT(run.out, HasSubstr("two_steps.trace (on_demand): placed 4 of the plan's 4 requests"));
 }
 
-TEST(CliRunPlanFollow, APlanForAnotherLimitIsIgnoredWithALineOnStderr) {
+TEST(CliRunPlanFollow, APlanForAHigherLimitIsIgnoredWithALineOnStderr) {
   const CliRun run = replay(write_trace(), "--run-plan " + write_plan(kLimit + 2 * MiB) + " --json");
   ASSERT_EQ(run.status, 0) << run.err;
   EXPECT_THAT(run.err, HasSubstr("run plan ignored"));

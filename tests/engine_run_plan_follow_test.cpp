@@ -147,7 +147,9 @@ TEST(EngineRunPlanFollow, APlanOfAnotherGranuleOrLimitIsRefusedNamingWhy) {
   EXPECT_EQ(run_plan_mismatch(plan, h.heap, "sim:4GiB"), "");
   plan.limit = 0;  // packed under no limit: followed under any
   EXPECT_EQ(run_plan_mismatch(plan, h.heap, "sim:4GiB"), "");
-  plan.limit = 66 * MiB;
+  plan.limit = 32 * MiB;  // packed for a lower limit: followed (the heap enforces its own)
+  EXPECT_EQ(run_plan_mismatch(plan, h.heap, "sim:4GiB"), "");
+  plan.limit = 66 * MiB;  // a higher one counts on room the device does not have
   EXPECT_THAT(run_plan_mismatch(plan, h.heap, "sim:4GiB"),
               AllOf(HasSubstr("test.plan"), HasSubstr("limit of 69206016 bytes"), HasSubstr("67108864"),
                     HasSubstr("pack it again")));
@@ -340,6 +342,14 @@ TEST(EngineRunPlanFollow, NewLimitsDropThePlanAndLoadingAfterTheFirstAllocationI
   EXPECT_FALSE(device->stats().run_plan.loaded);
   EXPECT_THAT(RunPlanLoader::install(*device, two_steps_plan(64 * MiB)), HasSubstr("limit"));
   ASSERT_EQ(RunPlanLoader::install(*device, two_steps_plan(32 * MiB)), "");
+  try {  // one plan per device: a second would map its granules beside the first's
+    (void)RunPlanLoader::install(*device, two_steps_plan(32 * MiB));
+    FAIL() << "a second run plan must be refused";
+  } catch (const InvalidState& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("already"), HasSubstr("test.plan"), HasSubstr("one plan per device")));
+  }
+  EXPECT_EQ(device->stats().run_plan.mapped_ahead, 8 * kGranule);
+  EXPECT_EQ(device->stats().reserved_bytes, 8 * kGranule);
   void* block = device->allocate(2 * MiB);
   EXPECT_EQ(device->stats().run_plan.placed, 1u);
   try {
@@ -351,15 +361,81 @@ TEST(EngineRunPlanFollow, NewLimitsDropThePlanAndLoadingAfterTheFirstAllocationI
   device->deallocate(block);
 }
 
-TEST(EngineRunPlanFollow, APlanForAnotherLimitIsIgnoredAndTheDeviceRunsAsWithoutOne) {
-  auto device = sim_allocator(64 * MiB);
-  const std::string why = RunPlanLoader::install(*device, two_steps_plan(32 * MiB));
-  EXPECT_THAT(why, HasSubstr("limit"));
+TEST(EngineRunPlanFollow, APlanForAHigherLimitIsIgnoredAndTheDeviceRunsAsWithoutOne) {
+  auto device = sim_allocator(32 * MiB);
+  const std::string why = RunPlanLoader::install(*device, two_steps_plan(64 * MiB));
+  EXPECT_THAT(why, AllOf(HasSubstr("limit of 67108864 bytes"), HasSubstr("33554432"), HasSubstr("pack it again")));
   void* a = device->allocate(2 * MiB);
   const Stats stats = device->stats();
   EXPECT_FALSE(stats.run_plan.loaded);
   EXPECT_EQ(stats.run_plan.placed, 0u);
   device->deallocate(a);
+}
+
+TEST(EngineRunPlanFollow, APlanPackedForALowerLimitIsFollowed) {
+  auto device = sim_allocator(64 * MiB);
+  ASSERT_EQ(RunPlanLoader::install(*device, two_steps_plan(32 * MiB)), "");
+  void* kept = nullptr;
+  device->step();
+  run_step(*device, kept);
+  device->step();
+  run_step(*device, kept);
+  EXPECT_EQ(device->stats().run_plan.placed, 6u);
+  EXPECT_EQ(device->stats().limit_bytes, 64 * MiB) << "the device's limit is its own";
+  device->deallocate(kept);
+}
+
+// A release threshold (plimsoll run sets one on host devices) would give the mapped-ahead granules back at the first
+// free and the plan map them again: it waits while the plan is active, and applies again once it ended.
+TEST(EngineRunPlanFollow, AReleaseThresholdKeepsThePlansGranulesWhileItIsActive) {
+  DeviceDescription description = sim_device(64 * MiB);
+  description.policy.release_threshold = 0;
+  Allocator device(description, std::make_unique<backings::SimBacking>(4ull << 30));
+  ASSERT_EQ(RunPlanLoader::install(device, two_steps_plan(64 * MiB)), "");
+  void* kept = nullptr;
+  device.step();
+  run_step(device, kept);
+  device.step();
+  run_step(device, kept);
+  Stats stats = device.stats();
+  EXPECT_EQ(stats.run_plan.placed, 6u);
+  EXPECT_EQ(stats.maps, 2u) << "the plan's requests map nothing: its granules were kept";
+  EXPECT_EQ(stats.unmaps, 0u);
+  device.step();  // the plan ends here (finished): the threshold applies again at the next free
+  EXPECT_EQ(device.stats().run_plan.ended_by, End::finished);
+  device.deallocate(kept);
+  stats = device.stats();
+  EXPECT_GT(stats.unmaps, 0u);
+  EXPECT_EQ(stats.reserved_bytes, 0u);
+}
+
+// Runtime::configure reads the new policy's plan before it changes anything: a missing file leaves the device as it
+// was (its limit, its policy) and the runtime's config too.
+TEST(EngineRunPlanFollow, AConfigureWithAMissingPlanChangesNothing) {
+  Config config;
+  config.log_device_creation = false;
+  config.default_policy.memory_limit = 64 * MiB;
+  Runtime runtime(config);
+  Allocator& device = runtime.device("sim:4GiB");
+  Policy policy = runtime.policy_for("sim:4GiB");
+  policy.memory_limit = 32 * MiB;
+  policy.run_plan = "/nonexistent/job.plan";
+  try {
+    runtime.configure("sim:4GiB", policy);
+    FAIL() << "a missing run plan must fail the configure";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("/nonexistent/job.plan"));
+  }
+  EXPECT_EQ(device.description().limit_bytes, 64 * MiB);
+  EXPECT_FALSE(device.description().policy.run_plan.has_value());
+  EXPECT_EQ(*runtime.policy_for("sim:4GiB").memory_limit, 64 * MiB);
+  // The same configure with a plan that reads: applied, and the plan loaded for the new limit.
+  const std::string path = ::testing::TempDir() + "engine_run_plan_follow_configure.plan";
+  write_run_plan(two_steps_plan(32 * MiB), path);
+  policy.run_plan = path;
+  runtime.configure("sim:4GiB", policy);
+  EXPECT_EQ(device.description().limit_bytes, 32 * MiB);
+  EXPECT_TRUE(device.stats().run_plan.loaded);
 }
 
 TEST(EngineRunPlanFollow, AMissingOrMalformedPlanFileIsAnErrorNamingTheFile) {

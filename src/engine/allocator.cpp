@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <limits>
 #include <new>
 #include <thread>
 #include <unordered_map>
@@ -127,6 +128,7 @@ struct Allocator::Impl : engine::FrontUpstream {
   // The run plan's first mismatch (or its end at a boundary): from now on everything is as on a device without one.
   void end_run_plan() PLIMSOLL_REQUIRES(lock) {
     run_plan_active = false;
+    heap->set_release_threshold(heap_options(description).release_threshold);  // lifted while the plan ran
     if (plan != nullptr) plan->hold_plans(false);
     update_planned();
     update_front_on();
@@ -1034,13 +1036,24 @@ std::string RunPlanLoader::install(Allocator& allocator, engine::RunPlan plan) {
     throw InvalidState("cannot load a run plan on " + impl.description.name +
                        " after its first allocation; load it before the device allocates (PLIMSOLL_RUN_PLAN, the "
                        "device's run_plan key, or set_run_plan right after making the device)");
+  // One plan per device: a second one's granules would be mapped beside the first's, and mapped_ahead count both.
+  if (impl.run_plan != nullptr)
+    throw InvalidState("a run plan is loaded on " + impl.description.name + " already (" +
+                       (impl.run_plan->plan().source.empty() ? std::string("in memory") : impl.run_plan->plan().source) +
+                       "); load one plan per device: the policy's run_plan (PLIMSOLL_RUN_PLAN) or set_run_plan, "
+                       "not both");
   std::string why = engine::run_plan_mismatch(plan, *impl.heap, impl.description.name);
   if (!why.empty()) return why;
-  impl.run_plan = std::make_unique<engine::RunPlanFollower>(*impl.heap, std::move(plan));
+  // Made and mapped ahead before it is published: map_ahead may throw std::bad_alloc, leaving the device without.
+  auto follower = std::make_unique<engine::RunPlanFollower>(*impl.heap, std::move(plan));
   const std::uint64_t mapped_before = impl.heap->mapped_bytes();
-  impl.run_plan->map_ahead();
+  follower->map_ahead();
+  impl.run_plan = std::move(follower);
   if (impl.observer != nullptr) impl.record_mapping_change(mapped_before);
   impl.run_plan_active = true;
+  // The granules mapped ahead are the plan's budget for the requests to come: a release threshold would give them
+  // back at the first free, and the plan map them again. Lifted while active; end_run_plan puts it back.
+  impl.heap->set_release_threshold(std::numeric_limits<std::uint64_t>::max());
   if (impl.plan != nullptr) impl.plan->hold_plans(true);
   impl.update_planned();
   impl.update_front_on();

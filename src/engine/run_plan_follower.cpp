@@ -33,11 +33,12 @@ std::string run_plan_mismatch(const RunPlan& plan, const Heap& heap, const std::
                        "(plimsoll run-plan)",
                        from, format_size(plan.granule), device, format_size(heap.granules().granule()));
   }
-  // A plan packed under no limit (0) places the same blocks under any: the heap's own limit still refuses what
-  // passes it, which ends the plan (RunPlanStats::End::limit).
-  if (plan.limit != 0 && plan.limit != heap.options().limit) {
-    return fmt::format("{} was packed for a limit of {} bytes, and {} has {} bytes; pack it again at this limit, "
-                       "or give the device the plan's limit",
+  // A plan packed under a limit at most the device's (or under none, 0) places the same blocks under it: the heap
+  // enforces its own limit, and a request that passes it ends the plan (RunPlanStats::End::limit). One packed for a
+  // higher limit counts on room the device does not have.
+  if (plan.limit > heap.options().limit) {
+    return fmt::format("{} was packed for a limit of {} bytes, above {}'s {} bytes; pack it again at this limit "
+                       "or below (plimsoll run-plan), or give the device at least the plan's limit",
                        from, plan.limit, device, heap.options().limit);
   }
   if (plan.entries.empty()) return from + " has no requests; pack it from a trace that allocates (plimsoll run-plan)";
