@@ -76,6 +76,9 @@ TEST(CliRunPlanFollow, TheJsonLineCountsWhatThePlanPlacedAndWhyItEnded) {
   EXPECT_EQ(plan["ended_by"], "finished");  // at the boundary closing step 1, its last
   // Mapped exactly the plan's granules: 0 (the 4 KiB block), 1, 4-5 and 8 (2, 3 MiB and 64 KiB blocks).
   EXPECT_EQ(row["peak_reserved_bytes"], 5 * 2 * MiB);
+  // Mapped when the plan was loaded, before the first event, in three runs (0-1, 4-5, 8): counted in `maps`, and
+  // nothing after (step 2's block fits the freed granules).
+  EXPECT_EQ(row["maps"], 3);
   EXPECT_EQ(row["oom"], false);
 }
 

@@ -190,11 +190,19 @@ ReplayResult run_one(const ReplayArgs& args, const plimsoll::Trace& trace, const
   plimsoll::Runtime runtime(config);
   plimsoll::Allocator& allocator = runtime.device(args.device);
   if (args.no_step_plan) allocator.set_step_plan(false);
+  // The maps a run plan makes when loaded (its granules, mapped ahead) are the run's: counted in `maps` below,
+  // though replay's own count starts after the load.
+  std::uint64_t load_maps = 0;
+  std::uint64_t load_unmaps = 0;
   if (!args.run_plan.empty()) {
-    // Ignored for another granule or limit (the device then replays as without it), said on stderr, so a JSON
-    // consumer reading stdout still gets its line; run_plan.loaded in the result says so too.
+    const plimsoll::Stats before_load = allocator.stats();
+    // Ignored for another granule or a higher limit (the device then replays as without it), said on stderr, so a
+    // JSON consumer reading stdout still gets its line; run_plan.loaded in the result says so too.
     if (const std::string why = allocator.set_run_plan(args.run_plan); !why.empty())
       fmt::print(stderr, "plimsoll: {}: run plan ignored: {}\n", allocator.description().name, why);
+    const plimsoll::Stats loaded = allocator.stats();
+    load_maps = loaded.maps - before_load.maps;
+    load_unmaps = loaded.unmaps - before_load.unmaps;
   }
 
   std::optional<plimsoll::telemetry::TimelineRecorder> recorder;
@@ -212,6 +220,8 @@ ReplayResult run_one(const ReplayArgs& args, const plimsoll::Trace& trace, const
     options.progress_every = kProgressEveryEvents;
   }
   ReplayResult result = plimsoll::telemetry::replay(trace, allocator, options);
+  result.maps += load_maps;
+  result.unmaps += load_unmaps;
   if (bar) bar->finish();
   if (recorder) context.timelines->push_back(recorder->finish(result));
   return result;
