@@ -36,7 +36,7 @@ std::string write_temp(const std::string& name, const std::string& text) {
 
 const std::set<std::string> kJsonKeys = {
     "trace",         "device", "policy", "steps", "steps_from", "peak_live_bytes", "peak_in_use_bytes",
-    "peak_reserved_bytes", "reserved_over_live", "maps", "unmaps", "steady_maps", "steady_unmaps", "maps_by_step", "unmaps_by_step", "step_plan", "oom", "oom_event", "ops", "ns_per_op"};
+    "peak_reserved_bytes", "reserved_over_live", "maps", "unmaps", "steady_maps", "steady_unmaps", "maps_by_step", "unmaps_by_step", "step_plan", "run_plan", "oom", "oom_event", "ops", "ns_per_op"};
 const std::set<std::string> kStepPlanKeys = {"steps",   "plans",       "unfit",    "stale",     "learning",  "followed",
                                              "growth",
                                              "fallbacks", "not_in_plan", "occupied", "over_limit", "past_plan",

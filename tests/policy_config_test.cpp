@@ -172,6 +172,17 @@ TEST(ConfigJson, RejectsAFractionOutOfRangeNamingTheKey) {
   EXPECT_THAT(rejection_of(R"({"policy": {"memory_fraction": "0.5"}})"), HasSubstr(R"(got "0.5")"));
 }
 
+// A run plan (docs/engine.md, "Run plans") is a path, per device or for every device; read when the device is made.
+TEST(ConfigJson, RunPlanIsAPathInThePolicyOrADevice) {
+  const Config config = parse_config_json(R"({"policy": {"run_plan": "all.plan"},
+                                              "devices": {"cpu": {"run_plan": "cpu.plan"}}})");
+  EXPECT_EQ(config.default_policy.run_plan, "all.plan");
+  EXPECT_EQ(config.device_policies.at("cpu").run_plan, "cpu.plan");
+  EXPECT_THAT(rejection_of(R"({"policy": {"run_plan": 3}})"),
+              AllOf(HasSubstr(R"("policy"."run_plan")"), HasSubstr("plimsoll run-plan")));
+  EXPECT_THAT(rejection_of(R"({"policy": {"run_plan": ""}})"), HasSubstr("give a path"));
+}
+
 TEST(ConfigJson, RejectsUnknownKeysListingTheKnownOnes) {
   const std::string top = rejection_of(R"({"polcy": {}})");
   EXPECT_THAT(top, StartsWith("config test.json: unknown key \"polcy\" (did you mean \"policy\"?)"));

@@ -218,6 +218,12 @@ TEST_F(Environment, ReserveAndReleaseThreshold) {
   EXPECT_THAT(rejection(), StartsWith("environment variable PLIMSOLL_RESERVE=\"-1\": invalid size"));
 }
 
+TEST_F(Environment, RunPlanSetsTheDefaultPolicysPlan) {
+  EXPECT_FALSE(apply(sample_base()).default_policy.run_plan.has_value());
+  set("PLIMSOLL_RUN_PLAN", "/jobs/resnet.plan");
+  EXPECT_EQ(apply(sample_base()).default_policy.run_plan, "/jobs/resnet.plan");
+}
+
 TEST_F(Environment, VisibleDevicesIsPassedOn) {
   set("PLIMSOLL_VISIBLE_DEVICES", "GPU-8932f937,0");
   EXPECT_EQ(apply(sample_base()).visible_devices, "GPU-8932f937,0");

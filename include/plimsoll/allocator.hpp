@@ -119,6 +119,18 @@ class Allocator {
   /// Step-aware placement's options for this device (step_plan_options.hpp). A change drops the plan being followed
   /// (planned blocks stay valid), and the next boundaries pack again with the new options.
   void set_step_plan_options(const StepPlanOptions& options);
+  /// Loads a run plan (docs/engine.md, "Run plans"): the placements of a whole run, from its first allocation
+  /// through a step, packed offline from a trace of an earlier run of the same job (`plimsoll run-plan TRACE -o
+  /// PLAN`). Request i of the device then goes to the plan's address for request i while its rounded size is the
+  /// planned one and the range is free under the limit; the first request that does not match ends the plan for
+  /// good, and it and every later request take the normal path (best fit, step plans from the next boundary). The
+  /// plan places every request while it is active, small ones too: the per-thread caches serve none meanwhile.
+  /// Stats::run_plan counts what it placed and why it ended. Returns empty when the plan will be followed, else why
+  /// it is ignored (packed for another granule or another limit: the device runs as without one). Throws
+  /// InvalidArgument naming the file for a missing or malformed plan, InvalidState after the device's first
+  /// allocation (load it before). set_limits() drops a loaded plan (it was checked against the old limit): load it
+  /// again after.
+  std::string set_run_plan(const std::string& path);
   /// Returns cached free memory to the backing; returns the bytes released. On a CUDA device it first waits for
   /// the work queued before every parked free (stream-ordered reuse), so that their blocks can go too.
   std::uint64_t trim();
@@ -166,6 +178,7 @@ class Allocator {
   struct Impl;
 
  private:
+  friend struct RunPlanLoader;  // set_run_plan with a plan in memory (src/engine/run_plan_follower.hpp)
   void* allocate_with_streams(std::size_t bytes, const void* stream, Tag tag);
   struct Attempt;  // one locked attempt: an address, or 0 and why (allocator.cpp)
   [[gnu::noinline]] void* allocate_reporting(std::size_t bytes, Tag tag, const Attempt& first);

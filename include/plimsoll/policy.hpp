@@ -27,6 +27,9 @@ struct Policy {
   std::optional<std::uint64_t> release_threshold;  // keep at most this many cached free bytes mapped
   std::optional<std::uint64_t> thread_cache;  // per-thread cache bytes (Allocator::set_thread_cache); 0: off.
                                               // Host and simulated devices; CUDA devices reuse by stream instead
+  // A run plan file (plimsoll run-plan; Allocator::set_run_plan) loaded when the device is made: its requests go to
+  // the plan's addresses from the first allocation until one does not match (docs/engine.md, "Run plans").
+  std::optional<std::string> run_plan;
 
   /// Throws InvalidArgument with the reason when the combination cannot be used.
   void validate() const;
@@ -66,7 +69,7 @@ struct Config {
 
 /// Parses a JSON config document. `origin` names it in errors (a file path). Throws InvalidArgument.
 ///   {"policy": {"growth": "on_demand", "memory_limit": "8GiB", "memory_fraction": 0.5, "reserve": "512MiB",
-///               "release_threshold": "1GiB"},
+///               "release_threshold": "1GiB", "run_plan": "job.plan"},
 ///    "devices": {"cuda:0": {"growth": "preallocate", "memory_fraction": 0.9,
 ///                            "logical_devices": ["4GiB", "4GiB"]}},   (or ["4GiB", "equal"], or 2: equal shares)
 ///    "cpu_fallback": true, "visible_devices": "0,1", "log_device_creation": false}
@@ -80,7 +83,7 @@ const char* process_environment(const char* name);
 ///   PLIMSOLL_ALLOW_GROWTH=true|false, PLIMSOLL_MEMORY_LIMIT=SIZE, PLIMSOLL_MEMORY_FRACTION=F,
 ///   PLIMSOLL_RESERVE=SIZE, PLIMSOLL_RELEASE_THRESHOLD=SIZE, PLIMSOLL_CPU_FALLBACK=true|false,
 ///   PLIMSOLL_VISIBLE_DEVICES=LIST, PLIMSOLL_CONFIG=PATH (read first), PLIMSOLL_LOG=0|1,
-///   PLIMSOLL_SHARE=cuda:N=SHARE[:CAP],... (gpu_shares)
+///   PLIMSOLL_SHARE=cuda:N=SHARE[:CAP],... (gpu_shares), PLIMSOLL_RUN_PLAN=PATH (run_plan, every device's default)
 using Getenv = const char* (*)(const char*);
 Config apply_environment(Config base, Getenv getenv_fn = &process_environment);
 

@@ -2,6 +2,7 @@
 // Counters a device keeps. Cheap to read: a copy taken under the device's lock.
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace plimsoll {
@@ -55,6 +56,32 @@ struct StepPlanStats {
   std::uint64_t fallbacks() const { return not_in_plan + occupied + over_limit + past_plan; }
 };
 
+/// Run plans (docs/engine.md, "Run plans"): a plan packed offline from an earlier run of the same job places the
+/// run's requests from its first allocation on (Allocator::set_run_plan), until the first request that does not
+/// match it; from then on best fit and step plans, as on any device. All zero when the device has no run plan.
+struct RunPlanStats {
+  /// Why the run plan stopped placing requests (`none`: it is still active, or there was none).
+  ///  - size: a request's rounded size is not the plan's (another job, batch or library version);
+  ///  - fingerprint: the same, among the first 64 requests (RunPlan::kFingerprint): the plan is another job's;
+  ///  - occupied: the planned range was not wholly free (a block best fit or the program placed there);
+  ///  - limit: the planned range's granules could not be mapped under the device's limit, even after giving back
+  ///    the cached granules (mapped, no live block in them) that the limit needed (made_room);
+  ///  - finished: the plan's requests were all placed (the end of its last step, or one request past it);
+  ///  - host_memory: the heap's own books could not grow for a planned request.
+  enum class End { none, size, fingerprint, occupied, limit, finished, host_memory };
+  bool loaded = false;           // a plan was loaded (set_run_plan) and followed from the first allocation
+  std::uint64_t entries = 0;     // requests in the plan
+  std::uint64_t placed = 0;      // requests placed at their planned address
+  std::uint64_t made_room = 0;   // of those, placed after giving back cached granules the limit needed (unmaps)
+  std::uint64_t mapped_ahead = 0;  // bytes mapped when it was loaded: every granule it covers, when they fit the limit
+  std::uint64_t ended_at = 0;    // the index of the request that ended it (its first unplaced one; entries when finished)
+  End ended_by = End::none;
+  bool active() const { return loaded && ended_by == End::none; }
+};
+
+/// "size", "occupied", ... ("none" while active or without a plan): for reports and logs.
+std::string_view to_string(RunPlanStats::End end) noexcept;
+
 struct Stats {
   std::uint64_t in_use_bytes = 0;        // rounded sizes of live allocations
   std::uint64_t requested_bytes = 0;     // sizes as asked for, of live allocations
@@ -85,6 +112,7 @@ struct Stats {
   std::uint64_t resident_bytes = 0;
   std::vector<TagStats> tags;            // by current bytes, largest first
   StepPlanStats step_plan;
+  RunPlanStats run_plan;
 };
 
 }  // namespace plimsoll

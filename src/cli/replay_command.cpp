@@ -53,6 +53,8 @@ struct ReplayArgs {
   std::string memory_limit;
   std::string memory_fraction;  // a share of the device in (0, 1], checked by parse_number (cli/option_values.hpp)
   std::string limit_over_live;  // a factor above 0, checked by parse_number (cli/option_values.hpp)
+  std::string limit_plus_mib;   // MiB above each trace's peak live bytes, above 0, checked the same way
+  std::string run_plan;         // a run plan file (plimsoll run-plan) loaded on every run's device; empty: none
   bool touch_memory = false;
   bool no_step_plan = false;
   std::string repeat_last_step;  // extra copies of each trace's last step (none: the trace as recorded)
@@ -64,6 +66,7 @@ struct ReplayArgs {
   // Which of the optional options were given (CLI11 fills these after parsing).
   CLI::Option* memory_fraction_option = nullptr;
   CLI::Option* limit_over_live_option = nullptr;
+  CLI::Option* limit_plus_mib_option = nullptr;
 };
 
 // The folder replayed when no trace is named: PLIMSOLL_TRACE_DIR, else the shared traces beside the source
@@ -127,6 +130,17 @@ std::uint64_t limit_over_live(double factor, const plimsoll::Trace& trace) {
   return static_cast<std::uint64_t>(limit);
 }
 
+// Peak live + `mib` MiB, rounded up to a byte: the limit issue 16's target sets the small traces (bench/run_bound's
+// limit_bytes, which `plimsoll run-plan` packs against, computes the same).
+std::uint64_t limit_plus_mib(double mib, const plimsoll::Trace& trace) {
+  const double limit = static_cast<double>(trace.peak_live_bytes) + mib * 1048576.0;
+  if (limit >= static_cast<double>(std::numeric_limits<std::uint64_t>::max())) {
+    throw plimsoll::InvalidArgument(fmt::format(
+        "--limit-plus-mib {} gives a limit past 2^64 bytes for {}; use fewer MiB", mib, trace.origin));
+  }
+  return static_cast<std::uint64_t>(std::ceil(limit));
+}
+
 bool wants_timelines(const ReplayArgs& args) {
   return !args.plot.empty() || !args.html.empty() || !args.chrome_trace.empty();
 }
@@ -176,6 +190,20 @@ ReplayResult run_one(const ReplayArgs& args, const plimsoll::Trace& trace, const
   plimsoll::Runtime runtime(config);
   plimsoll::Allocator& allocator = runtime.device(args.device);
   if (args.no_step_plan) allocator.set_step_plan(false);
+  // The maps a run plan makes when loaded (its granules, mapped ahead) are the run's: counted in `maps` below,
+  // though replay's own count starts after the load.
+  std::uint64_t load_maps = 0;
+  std::uint64_t load_unmaps = 0;
+  if (!args.run_plan.empty()) {
+    const plimsoll::Stats before_load = allocator.stats();
+    // Ignored for another granule or a higher limit (the device then replays as without it), said on stderr, so a
+    // JSON consumer reading stdout still gets its line; run_plan.loaded in the result says so too.
+    if (const std::string why = allocator.set_run_plan(args.run_plan); !why.empty())
+      fmt::print(stderr, "plimsoll: {}: run plan ignored: {}\n", allocator.description().name, why);
+    const plimsoll::Stats loaded = allocator.stats();
+    load_maps = loaded.maps - before_load.maps;
+    load_unmaps = loaded.unmaps - before_load.unmaps;
+  }
 
   std::optional<plimsoll::telemetry::TimelineRecorder> recorder;
   if (context.timelines != nullptr) recorder.emplace(trace);
@@ -192,6 +220,8 @@ ReplayResult run_one(const ReplayArgs& args, const plimsoll::Trace& trace, const
     options.progress_every = kProgressEveryEvents;
   }
   ReplayResult result = plimsoll::telemetry::replay(trace, allocator, options);
+  result.maps += load_maps;
+  result.unmaps += load_unmaps;
   if (bar) bar->finish();
   if (recorder) context.timelines->push_back(recorder->finish(result));
   return result;
@@ -219,6 +249,15 @@ plimsoll::cli::Table results_table() {
 std::string planned_cell(const plimsoll::StepPlanStats& plan) {
   if (plan.plans + plan.transitions == 0) return plan.unfit > 0 ? "unfit" : "-";
   return fmt::format("{}/{}", plan.followed, plan.followed + plan.fallbacks());
+}
+
+// What the run plan placed and where it ended, for the runs that loaded one.
+std::string run_plan_note(const ReplayResult& result) {
+  const plimsoll::RunPlanStats& run = result.run_plan;
+  std::string text = fmt::format("{} ({}): placed {} of the plan's {} requests", std::filesystem::path(result.trace).filename().string(),
+                                 result.policy, run.placed, run.entries);
+  if (run.active()) return text + "; still active at the end";
+  return text + fmt::format("; ended at request {} ({})", run.ended_at, plimsoll::to_string(run.ended_by));
 }
 
 // Why requests left the plan, for the traces where some did.
@@ -333,6 +372,10 @@ void run_replay(const ReplayArgs& args) {
                                ? plimsoll::cli::parse_number(args.limit_over_live, "--limit-over-live",
                                                              {.minimum = 0, .minimum_excluded = true, .maximum = {}})
                                : 0.0;
+  const double plus_mib = args.limit_plus_mib_option->count() > 0
+                              ? plimsoll::cli::parse_number(args.limit_plus_mib, "--limit-plus-mib",
+                                                            {.minimum = 0, .minimum_excluded = true, .maximum = {}})
+                              : 0.0;
   // Checked before any trace is read; 0 (the default) replays each trace as recorded.
   const std::size_t repeats =
       args.repeat_last_step.empty() ? 0 : plimsoll::parse_count(args.repeat_last_step, "--repeat-last-step");
@@ -348,6 +391,7 @@ void run_replay(const ReplayArgs& args) {
   std::vector<Timeline> timelines;
   std::vector<std::string> step_notes;  // how the steps of traces without markers were found
   std::vector<std::string> plan_notes;  // step-aware placement, per run that packed a plan
+  std::vector<std::string> run_plan_notes;  // run plans, per run that loaded one
   std::vector<std::string> step_traffic_notes;  // in which steps each run mapped or unmapped
   const std::size_t runs = traces.size() * growths.size();
   std::size_t run = 0;
@@ -361,6 +405,7 @@ void run_replay(const ReplayArgs& args) {
       plimsoll::Policy run_policy = policy;
       run_policy.growth = growth;
       if (over_live > 0) run_policy.memory_limit = limit_over_live(over_live, trace);
+      if (plus_mib > 0) run_policy.memory_limit = limit_plus_mib(plus_mib, trace);
       run_policy.validate();
       const std::pair<plimsoll::Growth, std::optional<std::uint64_t>> device_kind{growth, run_policy.memory_limit};
       const bool log_device = !args.json && std::find(logged.begin(), logged.end(), device_kind) == logged.end();
@@ -377,6 +422,7 @@ void run_replay(const ReplayArgs& args) {
       }
       table.add_row(table_row(result));
       if (result.step_plan.plans + result.step_plan.unfit + result.step_plan.transitions > 0) plan_notes.push_back(fallback_note(result));
+      if (result.run_plan.loaded) run_plan_notes.push_back(run_plan_note(result));
       // Only where steady state mapped or unmapped: a clean run says so in the table already.
       if (result.steady_maps + result.steady_unmaps > 0 && !result.maps_by_step.empty()) {
         step_traffic_notes.push_back(step_traffic_note(result, trace));
@@ -401,6 +447,11 @@ void run_replay(const ReplayArgs& args) {
     fmt::print("\nstep-aware placement (planned: requests placed at their planned address, of those made while a "
                "plan was active):\n");
     for (const std::string& note : plan_notes) fmt::print("{}\n", note);
+  }
+  if (!run_plan_notes.empty()) {
+    fmt::print("\nrun plan (requests placed at their planned address from the first allocation; the request that "
+               "ended it and why):\n");
+    for (const std::string& note : run_plan_notes) fmt::print("{}\n", note);
   }
   if (traces.size() > 1) {
     fmt::print("\n");
@@ -451,6 +502,21 @@ void add_replay_command(CLI::App& app) {
           ->type_name("X")
           ->excludes(memory_limit)
           ->excludes(args->memory_fraction_option);
+  args->limit_plus_mib_option =
+      replay
+          ->add_option("--limit-plus-mib", args->limit_plus_mib,
+                       "Limit each trace's device to that trace's peak live bytes plus M MiB (issue 16's target for "
+                       "traces under 1 GiB live: 4)")
+          ->type_name("M")
+          ->excludes(memory_limit)
+          ->excludes(args->memory_fraction_option)
+          ->excludes(args->limit_over_live_option);
+  replay
+      ->add_option("--run-plan", args->run_plan,
+                   "Load this run plan (from plimsoll run-plan) on the device before the replay: its requests go to "
+                   "their planned addresses from the first allocation until one does not match (docs/engine.md, "
+                   "\"Run plans\")")
+      ->type_name("FILE");
   replay->add_flag("--touch-memory", args->touch_memory,
                    "Write one byte per 4 KiB page of each new block (cpu device only), so ns/op includes "
                    "first-touch page faults");

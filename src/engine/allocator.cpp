@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <limits>
 #include <new>
 #include <thread>
 #include <unordered_map>
@@ -19,6 +20,7 @@
 #include "engine/fork_handlers.hpp"
 #include "engine/heap.hpp"
 #include "engine/plan_follower.hpp"
+#include "engine/run_plan_follower.hpp"
 #include "engine/step_listeners.hpp"
 #include "engine/stream_order.hpp"
 #include "engine/thread_cache.hpp"
@@ -114,11 +116,45 @@ struct Allocator::Impl : engine::FrontUpstream {
   std::unique_ptr<engine::PlanFollower> plan PLIMSOLL_PT_GUARDED_BY(lock);
   bool step_plan_enabled PLIMSOLL_GUARDED_BY(lock) = true;
   StepPlanOptions step_plan_options PLIMSOLL_GUARDED_BY(lock);
+  // A run plan (src/engine/run_plan_follower.hpp; set_run_plan): loaded before the first allocation, it places every
+  // request while `run_plan_active`; kept after it ends, for its stats. While active the front serves nothing
+  // (update_front_on), streams reuse nothing and the step-plan follower only watches (PlanFollower::hold_plans).
+  std::unique_ptr<engine::RunPlanFollower> run_plan PLIMSOLL_PT_GUARDED_BY(lock);
+  bool run_plan_active PLIMSOLL_GUARDED_BY(lock) = false;
+  // plan != nullptr || run_plan_active: the allocation path's one test for planned placement (update_planned), so a
+  // device with neither pays what it paid before run plans.
+  bool planned PLIMSOLL_GUARDED_BY(lock) = false;
 
-  // The front serves allocations only while set_thread_cache wants it, no recording watches and the device runs:
-  // a paused device's blocks are unmapped, so none may be handed out of a cache.
+  void update_planned() PLIMSOLL_REQUIRES(lock) { planned = plan != nullptr || run_plan_active; }
+
+  // The run plan's first mismatch (or its end at a boundary): from now on everything is as on a device without one.
+  void end_run_plan() PLIMSOLL_REQUIRES(lock) {
+    run_plan_active = false;
+    heap->set_release_threshold(heap_options(description).release_threshold);  // lifted while the plan ran
+    if (plan != nullptr) plan->hold_plans(false);
+    update_planned();
+    update_front_on();
+  }
+
+  // A request on a device with a step plan or an active run plan (allocate_unrecorded's planned side).
+  std::uint64_t allocate_planned(std::size_t bytes, Tag tag) PLIMSOLL_REQUIRES(lock) {
+    if (run_plan_active) {
+      bool ended = false;
+      const std::uint64_t addr = run_plan->allocate(bytes, tag, &ended);
+      if (!ended) {
+        if (addr != 0 && plan != nullptr) plan->placed_elsewhere(addr, engine::Heap::round(bytes));
+        return addr;
+      }
+      end_run_plan();  // this request and the rest take the normal path
+    }
+    return plan != nullptr ? plan->allocate(bytes, tag) : heap->allocate(bytes, tag);
+  }
+
+  // The front serves allocations only while set_thread_cache wants it, no recording watches, the device runs (a
+  // paused device's blocks are unmapped, so none may be handed out of a cache) and no run plan is active (it places
+  // every request, small ones too, at its planned address).
   void update_front_on() PLIMSOLL_REQUIRES(lock) {
-    const bool on = front_wanted && observer == nullptr && !pausing && !heap->paused();
+    const bool on = front_wanted && observer == nullptr && !pausing && !heap->paused() && !run_plan_active;
     front_on.store(on, std::memory_order_relaxed);
     serving_front.store(on ? front.load(std::memory_order_relaxed) : nullptr, std::memory_order_release);
   }
@@ -254,7 +290,7 @@ struct Allocator::Impl : engine::FrontUpstream {
   [[gnu::always_inline]] Attempt allocate_unrecorded(std::size_t bytes, Tag tag, bool report_failure = true)
       PLIMSOLL_REQUIRES(lock) {
     if (!tag_ready(tag)) [[unlikely]] return {0, engine::HeapFailure::host_memory};
-    std::uint64_t addr = plan != nullptr ? plan->allocate(bytes, tag) : heap->allocate(bytes, tag);
+    std::uint64_t addr = planned ? allocate_planned(bytes, tag) : heap->allocate(bytes, tag);
     if (addr == 0) {
       const engine::HeapFailure failure = heap->last_failure();  // this attempt's, read in the same lock hold
       if (report_failure && counts_as_oom(failure)) ++ooms;
@@ -302,7 +338,9 @@ struct Allocator::Impl : engine::FrontUpstream {
     streams->poll();
     const std::uint64_t size = engine::Heap::round(bytes);
     Attempt attempt;
-    if (stream != nullptr && bytes <= heap->span_bytes() && !heap->paused() && tag_ready(tag))
+    // A run plan places every request while active: no reuse of parked blocks then (they go back to the heap as
+    // their events complete, as without a stream).
+    if (stream != nullptr && !run_plan_active && bytes <= heap->span_bytes() && !heap->paused() && tag_ready(tag))
       attempt.addr = streams->reuse(size, size <= heap->options().small_max, *stream);
     if (attempt.addr != 0) {
       heap->relabel(attempt.addr, bytes, tag);
@@ -704,9 +742,16 @@ void Allocator::step() {
   std::unique_ptr<engine::PackJob> job;
   {
     util::SpinGuard guard(impl_->lock);
+    // A run plan whose requests were all placed ends at the boundary closing its last step: step plans take over
+    // at this boundary, from the step it placed last (docs/engine.md, "Run plans").
+    if (impl_->run_plan_active && impl_->run_plan->at_boundary()) impl_->end_run_plan();
     // A paused device maps nothing until resume(): its plan waits for the next boundary after that.
     if (!impl_->step_plan_enabled || impl_->streams != nullptr || impl_->heap->paused()) return;
-    if (impl_->plan == nullptr) impl_->plan = std::make_unique<engine::PlanFollower>(*impl_->heap, impl_->step_plan_options);
+    if (impl_->plan == nullptr) {
+      impl_->plan = std::make_unique<engine::PlanFollower>(*impl_->heap, impl_->step_plan_options);
+      impl_->plan->hold_plans(impl_->run_plan_active);
+      impl_->update_planned();
+    }
     // Ending a transition installs the ideal plan, which maps and unmaps: a recording counts it here, whether or
     // not the boundary then packs.
     const std::uint64_t mapped_before = impl_->heap->mapped_bytes();
@@ -734,12 +779,14 @@ void Allocator::set_step_plan(bool enabled) {
   util::SpinGuard guard(impl_->lock);
   impl_->step_plan_enabled = enabled;
   if (!enabled) impl_->plan.reset();  // planned blocks are ordinary heap blocks: nothing to undo
+  impl_->update_planned();
 }
 
 void Allocator::set_step_plan_options(const StepPlanOptions& options) {
   util::SpinGuard guard(impl_->lock);
   impl_->step_plan_options = options;
   impl_->plan.reset();  // made again at the next boundary, with the options
+  impl_->update_planned();
 }
 
 std::uint64_t Allocator::trim() {
@@ -868,6 +915,7 @@ Stats Allocator::stats() const {
     }
     s.tags = impl_->tag_stats(front.tags);
     if (impl_->plan != nullptr) s.step_plan = impl_->plan->stats();
+    if (impl_->run_plan != nullptr) s.run_plan = impl_->run_plan->stats();
   }
   const backings::HostPages pages = impl_->backing->host_pages();  // may scan page tables: outside the lock
   s.committed_bytes = pages.committed_bytes;
@@ -896,6 +944,11 @@ void Allocator::set_limits(const DeviceLimits& limits) {
                          "trim() first");
     impl_->streams.reset();  // refers to the heap; nothing is parked before the first allocation
     impl_->plan.reset();     // refers to the heap too; made again at the next step boundary
+    // So does a run plan, checked against the limit this replaces: dropped, to be loaded again (Runtime::configure
+    // does, from the new policy's run_plan).
+    impl_->run_plan.reset();
+    impl_->run_plan_active = false;
+    impl_->update_planned();
     impl_->heap.reset();  // gives the old reservation back before taking the new one
     try {
       impl_->heap = std::make_unique<engine::Heap>(*impl_->backing, heap_options(changed));
@@ -988,6 +1041,42 @@ std::uint64_t Allocator::paused_bytes() const {
   return impl_->heap->paused_bytes();
 }
 
+std::string RunPlanLoader::install(Allocator& allocator, engine::RunPlan plan) {
+  Allocator::Impl& impl = *allocator.impl_;
+  util::SpinGuard guard(impl.lock);
+  // Request i of the plan is the device's request i: once one was made, the count cannot be lined up.
+  if (impl.heap->counters().allocations > 0)
+    throw InvalidState("cannot load a run plan on " + impl.description.name +
+                       " after its first allocation; load it before the device allocates (PLIMSOLL_RUN_PLAN, the "
+                       "device's run_plan key, or set_run_plan right after making the device)");
+  // One plan per device: a second one's granules would be mapped beside the first's, and mapped_ahead count both.
+  if (impl.run_plan != nullptr)
+    throw InvalidState("a run plan is loaded on " + impl.description.name + " already (" +
+                       (impl.run_plan->plan().source.empty() ? std::string("in memory") : impl.run_plan->plan().source) +
+                       "); load one plan per device: the policy's run_plan (PLIMSOLL_RUN_PLAN) or set_run_plan, "
+                       "not both");
+  std::string why = engine::run_plan_mismatch(plan, *impl.heap, impl.description.name);
+  if (!why.empty()) return why;
+  // Made and mapped ahead before it is published: map_ahead may throw std::bad_alloc, leaving the device without.
+  auto follower = std::make_unique<engine::RunPlanFollower>(*impl.heap, std::move(plan));
+  const std::uint64_t mapped_before = impl.heap->mapped_bytes();
+  follower->map_ahead();
+  impl.run_plan = std::move(follower);
+  if (impl.observer != nullptr) impl.record_mapping_change(mapped_before);
+  impl.run_plan_active = true;
+  // The granules mapped ahead are the plan's budget for the requests to come: a release threshold would give them
+  // back at the first free, and the plan map them again. Lifted while active; end_run_plan puts it back.
+  impl.heap->set_release_threshold(std::numeric_limits<std::uint64_t>::max());
+  if (impl.plan != nullptr) impl.plan->hold_plans(true);
+  impl.update_planned();
+  impl.update_front_on();
+  return {};
+}
+
+std::string Allocator::set_run_plan(const std::string& path) {
+  return RunPlanLoader::install(*this, engine::read_run_plan(path));
+}
+
 std::string DeviceDescription::summary() const {
   std::string text = "plimsoll: created device " + name + " with " + format_size(limit_bytes) + " limit (" + hardware;
   if (total_bytes) text += ", " + format_size(total_bytes) + " total";
@@ -997,6 +1086,7 @@ std::string DeviceDescription::summary() const {
   if (policy.thread_cache) text += ", thread cache " + format_size(*policy.thread_cache);
   // Which barrier lets other threads empty the caches: membarrier, or a full fence per operation without it.
   if (policy.thread_cache.value_or(0) > 0) text += std::string(" (") + engine::ThreadCaches::barrier_kind() + ")";
+  if (policy.run_plan) text += ", run plan " + *policy.run_plan;
   return text + ")";
 }
 

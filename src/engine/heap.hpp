@@ -152,6 +152,9 @@ class Heap {
   std::uint64_t largest_free_mapped() const;
   HeapFailure last_failure() const { return failure_; }
   const HeapOptions& options() const { return options_; }
+  /// Changes the cached bytes kept mapped past which a free gives them back (HeapOptions::release_threshold). A run
+  /// plan lifts it while active (its granules were mapped for the requests to come) and puts it back at its end.
+  void set_release_threshold(std::uint64_t bytes) noexcept { options_.release_threshold = bytes; }
 
   // For the invariant checker and snapshots.
   std::uint64_t base() const { return base_; }

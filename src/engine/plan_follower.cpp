@@ -290,6 +290,14 @@ std::unique_ptr<PackJob> PlanFollower::begin_boundary() {
     cursor_ = 0;
     return nullptr;
   }
+  if (held_) {  // a run plan places this device's requests: the step is watched, nothing packed (hold_plans)
+    previous_step_fell_back_ = false;
+    step_fallbacks_ = 0;
+    cursor_ = 0;
+    observation_.clear();
+    observation_.previous_leftovers = std::move(leftovers);
+    return nullptr;
+  }
   const bool fell_back = step_fallbacks_ > 0;
   const bool pack =
       plan_.entries.empty() || (fell_back && (first_plan_ || previous_step_fell_back_));

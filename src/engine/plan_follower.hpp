@@ -103,6 +103,16 @@ class PlanFollower {
       stop_observing();
     }
   }
+  /// While a run plan places the device's requests (run_plan_follower.hpp), the follower only watches: it sees each
+  /// request the run plan placed (placed_elsewhere) and each free, keeps its step bookkeeping at boundaries, and
+  /// packs and installs no plan of its own (two plans would fight over the same addresses). Released when the run
+  /// plan ends: the next boundary packs from the step observed last, as on a device without a run plan.
+  void hold_plans(bool held) { held_ = held; }
+  /// A request placed by someone else (the run plan) at addr: observed as part of the step, nothing placed.
+  void placed_elsewhere(std::uint64_t addr, std::uint64_t size) noexcept {
+    ++events_;
+    observe(addr, size);
+  }
   /// A training step ended and the next begins: begin_boundary, the pack and finish_boundary in one (under the
   /// caller's lock throughout).
   void step_boundary();
@@ -167,6 +177,7 @@ class PlanFollower {
   StepPlanStats stats_;
   std::uint64_t events_ = 0;  // allocations and frees seen: a pack made at one count is stale at another
   bool packing_ = false;      // a job is out (between begin_boundary and finish_boundary)
+  bool held_ = false;         // hold_plans: a run plan places the requests; watch, never pack
   std::uint64_t serial_;
   static inline std::atomic<std::uint64_t> next_serial_{0};
 };

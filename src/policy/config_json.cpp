@@ -25,11 +25,12 @@ using nlohmann::json;
 
 constexpr std::array<std::string_view, 5> kTopLevelKeys{"policy", "devices", "cpu_fallback", "visible_devices",
                                                         "log_device_creation"};
-constexpr std::array<std::string_view, 6> kPolicyKeys{"growth",  "memory_limit",      "memory_fraction",
-                                                      "reserve", "release_threshold", "thread_cache"};
-constexpr std::array<std::string_view, 7> kDeviceKeys{"growth",       "memory_limit",     "memory_fraction",
+constexpr std::array<std::string_view, 7> kPolicyKeys{"growth",  "memory_limit",      "memory_fraction",
+                                                      "reserve", "release_threshold", "thread_cache",
+                                                      "run_plan"};
+constexpr std::array<std::string_view, 8> kDeviceKeys{"growth",       "memory_limit",     "memory_fraction",
                                                       "reserve",      "release_threshold", "thread_cache",
-                                                      "logical_devices"};
+                                                      "run_plan",     "logical_devices"};
 
 /// Where a value sits in the document, so every error points at the exact key: "devices"."cuda:0"."reserve".
 struct Where {
@@ -172,6 +173,12 @@ bool read_policy_fields(const json& object, const Where& where, Policy& policy) 
       policy.release_threshold = read_size(value, at);
     } else if (key == "thread_cache") {
       policy.thread_cache = read_size(value, at);
+    } else if (key == "run_plan") {
+      if (!value.is_string() || value.get<std::string>().empty())
+        at.fail(fmt::format("a run plan is the path of a file from `plimsoll run-plan`, got {}; give a path such as "
+                            "\"job.plan\"",
+                            describe(value)));
+      policy.run_plan = value.get<std::string>();
     } else {
       continue;
     }

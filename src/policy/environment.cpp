@@ -129,6 +129,8 @@ Config apply_environment(Config base, Getenv getenv_fn) {
   if (const auto reserve = env.get_size("PLIMSOLL_RESERVE")) policy.reserve = reserve;
   if (const auto threshold = env.get_size("PLIMSOLL_RELEASE_THRESHOLD")) policy.release_threshold = threshold;
   if (const auto cache = env.get_size("PLIMSOLL_THREAD_CACHE")) policy.thread_cache = cache;
+  // Read when a device is made (the file's own errors name it then); empty: none, as unset.
+  if (const auto plan = env.get("PLIMSOLL_RUN_PLAN"); plan && !plan->empty()) policy.run_plan = std::string(*plan);
 
   if (const auto fallback = env.get_bool("PLIMSOLL_CPU_FALLBACK")) config.cpu_fallback = *fallback;
   if (const auto visible = env.get("PLIMSOLL_VISIBLE_DEVICES")) config.visible_devices = std::string(*visible);

@@ -12,6 +12,8 @@
 
 #include "devices/gpu_scan.hpp"
 #include "engine/fork_handlers.hpp"
+#include "engine/run_plan.hpp"
+#include "engine/run_plan_follower.hpp"
 #include "plimsoll/error.hpp"
 #include "runtime/device_plan.hpp"
 #include "runtime/device_listing.hpp"
@@ -30,6 +32,26 @@ std::optional<std::string> environment_value(const char* variable) {
   const char* value = std::getenv(variable);
   if (value == nullptr) return std::nullopt;
   return std::string(value);
+}
+
+// The policy's run plan (Policy::run_plan), on a device just made or just given new limits. A plan packed for
+// another granule or limit is ignored with a log line (the device runs as without one); a missing or malformed file
+// throws InvalidArgument naming it and the fix (engine::read_run_plan).
+// Read apart from installing (read_policy_run_plan, then install_run_plan), so that Runtime::configure reads and
+// checks the file before it changes the device's limits: a bad file then changes nothing.
+std::optional<engine::RunPlan> read_policy_run_plan(const Policy& policy) {
+  if (!policy.run_plan) return std::nullopt;
+  return engine::read_run_plan(*policy.run_plan);
+}
+
+void install_run_plan(Allocator& device, std::optional<engine::RunPlan> plan, bool log) {
+  if (!plan) return;
+  const std::string why = RunPlanLoader::install(device, std::move(*plan));
+  if (!why.empty() && log) fmt::print(stderr, "plimsoll: {}: run plan ignored: {}\n", device.description().name, why);
+}
+
+void load_run_plan(Allocator& device, const Policy& policy, bool log) {
+  install_run_plan(device, read_policy_run_plan(policy), log);
 }
 
 }  // namespace
@@ -188,6 +210,7 @@ struct Runtime::Impl {
       }
       auto allocator = std::make_unique<Allocator>(plan.description, std::move(backing.backing));
       if (config.log_device_creation) fmt::print(stderr, "{}{}\n", allocator->description().summary(), note);
+      load_run_plan(*allocator, plan.description.policy, config.log_device_creation);
       Allocator& created = *allocator;
       devices.emplace(key, std::move(allocator));
       if (!backing.growable) fixed_size_devices.emplace(key, backing.fallback_reason);
@@ -294,7 +317,10 @@ void Runtime::configure(std::string_view device, const Policy& policy) {
     if (const auto fixed = impl_->fixed_size_devices.find(key); fixed != impl_->fixed_size_devices.end()) {
       limits.policy = runtime::fit_fixed_size(key, limits.policy, changed, fixed->second);
     }
-    found->second->set_limits(limits);
+    // Read (and parsed) before the limits change: a missing or malformed plan throws with the device untouched.
+    std::optional<engine::RunPlan> run_plan = read_policy_run_plan(limits.policy);
+    found->second->set_limits(limits);  // drops a run plan loaded for the old limits: loaded again from the policy
+    install_run_plan(*found->second, std::move(run_plan), impl_->config.log_device_creation);
     impl_->config = std::move(changed);
     return;
   }

@@ -383,6 +383,30 @@ class Module(unittest.TestCase):
         self.assertEqual(status, 0, err)
         self.assertTrue(report["leak"], report)
 
+    def test_run_plan_variable_reaches_import(self):
+        # PLIMSOLL_RUN_PLAN (docs/configuration.md, run_plan): the device loads the plan before its first allocation
+        # and stats() shows it; a missing plan is an error naming the file, not a crash.
+        folder = tempfile.mkdtemp()
+        plan = os.path.join(folder, "job.plan")
+        with open(plan, "w") as out:
+            json.dump({"format": "plimsoll-run-plan", "version": 1, "granule": 2097152, "limit": 67108864,
+                       "covered_granules": 2, "through_step": 0, "source": "test", "fingerprint": [1048576, 2097152],
+                       "entries": [[1048576, 0], [2097152, 2097152]]}, out)
+        check = script("""
+            import plimsoll
+            run_plan = plimsoll.stats("cpu")["run_plan"]
+            assert run_plan["loaded"] and run_plan["entries"] == 2, run_plan
+            assert run_plan["mapped_ahead"] == 2 * 2097152, run_plan
+        """)
+        env = {**os.environ, "PLIMSOLL_LOG": "false", "PLIMSOLL_MEMORY_LIMIT": "64MiB"}
+        done = subprocess.run([PYTHON, check], capture_output=True, text=True, env={**env, "PLIMSOLL_RUN_PLAN": plan})
+        self.assertEqual(done.returncode, 0, done.stderr)
+        missing = os.path.join(folder, "missing.plan")
+        done = subprocess.run([PYTHON, check], capture_output=True, text=True, env={**env, "PLIMSOLL_RUN_PLAN": missing})
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn(missing, done.stderr)
+        self.assertNotIn("terminate", done.stderr)
+
     def test_a_bad_device_name_leaves_no_device_recorded(self):
         done = subprocess.run([PYTHON, script('''
             import os, tempfile, plimsoll

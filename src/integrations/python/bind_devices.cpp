@@ -51,6 +51,17 @@ py::dict stats_dict(Allocator& device) {
     tags.append(std::move(entry));
   }
   out["tags"] = std::move(tags);
+  // The run plan (Allocator::set_run_plan; PLIMSOLL_RUN_PLAN or the device's run_plan key): what it placed, and
+  // where and why it ended ("none": still active, or no plan).
+  py::dict run_plan;
+  run_plan["loaded"] = stats.run_plan.loaded;
+  run_plan["entries"] = stats.run_plan.entries;
+  run_plan["placed"] = stats.run_plan.placed;
+  run_plan["made_room"] = stats.run_plan.made_room;
+  run_plan["mapped_ahead"] = stats.run_plan.mapped_ahead;
+  run_plan["ended_at"] = stats.run_plan.ended_at;
+  run_plan["ended_by"] = std::string(to_string(stats.run_plan.ended_by));
+  out["run_plan"] = std::move(run_plan);
   return out;
 }
 

@@ -185,6 +185,7 @@ ReplayResult replay(const Trace& trace, Allocator& allocator, const ReplayOption
                                                          : static_cast<double>(after.peak_reserved_bytes) /
                                                                static_cast<double>(trace.peak_live_bytes);
   result.step_plan = after.step_plan;
+  result.run_plan = after.run_plan;
   result.maps = after.maps - before.maps;
   result.unmaps = after.unmaps - before.unmaps;
   if (steady_reached) {

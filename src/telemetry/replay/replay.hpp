@@ -54,6 +54,8 @@ struct ReplayResult {
   std::vector<std::uint64_t> unmaps_by_step;
   // Step-aware placement over the replay (Allocator::step; all zero when the device did not use it).
   StepPlanStats step_plan;
+  // The run plan over the replay (Allocator::set_run_plan; loaded false when the device had none).
+  RunPlanStats run_plan;
   bool oom = false;
   std::optional<std::size_t> oom_event;  // index into Trace::events of the allocation that failed
   std::uint32_t oom_line = 0;            // its line in the trace file
