@@ -270,11 +270,7 @@ std::unique_ptr<PackJob> PlanFollower::begin_boundary() {
                                                             : StepObservation::LeftoverPositions{};
   if (transition_) {  // the transition step is over: the ideal plan from the next step on, no pack
     first_plan_ = false;
-    previous_step_fell_back_ = false;
-    step_fallbacks_ = 0;
-    cursor_ = 0;
-    observation_.clear();
-    observation_.previous_leftovers = std::move(leftovers);
+    start_step(std::move(leftovers), false);
     // A step too long to be one (or unobserved for want of host memory) is not the step the transition planned.
     if (observing_) {
       end_transition();
@@ -291,11 +287,7 @@ std::unique_ptr<PackJob> PlanFollower::begin_boundary() {
     return nullptr;
   }
   if (held_) {  // a run plan places this device's requests: the step is watched, nothing packed (hold_plans)
-    previous_step_fell_back_ = false;
-    step_fallbacks_ = 0;
-    cursor_ = 0;
-    observation_.clear();
-    observation_.previous_leftovers = std::move(leftovers);
+    start_step(std::move(leftovers), false);
     return nullptr;
   }
   const bool fell_back = step_fallbacks_ > 0;
@@ -307,12 +299,16 @@ std::unique_ptr<PackJob> PlanFollower::begin_boundary() {
     job = prepare_pack();
     packing_ = true;
   }
-  previous_step_fell_back_ = fell_back;
+  start_step(std::move(leftovers), fell_back);
+  return job;
+}
+
+void PlanFollower::start_step(StepObservation::LeftoverPositions leftovers, bool previous_fell_back) {
+  previous_step_fell_back_ = previous_fell_back;
   step_fallbacks_ = 0;
   cursor_ = 0;
   observation_.clear();
   observation_.previous_leftovers = std::move(leftovers);
-  return job;
 }
 
 void PlanFollower::finish_boundary(std::unique_ptr<PackJob> job) {

@@ -140,6 +140,9 @@ class PlanFollower {
     observing_ = false;
   }
   std::unique_ptr<PackJob> prepare_pack();
+  /// A boundary's books for the step that begins: no fallbacks yet, the plan's cursor at its start, an empty
+  /// observation whose leftovers pair with those of the step just ended.
+  void start_step(StepObservation::LeftoverPositions leftovers, bool previous_fell_back);
   void install(StepPlan plan, const PlanCost& cost, bool reset_backoff = true);
   // Transition steps (transition_plan.hpp): plan_ is the transition plan for one step, followed with lazy mapping
   // (follow_transition); at the next boundary the ideal plan is mapped whole and followed (end_transition).
