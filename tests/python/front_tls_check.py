@@ -7,8 +7,9 @@ import shutil
 import subprocess
 import sys
 
-HOT = ("ThreadCaches::allocate(unsigned long, unsigned short)",
-       "ThreadCaches::deallocate_handed(unsigned long, plimsoll::engine::HandedTable::Found, bool)")
+HOT = ("ThreadCaches::allocate_or(unsigned long, unsigned short, unsigned long (*)(void*, unsigned long, unsigned "
+       "short), void*)",
+       "ThreadCaches::deallocate_handed(unsigned long, plimsoll::engine::HandedTable::Found)")
 
 
 def functions_calling_tls_get_addr(library):
