@@ -16,7 +16,9 @@
 //    limit, cached granules (no live block in them) are given back first, as few as make room (Heap::map_ranges);
 //  - while active, every request of the device comes here, the small ones (<= 1 MiB) included: the plan packs them
 //    inside large blocks, never in small pages (bench/run_bound.hpp's model), so the device's per-thread caches,
-//    its step plans' placement and its stream reuse all step aside until it ends (allocator.cpp).
+//    its step plans' placement and its stream reuse all step aside until it ends (allocator.cpp); a planned range
+//    held only by blocks parked on the request's own stream is taken from them (StreamOrder::unpark_range), and a
+//    byte it freed early is placed at once or the device synchronized before anyone else can take it.
 // Not thread-safe: plimsoll::Allocator holds the device lock for every call.
 #include <cstdint>
 #include <string>

@@ -9,6 +9,8 @@
 //    the heap, for every stream, the batches whose events completed (cuEventQuery; never blocks).
 //  - record_stream(ptr, T) adds a stream: such a block waits for an event on each of its streams, recorded at
 //    its free, and nobody takes it before they completed.
+//  - A run plan's request on S whose planned range holds blocks parked on S (only on S) takes those bytes at once
+//    (unpark_range), for the same reason; a block parked on another stream keeps its range until its events.
 //  - When no event can be had (the driver refuses), the device is synchronized and the block freed at once.
 //  - When record_stream cannot make its record (out of host memory), the block is noted in a fixed set made ahead
 //    (no allocation) and treated the same way at its free: the device is synchronized and the block freed at once.
