@@ -6,9 +6,12 @@
 // (StreamOrder::unpark_range). A block parked on another stream (or also used on another one, record_stream) whose
 // work is pending still holds its range: the plan ends `occupied` there, the request takes the normal path, and
 // nothing another stream may still use is handed out. A block whose work completed is back in the heap already.
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -201,6 +204,43 @@ TEST(EngineRunPlanStreams, ARangePartlyParkedAndPartlyFreeIsPlaced) {
   EXPECT_EQ(stats.parked_bytes, 0u);
   EXPECT_EQ(stats.in_use_bytes, 4 * MiB);
   device->deallocate(after, on(a));
+}
+
+// Bytes freed from a parked block for a planned range that then cannot be placed after all (a live block in the
+// rest of it): nobody may take them while the stream's work may still use them, so the device is synchronized
+// before the request goes on, by the normal path.
+TEST(EngineRunPlanStreams, BytesFreedForARangeThatStaysOccupiedWaitForTheDevice) {
+  fake_cuda::Driver driver;
+  auto device = fake_cuda_allocator(driver, 32 * MiB);
+  fake_cuda::Stream& a = driver.create_stream();
+  ASSERT_EQ(RunPlanLoader::install(*device, plan_of({{4 * MiB, 0}, {4 * MiB, 4 * MiB}, {8 * MiB, 0}})), "");
+  void* first = device->allocate(4 * MiB, on(a));
+  void* second = device->allocate(4 * MiB, on(a));
+  ASSERT_EQ(at(second), at(first) + 4 * MiB);
+  a.hold();
+  a.launch();
+  device->deallocate(first, on(a));
+  std::atomic<void*> third{nullptr};
+  std::atomic<bool> returned{false};
+  std::thread request([&] {
+    third = device->allocate(8 * MiB, on(a));  // planned over `first` (parked on `a`) and `second` (live)
+    returned = true;
+  });
+  while (!driver.synchronizing() && !returned.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_FALSE(returned.load()) << "waits for `a`'s work before anyone may take `first`'s bytes";
+  a.release();
+  request.join();
+  ASSERT_NE(third.load(), nullptr);
+  const Stats stats = device->stats();
+  EXPECT_EQ(stats.run_plan.ended_by, End::occupied);
+  EXPECT_EQ(stats.run_plan.ended_at, 2u);
+  EXPECT_EQ(stats.run_plan.placed, 2u);
+  EXPECT_EQ(stats.run_plan.unparked, 0u);
+  EXPECT_EQ(stats.stream_fallbacks, 1u);
+  EXPECT_EQ(stats.parked_bytes, 0u);
+  EXPECT_EQ(stats.in_use_bytes, 12 * MiB);
+  device->deallocate(second, on(a));
+  device->deallocate(third.load(), on(a));
 }
 
 }  // namespace
