@@ -73,6 +73,7 @@ struct RunPlanStats {
   std::uint64_t entries = 0;     // requests in the plan
   std::uint64_t placed = 0;      // requests placed at their planned address
   std::uint64_t made_room = 0;   // of those, placed after giving back cached granules the limit needed (unmaps)
+  std::uint64_t unparked = 0;    // of those, placed in blocks freed on the request's stream, still parked (streams)
   std::uint64_t mapped_ahead = 0;  // bytes mapped when it was loaded: every granule it covers, when they fit the limit
   std::uint64_t ended_at = 0;    // the index of the request that ended it (its first unplaced one; entries when finished)
   End ended_by = End::none;

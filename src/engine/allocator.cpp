@@ -137,10 +137,13 @@ struct Allocator::Impl : engine::FrontUpstream {
   }
 
   // A request on a device with a step plan or an active run plan (allocate_unrecorded's planned side).
-  std::uint64_t allocate_planned(std::size_t bytes, Tag tag) PLIMSOLL_REQUIRES(lock) {
+  // `stream`: the request's, on a device with streams (null: none named).
+  std::uint64_t allocate_planned(std::size_t bytes, Tag tag, const engine::StreamHandle* stream = nullptr)
+      PLIMSOLL_REQUIRES(lock) {
     if (run_plan_active) {
       bool ended = false;
-      const std::uint64_t addr = run_plan->allocate(bytes, tag, &ended);
+      const std::uint64_t addr = stream != nullptr ? run_plan->allocate(bytes, tag, &ended, streams.get(), *stream)
+                                                   : run_plan->allocate(bytes, tag, &ended);
       if (!ended) {
         if (addr != 0 && plan != nullptr) plan->placed_elsewhere(addr, engine::Heap::round(bytes));
         return addr;
@@ -287,10 +290,11 @@ struct Allocator::Impl : engine::FrontUpstream {
 
   // Inline in every caller: it is the device path's allocation itself (allocate_first's, on every request the front
   // does not serve).
-  [[gnu::always_inline]] Attempt allocate_unrecorded(std::size_t bytes, Tag tag, bool report_failure = true)
+  [[gnu::always_inline]] Attempt allocate_unrecorded(std::size_t bytes, Tag tag, bool report_failure = true,
+                                                    const engine::StreamHandle* stream = nullptr)
       PLIMSOLL_REQUIRES(lock) {
     if (!tag_ready(tag)) [[unlikely]] return {0, engine::HeapFailure::host_memory};
-    std::uint64_t addr = planned ? allocate_planned(bytes, tag) : heap->allocate(bytes, tag);
+    std::uint64_t addr = planned ? allocate_planned(bytes, tag, stream) : heap->allocate(bytes, tag);
     if (addr == 0) {
       const engine::HeapFailure failure = heap->last_failure();  // this attempt's, read in the same lock hold
       if (report_failure && counts_as_oom(failure)) ++ooms;
@@ -338,15 +342,16 @@ struct Allocator::Impl : engine::FrontUpstream {
     streams->poll();
     const std::uint64_t size = engine::Heap::round(bytes);
     Attempt attempt;
-    // A run plan places every request while active: no reuse of parked blocks then (they go back to the heap as
-    // their events complete, as without a stream).
+    // A run plan places every request while active: no best-fit reuse of parked blocks then (they go back to the
+    // heap as their events complete, as without a stream); a planned range held by blocks parked on this request's
+    // own stream is taken from them instead (RunPlanFollower::allocate, StreamOrder::unpark_range).
     if (stream != nullptr && !run_plan_active && bytes <= heap->span_bytes() && !heap->paused() && tag_ready(tag))
       attempt.addr = streams->reuse(size, size <= heap->options().small_max, *stream);
     if (attempt.addr != 0) {
       heap->relabel(attempt.addr, bytes, tag);
       count_tag(tag, size);
     } else {
-      attempt = allocate_unrecorded(bytes, tag, report_failure);
+      attempt = allocate_unrecorded(bytes, tag, report_failure, stream);
     }
     const std::uint64_t addr = attempt.addr;
     if (observer != nullptr) {

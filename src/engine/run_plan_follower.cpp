@@ -81,7 +81,8 @@ std::uint64_t RunPlanFollower::map_ahead() {
   return stats_.mapped_ahead;
 }
 
-std::uint64_t RunPlanFollower::allocate(std::uint64_t bytes, std::uint16_t tag, bool* ended) {
+std::uint64_t RunPlanFollower::allocate(std::uint64_t bytes, std::uint16_t tag, bool* ended, StreamOrder* streams,
+                                        StreamHandle stream) {
   *ended = false;
   if (heap_.paused()) [[unlikely]] return heap_.allocate(bytes, tag);  // refused (HeapFailure::paused), not a mismatch
   if (next_ >= plan_.entries.size()) {
@@ -105,23 +106,14 @@ std::uint64_t RunPlanFollower::allocate(std::uint64_t bytes, std::uint16_t tag, 
   // The last block placed, when still live and below, starts the heap's search for the range's free block.
   const std::uint64_t addr = heap_.base() + entry.offset;
   const std::uint64_t hint = last_ != 0 && last_ < addr && heap_.find_live(last_) ? last_ : 0;
-  std::uint64_t placed = heap_.allocate_at(addr, bytes, tag, hint);
-  if (placed == 0 && heap_.last_failure() == HeapFailure::limit) {
-    // The range's granules are over the limit while cached granules (mapped, in free blocks) are not needed by any
-    // live block: give back as few of them as make room (Heap::map_ranges), then place. A plan packed to fit only
-    // with unmaps (ResNet-18 at batch 128 through step 1: 402 granules unmapping, 403 not) is followed so; one that
-    // fits without them never gets here.
-    // Runs inside the device's noexcept try_allocate: out of host memory for map_ranges' books (taken before it
-    // changes anything), the plan ends for the limit instead.
-    bool room = false;
-    try {
-      room = heap_.map_ranges({{addr, entry.size}});
-    } catch (const std::bad_alloc&) {
-    }
-    if (room) {
-      placed = heap_.allocate_at(addr, bytes, tag, hint);
-      if (placed != 0) ++stats_.made_room;
-    }
+  std::uint64_t placed = place(addr, bytes, tag, hint);
+  if (placed == 0 && heap_.last_failure() == HeapFailure::occupied && streams != nullptr &&
+      streams->unpark_range(addr, entry.size, stream)) {
+    // The range was held by blocks freed on this request's own stream, whose queued work still used them (the host
+    // ahead of the GPU): stream order makes them this stream's to take now (StreamOrder::unpark_range).
+    placed = place(addr, bytes, tag, heap_.find_live(hint) ? hint : 0);
+    if (placed != 0) ++stats_.unparked;
+    else streams->settle_unparked();  // freed early and not placed: wait until no stream's work uses them
   }
   if (placed != 0) {
     ++next_;
@@ -137,6 +129,29 @@ std::uint64_t RunPlanFollower::allocate(std::uint64_t bytes, std::uint16_t tag, 
   }
   *ended = true;
   return 0;
+}
+
+std::uint64_t RunPlanFollower::place(std::uint64_t addr, std::uint64_t bytes, std::uint16_t tag, std::uint64_t hint) {
+  const std::uint64_t size = Heap::round(bytes);
+  std::uint64_t placed = heap_.allocate_at(addr, bytes, tag, hint);
+  if (placed == 0 && heap_.last_failure() == HeapFailure::limit) {
+    // The range's granules are over the limit while cached granules (mapped, in free blocks) are not needed by any
+    // live block: give back as few of them as make room (Heap::map_ranges), then place. A plan packed to fit only
+    // with unmaps (ResNet-18 at batch 128 through step 1: 402 granules unmapping, 403 not) is followed so; one that
+    // fits without them never gets here.
+    // Runs inside the device's noexcept try_allocate: out of host memory for map_ranges' books (taken before it
+    // changes anything), the plan ends for the limit instead.
+    bool room = false;
+    try {
+      room = heap_.map_ranges({{addr, size}});
+    } catch (const std::bad_alloc&) {
+    }
+    if (room) {
+      placed = heap_.allocate_at(addr, bytes, tag, hint);
+      if (placed != 0) ++stats_.made_room;
+    }
+  }
+  return placed;
 }
 
 bool RunPlanFollower::at_boundary() {

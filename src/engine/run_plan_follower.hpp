@@ -16,13 +16,16 @@
 //    limit, cached granules (no live block in them) are given back first, as few as make room (Heap::map_ranges);
 //  - while active, every request of the device comes here, the small ones (<= 1 MiB) included: the plan packs them
 //    inside large blocks, never in small pages (bench/run_bound.hpp's model), so the device's per-thread caches,
-//    its step plans' placement and its stream reuse all step aside until it ends (allocator.cpp).
+//    its step plans' placement and its stream reuse all step aside until it ends (allocator.cpp); a planned range
+//    held only by blocks parked on the request's own stream is taken from them (StreamOrder::unpark_range), and a
+//    byte it freed early is placed at once or the device synchronized before anyone else can take it.
 // Not thread-safe: plimsoll::Allocator holds the device lock for every call.
 #include <cstdint>
 #include <string>
 
 #include "engine/heap.hpp"
 #include "engine/run_plan.hpp"
+#include "engine/stream_order.hpp"
 #include "plimsoll/stats.hpp"
 
 namespace plimsoll {
@@ -49,7 +52,10 @@ class RunPlanFollower {
   /// The request placed at its planned address, or, at the first mismatch, the plan ended (stats().ended_by) and
   /// 0 with `*ended` set: the caller then takes its normal path for this request and every later one. Also 0
   /// (with *ended false) only when the heap is paused, a refusal the caller reports as for any request.
-  std::uint64_t allocate(std::uint64_t bytes, std::uint16_t tag, bool* ended);
+  /// `streams`: the device's stream order, when it has one, and `stream` the request's: a planned range held only
+  /// by blocks parked on that same stream is taken from them (StreamOrder::unpark_range) rather than ending the plan.
+  std::uint64_t allocate(std::uint64_t bytes, std::uint16_t tag, bool* ended, StreamOrder* streams = nullptr,
+                         StreamHandle stream = nullptr);
   /// At a step boundary: when every entry was placed (the end of the plan's last step), the plan ends as
   /// `finished`, so that the step plans take over at this boundary. True when the plan is (now) ended.
   bool at_boundary();
@@ -61,6 +67,10 @@ class RunPlanFollower {
   const RunPlan& plan() const { return plan_; }
 
  private:
+  /// Heap::allocate_at(addr), giving back cached granules when the range is over the limit (the plan's request
+  /// being placed, for stats_.made_room); 0 with heap_.last_failure() saying why.
+  std::uint64_t place(std::uint64_t addr, std::uint64_t bytes, std::uint16_t tag, std::uint64_t hint);
+
   Heap& heap_;
   RunPlan plan_;
   std::uint64_t next_ = 0;  // the next request's index (invariants above)

@@ -181,6 +181,90 @@ std::uint64_t StreamOrder::reuse(std::uint64_t size, bool small, StreamHandle st
   return addr;
 }
 
+// Two passes: the first checks every parked block overlapping the range (and makes the room the second needs), so
+// that a range it cannot free is left exactly as it was; the second frees the parts inside the range, each block's
+// books exact after each step. Only a split refused midway (out of host memory) leaves part of the range freed, and
+// then the device is synchronized: nothing freed early may still be in use.
+bool StreamOrder::unpark_range(std::uint64_t addr, std::uint64_t size, StreamHandle stream) noexcept {
+  if (parked_.empty()) return false;
+  const std::uint64_t end = addr + size;
+  std::vector<std::uint64_t> inside;  // the overlapping blocks' addresses
+  try {
+    for (const auto& [at, block] : parked_) {
+      if (at >= end || at + block.size <= addr) continue;
+      // Another stream's block (or one other streams also use) waits for its events: never freed early.
+      if (block.cross || block.stream != stream) return false;
+      // Freeing the middle of a block would leave two parked parts from one record: kept as it is.
+      if (at < addr && at + block.size > end) return false;
+      inside.push_back(at);
+    }
+    if (inside.empty()) return false;
+    StreamQueue* q = find_queue(stream);
+    for (const std::uint64_t at : inside) {
+      const ParkedBlock& block = parked_.find(at)->second;
+      if (at >= addr && at + block.size > end) util::make_room_for(find_batch(*q, block.sequence)->blocks);
+    }
+  } catch (const std::bad_alloc&) {
+    return false;  // nothing changed
+  }
+  StreamQueue& q = *find_queue(stream);
+  bool freed_some = false;
+  for (const std::uint64_t at : inside) {
+    const auto parked = parked_.find(at);
+    const ParkedBlock block = parked->second;
+    auto& fits = block.small ? q.small_fits : q.large_fits;
+    std::uint64_t freed_at = at;
+    std::uint64_t freed_size = block.size;
+    if (at < addr) {  // the part below the range stays parked, under its record
+      freed_at = heap_.split_live(at, addr - at);
+      if (freed_at == 0) {
+        if (freed_some) settle_unparked();
+        return false;
+      }
+      freed_size = at + block.size - addr;
+      if (auto fit = fits.extract({block.size, at}); !fit.empty()) {  // never empty (parked_'s invariant)
+        fit.value() = {addr - at, at};
+        fits.insert(std::move(fit));
+      }
+      parked->second.size = addr - at;
+      counters_.parked_bytes -= freed_size;
+    } else if (at + block.size > end) {  // the part above the range stays parked, its record moved there
+      const std::uint64_t rest = heap_.split_live(at, end - at);
+      if (rest == 0) {
+        if (freed_some) settle_unparked();
+        return false;
+      }
+      freed_size = end - at;
+      if (auto fit = fits.extract({block.size, at}); !fit.empty()) {  // never empty (parked_'s invariant)
+        fit.value() = {block.size - freed_size, rest};
+        fits.insert(std::move(fit));
+      }
+      auto record = parked_.extract(parked);
+      record.key() = rest;
+      record.mapped().size = block.size - freed_size;
+      parked_.insert(std::move(record));
+      find_batch(q, block.sequence)->blocks.push_back(rest);  // room made in the first pass
+      counters_.parked_bytes -= freed_size;
+    } else {  // wholly inside
+      fits.erase({block.size, at});
+      parked_.erase(parked);
+      counters_.parked_bytes -= block.size;
+      --counters_.parked_blocks;
+    }
+    Heap::Freed freed;
+    heap_.deallocate(freed_at, freed);
+    ++counters_.released;
+    counters_.unparked_bytes += freed_size;
+    freed_some = true;
+  }
+  return true;
+}
+
+void StreamOrder::settle_unparked() noexcept {
+  ++counters_.fallbacks;
+  events_.synchronize_device();
+}
+
 void StreamOrder::release(std::uint64_t addr) {
   const auto parked = parked_.find(addr);
   const ParkedBlock block = parked->second;

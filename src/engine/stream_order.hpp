@@ -9,6 +9,8 @@
 //    the heap, for every stream, the batches whose events completed (cuEventQuery; never blocks).
 //  - record_stream(ptr, T) adds a stream: such a block waits for an event on each of its streams, recorded at
 //    its free, and nobody takes it before they completed.
+//  - A run plan's request on S whose planned range holds blocks parked on S (only on S) takes those bytes at once
+//    (unpark_range), for the same reason; a block parked on another stream keeps its range until its events.
 //  - When no event can be had (the driver refuses), the device is synchronized and the block freed at once.
 //  - When record_stream cannot make its record (out of host memory), the block is noted in a fixed set made ahead
 //    (no allocation) and treated the same way at its free: the device is synchronized and the block freed at once.
@@ -34,6 +36,7 @@ struct StreamOrderCounters {
   std::uint64_t events_created = 0;
   std::uint64_t fallbacks = 0;  // device synchronizations: no event could be had, or an unrecorded block's free
   std::uint64_t unrecorded_streams = 0;  // record_stream calls out of host memory, kept in the fixed slots
+  std::uint64_t unparked_bytes = 0;  // bytes unpark_range freed for a run plan's request on the parking stream
 };
 
 class StreamOrder {
@@ -55,6 +58,17 @@ class StreamOrder {
   /// parked), taken out of the parked set; 0 when there is none, or when the split's books cannot be made (out of
   /// host memory: nothing changed). Allocates nothing otherwise: it runs inside the noexcept try_allocate.
   std::uint64_t reuse(std::uint64_t size, bool small, StreamHandle stream) noexcept;
+  /// For a run plan's request on `stream` whose planned range [addr, addr + size) holds parked blocks: frees into the
+  /// heap the parts of them inside the range, when every parked block overlapping it was parked on `stream` itself
+  /// (not cross): the stream's later work runs after the work that used them, as for reuse(). Parts outside the
+  /// range stay parked, behind the same event. A block parked on another stream (or cross), or one overlapping
+  /// both ends of the range, keeps the whole range as it is: false, nothing changed. Also false when nothing
+  /// overlaps. Allocates nothing that can fail it (out of host memory: false, the device synchronized when some
+  /// part was freed already). The caller places its request in the range at once, or calls settle_unparked().
+  bool unpark_range(std::uint64_t addr, std::uint64_t size, StreamHandle stream) noexcept;
+  /// After unpark_range(), when the request could not be placed there after all: what was freed into the heap
+  /// early may still be used by `stream`'s queued work, and now any stream may take it, so waits for the device.
+  void settle_unparked() noexcept;
   /// Records the events of open batches and frees into the heap every parked block whose events completed.
   /// Never blocks. Returns how many blocks were freed.
   std::size_t poll();

@@ -58,6 +58,7 @@ py::dict stats_dict(Allocator& device) {
   run_plan["entries"] = stats.run_plan.entries;
   run_plan["placed"] = stats.run_plan.placed;
   run_plan["made_room"] = stats.run_plan.made_room;
+  run_plan["unparked"] = stats.run_plan.unparked;
   run_plan["mapped_ahead"] = stats.run_plan.mapped_ahead;
   run_plan["ended_at"] = stats.run_plan.ended_at;
   run_plan["ended_by"] = std::string(to_string(stats.run_plan.ended_by));

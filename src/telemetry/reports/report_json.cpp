@@ -100,7 +100,7 @@ std::string replay_result_json(const ReplayResult& result) {
                        {"transitions_abandoned", plan.transitions_abandoned},
                        {"steps_given_up", plan.steps_given_up}};
   const RunPlanStats& run = result.run_plan;
-  line["run_plan"] = {{"loaded", run.loaded},     {"entries", run.entries}, {"placed", run.placed}, {"made_room", run.made_room}, {"mapped_ahead", run.mapped_ahead},
+  line["run_plan"] = {{"loaded", run.loaded},     {"entries", run.entries}, {"placed", run.placed}, {"made_room", run.made_room}, {"unparked", run.unparked}, {"mapped_ahead", run.mapped_ahead},
                       {"ended_at", run.ended_at}, {"ended_by", std::string(to_string(run.ended_by))}};
   line["oom"] = result.oom;
   line["oom_event"] = result.oom_event ? nlohmann::ordered_json(*result.oom_event) : nlohmann::ordered_json();
