@@ -144,8 +144,19 @@ TEST_F(TrainProcesses, OutOfMemoryOnARankEndsTheJobWithStatusThreeAndTheReasonOn
   EXPECT_EQ(run.status, 3) << run.err;
   EXPECT_THAT(run.err, HasSubstr("out of memory; the device's report:"));
   EXPECT_THAT(run.err, HasSubstr("plimsoll: out of memory on cpu"));
-  EXPECT_THAT(run.err, HasSubstr("stopping: rank ")) << "the other rank names the one that failed";
-  EXPECT_THAT(run.err, HasSubstr("ran out of memory at step"));
+  // Both ranks make the same allocations, so the other rank may run out at the same step before the stop reaches
+  // it (seen in CI at load): then it gives its own report. Either way every rank says why it stopped.
+  const auto count = [&](const std::string& text) {
+    std::size_t n = 0;
+    for (std::size_t at = run.err.find(text); at != std::string::npos; at = run.err.find(text, at + 1)) ++n;
+    return n;
+  };
+  const bool other_named_it = count("stopping: rank ") > 0;
+  EXPECT_TRUE(other_named_it || count("out of memory; the device's report:") == 2)
+      << "the other rank names the one that failed, or ran out of memory itself\n" << run.err;
+  if (other_named_it) {
+    EXPECT_THAT(run.err, HasSubstr("ran out of memory at step"));
+  }
   for (int pid : started_pids(run.err)) EXPECT_FALSE(process_exists(pid));
 }
 
